@@ -1,0 +1,17 @@
+# halogen_add_library(NAME SOURCES... [CUDA_SOURCES ...] [DEPS ...])
+# One library target per folder, aliased halogen::NAME. CUDA sources are compiled only when
+# the build has CUDA; CPU-only builds never see them.
+function(halogen_add_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;CUDA_SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  set(srcs ${ARG_SOURCES})
+  if(HALOGEN_HAVE_CUDA)
+    list(APPEND srcs ${ARG_CUDA_SOURCES})
+  endif()
+  add_library(halogen_${name} ${srcs})
+  add_library(halogen::${name} ALIAS halogen_${name})
+  target_include_directories(halogen_${name} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include)
+  target_link_libraries(halogen_${name} PUBLIC halogen_options ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  if(HALOGEN_HAVE_CUDA)
+    set_target_properties(halogen_${name} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+  endif()
+endfunction()

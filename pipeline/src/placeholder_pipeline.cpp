@@ -1,0 +1,1 @@
+// placeholder until the first real source of halogen::pipeline lands; removed then
