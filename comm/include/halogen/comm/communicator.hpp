@@ -1,0 +1,108 @@
+// The communication backend interface (as RAFT's comms_iface / PyTorch c10d's Backend):
+// grouped non-blocking point-to-point for the halo exchange, all-reduce, broadcast and
+// barrier. MpiCommunicator works on host buffers; NcclCommunicator (CUDA builds) on device
+// buffers. Every backend counts the payload bytes it sends, which is what the metrics report
+// as bytes_sent.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+namespace halogen {
+
+/// One message of a grouped exchange: `bytes` at `data` to/from rank `peer`.
+struct PeerBuffer {
+  int peer = 0;
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+/// Completion handle of a grouped exchange. wait() may be called once; destroying an
+/// unfinished request waits for it (so buffers are never freed under an in-flight transfer).
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual void wait() = 0;
+  /// Non-blocking completion check.
+  virtual bool test() = 0;
+};
+
+enum class ReduceDtype { kFloat32, kFloat64, kInt64 };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend_name() const = 0;
+
+  /// Posts all receives, then all sends, and returns without waiting. Messages between a
+  /// pair of ranks are matched in the order given; zero-byte messages are skipped (both
+  /// sides must agree on sizes, which the halo plan guarantees).
+  virtual std::unique_ptr<CommRequest> start_exchange(std::span<const PeerBuffer> sends,
+                                                      std::span<const PeerBuffer> recvs) = 0;
+  /// In-place sum over all ranks.
+  virtual void allreduce_sum(void* data, size_t count, ReduceDtype dtype) = 0;
+  virtual void allreduce_max(double* data, size_t count) = 0;
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+
+  /// Payload bytes this rank has sent through start_exchange since construction.
+  uint64_t bytes_sent() const noexcept { return bytes_sent_; }
+
+  void allreduce_sum(std::span<float> v) { allreduce_sum(v.data(), v.size(), ReduceDtype::kFloat32); }
+  void allreduce_sum(std::span<double> v) { allreduce_sum(v.data(), v.size(), ReduceDtype::kFloat64); }
+  void allreduce_sum(std::span<int64_t> v) { allreduce_sum(v.data(), v.size(), ReduceDtype::kInt64); }
+
+ protected:
+  uint64_t bytes_sent_ = 0;
+};
+
+/// MPI backend over a duplicate of `comm` (so halogen's traffic never matches user
+/// messages). Host buffers only. Messages above 1 GiB are split into chunks, so payloads
+/// beyond MPI's int count limit work.
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm = MPI_COMM_WORLD);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend_name() const override { return "mpi"; }
+  std::unique_ptr<CommRequest> start_exchange(std::span<const PeerBuffer> sends,
+                                              std::span<const PeerBuffer> recvs) override;
+  void allreduce_sum(void* data, size_t count, ReduceDtype dtype) override;
+  using Communicator::allreduce_sum;
+  void allreduce_max(double* data, size_t count) override;
+  void broadcast(void* data, size_t bytes, int root) override;
+  void barrier() override;
+  MPI_Comm mpi_comm() const noexcept { return comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+/// Ranks that share this node (MPI_COMM_TYPE_SHARED): this rank's index among them and
+/// their count. Used to pick the local GPU and to size thread pools.
+struct LocalRankInfo {
+  int local_rank = 0;
+  int local_size = 1;
+};
+LocalRankInfo local_rank_info(MPI_Comm comm = MPI_COMM_WORLD);
+
+/// Sends a byte string from `root` to every other rank individually (scatter of variable
+/// sized blobs, chunked for > 2 GiB). On non-root ranks `blobs` is ignored; returns this
+/// rank's blob.
+std::string scatter_blobs(const std::vector<std::string>& blobs, int root, MPI_Comm comm);
+
+}  // namespace halogen

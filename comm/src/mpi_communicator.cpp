@@ -1,0 +1,147 @@
+#include <algorithm>
+#include <vector>
+
+#include "halogen/comm/communicator.hpp"
+#include "halogen/core/error.hpp"
+
+namespace halogen {
+
+namespace {
+
+constexpr size_t kChunkBytes = size_t{1} << 30;  // stay far below MPI's int count limit
+constexpr int kExchangeTag = 7301;
+
+class MpiRequest final : public CommRequest {
+ public:
+  explicit MpiRequest(std::vector<MPI_Request> reqs) : reqs_(std::move(reqs)) {}
+  ~MpiRequest() override {
+    if (!done_) {
+      // Never free buffers under an in-flight transfer; errors here cannot be thrown.
+      MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE);
+    }
+  }
+  void wait() override {
+    if (done_) return;
+    done_ = true;
+    HALOGEN_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE));
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    HALOGEN_CHECK_MPI(MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, MPI_STATUSES_IGNORE));
+    if (flag) done_ = true;
+    return done_;
+  }
+
+ private:
+  std::vector<MPI_Request> reqs_;
+  bool done_ = false;
+};
+
+MPI_Datatype to_mpi(ReduceDtype t) {
+  switch (t) {
+    case ReduceDtype::kFloat32: return MPI_FLOAT;
+    case ReduceDtype::kFloat64: return MPI_DOUBLE;
+    case ReduceDtype::kInt64: return MPI_INT64_T;
+  }
+  return MPI_BYTE;
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
+  HALOGEN_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
+  HALOGEN_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  HALOGEN_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+  HALOGEN_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::start_exchange(std::span<const PeerBuffer> sends,
+                                                             std::span<const PeerBuffer> recvs) {
+  std::vector<MPI_Request> reqs;
+  auto post = [&](const PeerBuffer& b, bool is_send) {
+    HALOGEN_EXPECTS(b.peer >= 0 && b.peer < size_, "exchange peer {} outside [0, {})", b.peer, size_);
+    char* p = static_cast<char*>(b.data);
+    for (size_t off = 0; off < b.bytes; off += kChunkBytes) {
+      const int n = static_cast<int>(std::min(kChunkBytes, b.bytes - off));
+      MPI_Request r;
+      if (is_send) {
+        HALOGEN_CHECK_MPI(MPI_Isend(p + off, n, MPI_BYTE, b.peer, kExchangeTag, comm_, &r));
+      } else {
+        HALOGEN_CHECK_MPI(MPI_Irecv(p + off, n, MPI_BYTE, b.peer, kExchangeTag, comm_, &r));
+      }
+      reqs.push_back(r);
+    }
+  };
+  for (const auto& r : recvs) post(r, false);
+  for (const auto& s : sends) {
+    post(s, true);
+    bytes_sent_ += s.bytes;
+  }
+  return std::make_unique<MpiRequest>(std::move(reqs));
+}
+
+void MpiCommunicator::allreduce_sum(void* data, size_t count, ReduceDtype dtype) {
+  HALOGEN_EXPECTS(count <= static_cast<size_t>(INT32_MAX), "all-reduce of {} elements exceeds the MPI count limit", count);
+  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), to_mpi(dtype), MPI_SUM, comm_));
+}
+
+void MpiCommunicator::allreduce_max(double* data, size_t count) {
+  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_DOUBLE, MPI_MAX, comm_));
+}
+
+void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
+  char* p = static_cast<char*>(data);
+  for (size_t off = 0; off < bytes; off += kChunkBytes) {
+    const int n = static_cast<int>(std::min(kChunkBytes, bytes - off));
+    HALOGEN_CHECK_MPI(MPI_Bcast(p + off, n, MPI_BYTE, root, comm_));
+  }
+}
+
+void MpiCommunicator::barrier() { HALOGEN_CHECK_MPI(MPI_Barrier(comm_)); }
+
+LocalRankInfo local_rank_info(MPI_Comm comm) {
+  MPI_Comm local;
+  HALOGEN_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));
+  LocalRankInfo info;
+  MPI_Comm_rank(local, &info.local_rank);
+  MPI_Comm_size(local, &info.local_size);
+  MPI_Comm_free(&local);
+  return info;
+}
+
+std::string scatter_blobs(const std::vector<std::string>& blobs, int root, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  HALOGEN_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  HALOGEN_CHECK_MPI(MPI_Comm_size(comm, &size));
+  constexpr int kTag = 7302;
+  if (rank == root) {
+    HALOGEN_EXPECTS(static_cast<int>(blobs.size()) == size, "scatter of {} blobs to {} ranks", blobs.size(), size);
+    for (int r = 0; r < size; ++r) {
+      if (r == root) continue;
+      uint64_t n = blobs[static_cast<size_t>(r)].size();
+      HALOGEN_CHECK_MPI(MPI_Send(&n, 1, MPI_UINT64_T, r, kTag, comm));
+      for (uint64_t off = 0; off < n; off += kChunkBytes) {
+        const int c = static_cast<int>(std::min<uint64_t>(kChunkBytes, n - off));
+        HALOGEN_CHECK_MPI(MPI_Send(blobs[static_cast<size_t>(r)].data() + off, c, MPI_BYTE, r, kTag, comm));
+      }
+    }
+    return blobs[static_cast<size_t>(root)];
+  }
+  uint64_t n = 0;
+  HALOGEN_CHECK_MPI(MPI_Recv(&n, 1, MPI_UINT64_T, root, kTag, comm, MPI_STATUS_IGNORE));
+  std::string out(n, '\0');
+  for (uint64_t off = 0; off < n; off += kChunkBytes) {
+    const int c = static_cast<int>(std::min<uint64_t>(kChunkBytes, n - off));
+    HALOGEN_CHECK_MPI(MPI_Recv(out.data() + off, c, MPI_BYTE, root, kTag, comm, MPI_STATUS_IGNORE));
+  }
+  return out;
+}
+
+}  // namespace halogen

@@ -1,0 +1,140 @@
+// halogen generate / convert / info
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "cli.hpp"
+#include "halogen/core/error.hpp"
+#include "halogen/core/timer.hpp"
+#include "halogen/partition/dataset_io.hpp"
+#include "halogen/partition/generate.hpp"
+#include "halogen/partition/readers.hpp"
+
+namespace halogen::cli {
+
+int cmd_generate(const std::vector<std::string>& args) {
+  po::options_description opts("generate options");
+  std::string kind, out;
+  SbmOptions sbm;
+  RmatOptions rmat;
+  bool overwrite = false;
+  opts.add_options()
+      ("kind", po::value(&kind)->required(), "sbm or rmat")
+      ("out,o", po::value(&out)->required(), "output dataset directory")
+      ("overwrite", po::bool_switch(&overwrite), "replace an existing output directory")
+      ("seed", po::value<uint64_t>(), "random seed (default 1)")
+      ("nodes", po::value(&sbm.num_nodes)->default_value(sbm.num_nodes), "sbm: number of nodes")
+      ("classes", po::value<int32_t>(), "number of classes (sbm default 8, rmat 16)")
+      ("avg-degree", po::value(&sbm.avg_degree)->default_value(sbm.avg_degree), "sbm: mean degree")
+      ("homophily", po::value(&sbm.homophily)->default_value(sbm.homophily), "sbm: fraction of intra-class edges")
+      ("power-law", po::bool_switch(&sbm.power_law), "sbm: power-law degrees")
+      ("feature-dim", po::value<int64_t>(), "feature dimension (sbm default 64, rmat 32)")
+      ("snr", po::value(&sbm.feature_snr)->default_value(sbm.feature_snr), "sbm: feature signal-to-noise ratio")
+      ("train", po::value<double>(), "training fraction")
+      ("valid", po::value<double>(), "validation fraction")
+      ("test", po::value<double>(), "test fraction")
+      ("scale", po::value(&rmat.scale)->default_value(rmat.scale), "rmat: log2 of the node count")
+      ("edge-factor", po::value(&rmat.edge_factor)->default_value(rmat.edge_factor), "rmat: edges per node");
+  po::positional_options_description pos;
+  pos.add("kind", 1);
+  po::variables_map vm;
+  if (!parse("generate", "sbm|rmat --out DIR [options]", opts, pos, args, vm)) return 0;
+  Stopwatch sw;
+  Dataset ds;
+  if (kind == "sbm") {
+    if (vm.count("seed")) sbm.seed = vm["seed"].as<uint64_t>();
+    if (vm.count("classes")) sbm.num_classes = vm["classes"].as<int32_t>();
+    if (vm.count("feature-dim")) sbm.feature_dim = vm["feature-dim"].as<int64_t>();
+    if (vm.count("train")) sbm.train_fraction = vm["train"].as<double>();
+    if (vm.count("valid")) sbm.valid_fraction = vm["valid"].as<double>();
+    if (vm.count("test")) sbm.test_fraction = vm["test"].as<double>();
+    ds = generate_sbm(sbm);
+  } else if (kind == "rmat") {
+    if (vm.count("seed")) rmat.seed = vm["seed"].as<uint64_t>();
+    if (vm.count("classes")) rmat.num_classes = vm["classes"].as<int32_t>();
+    if (vm.count("feature-dim")) rmat.feature_dim = vm["feature-dim"].as<int64_t>();
+    if (vm.count("train")) rmat.train_fraction = vm["train"].as<double>();
+    if (vm.count("valid")) rmat.valid_fraction = vm["valid"].as<double>();
+    if (vm.count("test")) rmat.test_fraction = vm["test"].as<double>();
+    ds = generate_rmat(rmat);
+  } else {
+    HALOGEN_FAIL("generate: unknown kind '{}': expected 'sbm' or 'rmat'", kind);
+  }
+  write_dataset(ds, out, overwrite);
+  std::printf("generated %s: %lld nodes, %lld edges (stored directed), %lld features, %d classes -> %s (%.2f s)\n",
+              kind.c_str(), static_cast<long long>(ds.num_nodes()), static_cast<long long>(ds.graph.num_edges()),
+              static_cast<long long>(ds.feature_dim), ds.num_classes, out.c_str(), sw.seconds());
+  return 0;
+}
+
+int cmd_convert(const std::vector<std::string>& args) {
+  po::options_description opts("convert options");
+  std::string format, input, out, split;
+  int64_t num_nodes = 0;
+  bool overwrite = false;
+  opts.add_options()
+      ("input", po::value(&input)->required(), "input file or directory")
+      ("format,f", po::value(&format)->required(), "ogb | edgelist | mtx | metis")
+      ("out,o", po::value(&out)->required(), "output dataset directory")
+      ("split", po::value(&split), "ogb: split scheme (default: the only one present)")
+      ("num-nodes", po::value(&num_nodes), "edgelist: node count (default max id + 1)")
+      ("overwrite", po::bool_switch(&overwrite), "replace an existing output directory");
+  po::positional_options_description pos;
+  pos.add("input", 1);
+  po::variables_map vm;
+  if (!parse("convert", "--format ogb|edgelist|mtx|metis INPUT --out DIR", opts, pos, args, vm)) return 0;
+  Stopwatch sw;
+  Dataset ds;
+  if (format == "ogb") {
+    ds = read_ogb_dataset(input, split);
+  } else {
+    EdgeList edges;
+    if (format == "edgelist") edges = read_edge_list(input, num_nodes);
+    else if (format == "mtx") edges = read_matrix_market(input);
+    else if (format == "metis") edges = read_metis_graph(input);
+    else HALOGEN_FAIL("convert: unknown format '{}': expected ogb, edgelist, mtx or metis", format);
+    ds.name = std::filesystem::path(input).stem().string();
+    ds.graph = build_csr(edges);
+    ds.feature_dim = 0;
+    ds.features = ArrayRef<float>(HostBuffer<float>());
+    ds.labels = ArrayRef<int32_t>(HostBuffer<int32_t>(static_cast<size_t>(ds.num_nodes()), -1));
+    ds.split = ArrayRef<uint8_t>(HostBuffer<uint8_t>(static_cast<size_t>(ds.num_nodes()), 0));
+    ds.num_classes = 0;
+  }
+  write_dataset(ds, out, overwrite);
+  std::printf("converted %s (%s): %lld nodes, %lld edges (stored directed) -> %s (%.2f s)\n", input.c_str(),
+              format.c_str(), static_cast<long long>(ds.num_nodes()), static_cast<long long>(ds.graph.num_edges()),
+              out.c_str(), sw.seconds());
+  return 0;
+}
+
+int cmd_info(const std::vector<std::string>& args) {
+  po::options_description opts("info options");
+  std::string path;
+  opts.add_options()("dataset", po::value(&path)->required(), "dataset directory (halogen binary or OGB raw)");
+  po::positional_options_description pos;
+  pos.add("dataset", 1);
+  po::variables_map vm;
+  if (!parse("info", "DATASET", opts, pos, args, vm)) return 0;
+  const Dataset ds = load_dataset(path);
+  const auto& g = ds.graph;
+  int64_t dmin = g.num_nodes() ? INT64_MAX : 0, dmax = 0;
+  for (int64_t v = 0; v < g.num_nodes(); ++v) {
+    dmin = std::min(dmin, g.degree(static_cast<NodeId>(v)));
+    dmax = std::max(dmax, g.degree(static_cast<NodeId>(v)));
+  }
+  const double dmean = g.num_nodes() ? static_cast<double>(g.num_edges()) / static_cast<double>(g.num_nodes()) : 0.0;
+  std::printf("dataset      %s (%s)\n", ds.name.c_str(), path.c_str());
+  std::printf("nodes        %lld\n", static_cast<long long>(g.num_nodes()));
+  std::printf("edges        %lld stored (directed entries), %lld undirected\n", static_cast<long long>(g.num_edges()),
+              static_cast<long long>(g.num_edges() / 2));
+  std::printf("degree       min %lld  mean %.2f  max %lld\n", static_cast<long long>(dmin), dmean,
+              static_cast<long long>(dmax));
+  std::printf("features     %lld\n", static_cast<long long>(ds.feature_dim));
+  std::printf("classes      %d\n", ds.num_classes);
+  std::printf("split        train %lld  valid %lld  test %lld\n", static_cast<long long>(ds.count(SplitRole::kTrain)),
+              static_cast<long long>(ds.count(SplitRole::kValid)), static_cast<long long>(ds.count(SplitRole::kTest)));
+  return 0;
+}
+
+}  // namespace halogen::cli

@@ -1,0 +1,68 @@
+// halogen partition
+#include <cstdio>
+#include <iostream>
+
+#include "cli.hpp"
+#include "halogen/comm/collective_error.hpp"
+#include "halogen/core/error.hpp"
+#include "halogen/core/mpi.hpp"
+#include "halogen/core/timer.hpp"
+#include "halogen/partition/partitioner.hpp"
+
+namespace halogen::cli {
+
+int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
+  po::options_description opts("partition options");
+  std::string dataset, out, method = "metis", objective = "vol", balance = "nodes,train,edges";
+  PartitionOptions popt;
+  int hidden = 256, layers = 2;
+  bool overwrite = false;
+  opts.add_options()
+      ("dataset", po::value(&dataset)->required(), "dataset directory (halogen binary or OGB raw)")
+      ("parts,p", po::value(&popt.num_parts)->required(), "number of parts (= MPI ranks of training)")
+      ("out,o", po::value(&out)->required(), "output directory for the shards and partition.json")
+      ("method", po::value(&method)->default_value(method), "metis | ptscotch (run under mpirun) | random")
+      ("objective", po::value(&objective)->default_value(objective), "vol (communication volume) | cut (edge cut)")
+      ("balance", po::value(&balance)->default_value(balance), "constraints to balance: any of nodes,train,edges")
+      ("imbalance", po::value(&popt.imbalance)->default_value(popt.imbalance), "allowed max/avg load per constraint")
+      ("seed", po::value(&popt.seed)->default_value(popt.seed), "partitioner seed")
+      ("hidden", po::value(&hidden)->default_value(hidden), "hidden size for the report's halo byte estimates")
+      ("layers", po::value(&layers)->default_value(layers), "layers for the report's halo byte estimates")
+      ("overwrite", po::bool_switch(&overwrite), "replace an existing, different partition in --out");
+  po::positional_options_description pos;
+  pos.add("dataset", 1);
+  po::variables_map vm;
+  if (!parse("partition", "DATASET --parts P --out DIR [options]", opts, pos, args, vm)) return 0;
+  popt.method = parse_partition_method(method);
+  popt.objective = parse_partition_objective(objective);
+  popt.balance_train = balance.find("train") != std::string::npos;
+  popt.balance_edges = balance.find("edges") != std::string::npos;
+
+  Stopwatch sw;
+  if (popt.method == PartitionMethod::kPtScotch) {
+    // Distributed: every rank maps the dataset and partitions its own slice of vertices.
+    MpiSession mpi(&argc, &argv);
+    Dataset ds;
+    std::vector<int32_t> part;
+    run_collectively(MPI_COMM_WORLD, "loading the dataset", [&] { ds = load_dataset(dataset); });
+    run_collectively(MPI_COMM_WORLD, "PT-Scotch partitioning",
+                     [&] { part = partition_graph_distributed(ds, popt, MPI_COMM_WORLD); });
+    nlohmann::json report;
+    run_collectively(MPI_COMM_WORLD, "writing the shards", [&] {
+      if (mpi.rank() == 0) report = write_partition(ds, part, popt, out, hidden, layers, overwrite);
+    });
+    if (mpi.rank() == 0) {
+      std::cout << format_partition_report(report);
+      std::printf("partitioned with ptscotch on %d ranks in %.2f s -> %s\n", mpi.size(), sw.seconds(), out.c_str());
+    }
+    return 0;
+  }
+  const Dataset ds = load_dataset(dataset);
+  const auto part = partition_graph(ds, popt);
+  const auto report = write_partition(ds, part, popt, out, hidden, layers, overwrite);
+  std::cout << format_partition_report(report);
+  std::printf("partitioned with %s in %.2f s -> %s\n", method.c_str(), sw.seconds(), out.c_str());
+  return 0;
+}
+
+}  // namespace halogen::cli

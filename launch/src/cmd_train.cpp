@@ -1,0 +1,127 @@
+// halogen train: one rank per shard, under mpirun (or srun).
+#include <cstdio>
+#include <fstream>
+
+#include "cli.hpp"
+#include "halogen/comm/collective_error.hpp"
+#include "halogen/comm/communicator.hpp"
+#include "halogen/core/device.hpp"
+#include "halogen/core/error.hpp"
+#include "halogen/core/log.hpp"
+#include "halogen/core/mpi.hpp"
+#include "halogen/partition/partitioner.hpp"
+#include "halogen/partition/shard.hpp"
+#include "halogen/train/trainer.hpp"
+
+namespace halogen::cli {
+
+namespace {
+
+// Rank 0 loads the dataset, partitions it with METIS in memory and sends each rank its shard.
+Shard scatter_partitioned_dataset(const std::string& path, int rank, int size, uint64_t seed) {
+  std::vector<std::string> blobs;
+  run_collectively(MPI_COMM_WORLD, "partitioning the dataset on rank 0", [&] {
+    if (rank != 0) return;
+    const Dataset ds = load_dataset(path);
+    PartitionOptions popt;
+    popt.num_parts = size;
+    popt.seed = seed;
+    const auto part = partition_graph(ds, popt);
+    auto shards = build_shards(ds, part, size);
+    blobs.reserve(shards.size());
+    for (const auto& s : shards) blobs.push_back(serialize_shard(s));
+  });
+  auto bytes = std::make_shared<std::string>(scatter_blobs(blobs, 0, MPI_COMM_WORLD));
+  Shard shard;
+  run_collectively(MPI_COMM_WORLD, "receiving the shard", [&] {
+    shard = deserialize_shard(reinterpret_cast<const std::byte*>(bytes->data()), bytes->size(), bytes,
+                              fmt::format("shard {} from rank 0", rank));
+  });
+  return shard;
+}
+
+}  // namespace
+
+int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
+  po::options_description opts("train options");
+  std::string parts_dir, dataset, model = "gcn", bits_fwd = "32", bits_bwd = "32", mode = "sync", device = "cpu",
+                                  metrics, log_level = "info";
+  TrainOptions t;
+  bool quiet = false;
+  opts.add_options()
+      ("parts", po::value(&parts_dir), "directory of shards from `halogen partition` (one per rank)")
+      ("dataset", po::value(&dataset), "dataset directory: rank 0 partitions it with METIS and scatters the shards")
+      ("model", po::value(&model)->default_value(model), "gcn | sage")
+      ("layers", po::value(&t.layers)->default_value(t.layers), "number of layers")
+      ("hidden", po::value(&t.hidden)->default_value(t.hidden), "hidden size")
+      ("dropout", po::value(&t.dropout)->default_value(t.dropout), "dropout probability")
+      ("lr", po::value(&t.lr)->default_value(t.lr), "Adam learning rate")
+      ("weight-decay", po::value(&t.weight_decay)->default_value(t.weight_decay), "L2 weight decay on weights")
+      ("epochs", po::value(&t.epochs)->default_value(t.epochs), "training epochs")
+      ("seed", po::value(&t.seed)->default_value(t.seed), "seed of weights and dropout")
+      ("eval-every", po::value(&t.eval_every)->default_value(t.eval_every), "evaluate every N epochs")
+      ("metrics", po::value(&metrics), "write one JSON line per epoch and a summary to this file")
+      ("bits-fwd", po::value(&bits_fwd)->default_value(bits_fwd), "bits of forward halo features: one value or one per layer (1,2,4,8,16,32)")
+      ("bits-bwd", po::value(&bits_bwd)->default_value(bits_bwd), "bits of backward halo gradients: one value or one per layer")
+      ("mode", po::value(&mode)->default_value(mode), "halo exchange: sync | overlap")
+      ("feature-norm", po::value<std::string>()->default_value("row"), "input feature normalisation: row (rows sum to 1) | none")
+      ("skip-exchange", po::bool_switch(&t.skip_exchange), "benchmark floor: exchange halos in epoch 0 only")
+      ("device", po::value(&device)->default_value(device), "cpu | cuda")
+      ("log-level", po::value(&log_level)->default_value(log_level), "trace|debug|info|warn|error")
+      ("quiet,q", po::bool_switch(&quiet), "no per-epoch progress lines");
+  po::positional_options_description pos;
+  po::variables_map vm;
+  if (!parse("train", "(--parts DIR | --dataset DIR) [options]", opts, pos, args, vm)) return 0;
+
+  MpiSession mpi(&argc, &argv);
+  log::configure(mpi.rank(), log_level);
+  run_collectively(MPI_COMM_WORLD, "checking options", [&] {
+    HALOGEN_EXPECTS(parts_dir.empty() != dataset.empty(), "train needs exactly one of --parts DIR or --dataset DIR");
+    t.model = parse_model_kind(model);
+    t.bits_fwd = parse_int_list(bits_fwd, "--bits-fwd");
+    t.bits_bwd = parse_int_list(bits_bwd, "--bits-bwd");
+    t.mode = parse_exchange_mode(mode);
+    t.metrics_path = metrics;
+    const std::string norm = vm["feature-norm"].as<std::string>();
+    HALOGEN_EXPECTS(norm == "row" || norm == "none", "--feature-norm must be 'row' or 'none', got '{}'", norm);
+    t.row_normalize_features = norm == "row";
+    t.progress = !quiet;
+    const Device dev = parse_device(device);
+    HALOGEN_EXPECTS(dev == Device::kCpu, "--device cuda: the GPU training path is not available in this version");
+    t.validate();
+  });
+
+  Shard shard;
+  if (!parts_dir.empty()) {
+    run_collectively(MPI_COMM_WORLD, "loading shards", [&] {
+      const auto file = shard_path(parts_dir, mpi.rank(), mpi.size());
+      if (!std::filesystem::exists(file)) {
+        std::string hint;
+        if (std::filesystem::exists(std::filesystem::path(parts_dir) / "partition.json")) {
+          try {
+            const auto report = nlohmann::json::parse(std::ifstream(std::filesystem::path(parts_dir) / "partition.json"));
+            hint = fmt::format("; {} holds a partition into {} parts, so run with mpirun -np {}", parts_dir,
+                               report.value("num_parts", 0), report.value("num_parts", 0));
+          } catch (...) {
+          }
+        }
+        HALOGEN_FAIL("rank {} of {}: no shard '{}'{}", mpi.rank(), mpi.size(), file.string(), hint);
+      }
+      shard = read_shard(file);
+    });
+  } else {
+    shard = scatter_partitioned_dataset(dataset, mpi.rank(), mpi.size(), t.seed);
+  }
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  TrainResult result;
+  run_collectively(MPI_COMM_WORLD, "checking shards", [&] { check_shards_consistent(shard, comm); });
+  result = train(shard, comm, t);
+  if (mpi.rank() == 0) {
+    std::printf("best val acc %.4f at epoch %d, test acc there %.4f, %.2f s total\n",
+                result.summary["best_val_acc"].get<double>(), result.summary["best_epoch"].get<int>(),
+                result.summary["test_acc_at_best_val"].get<double>(), result.summary["total_s"].get<double>());
+  }
+  return 0;
+}
+
+}  // namespace halogen::cli

@@ -1,0 +1,95 @@
+// The halo exchange of one shard (DESIGN.md, data flow step 3).
+//
+// Forward: the owned rows that peer q needs (the shard's send list to q) are gathered,
+// quantized to `bits` and sent; the rows received from peer p land in the halo slots
+// [num_owned + halo_offsets[p], ...) of the local embedding matrix. Backward (the reverse):
+// the gradient rows of the halo slots owned by p are quantized and sent back to p; what
+// this rank receives from q is added into the owned rows of its send list to q, peers in
+// ascending order (so the sum order is fixed and runs are deterministic).
+//
+// Both directions are split into start (gather, quantize, post the transfers) and finish
+// (wait, dequantize, scatter) so the caller can compute while the transfer is in flight.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "halogen/comm/communicator.hpp"
+#include "halogen/core/buffer.hpp"
+#include "halogen/partition/shard.hpp"
+#include "halogen/quant/quantize.hpp"
+
+namespace halogen {
+
+/// Per-exchange timing and volume, accumulated by the exchanger.
+struct ExchangeStats {
+  double quant_s = 0.0;  // gather + quantize + dequantize + scatter
+  double wait_s = 0.0;   // time blocked waiting for transfers
+  uint64_t bytes_sent = 0;
+  uint64_t messages = 0;
+
+  void reset() { *this = ExchangeStats{}; }
+};
+
+/// An exchange in flight: owns the packed buffers and the transfer handle.
+class PendingExchange {
+ public:
+  PendingExchange() = default;
+  PendingExchange(PendingExchange&&) noexcept = default;
+  PendingExchange& operator=(PendingExchange&&) noexcept = default;
+  ~PendingExchange();
+  bool active() const noexcept { return request_ != nullptr || finished_without_request_; }
+
+ private:
+  friend class HaloExchanger;
+  std::unique_ptr<CommRequest> request_;
+  HostBuffer<uint32_t> send_words_;
+  HostBuffer<uint32_t> recv_words_;
+  std::vector<size_t> send_offsets_;  // per peer, in words
+  std::vector<size_t> recv_offsets_;
+  int64_t cols_ = 0;
+  int bits_ = 32;
+  bool backward_ = false;
+  bool finished_without_request_ = false;
+};
+
+class HaloExchanger {
+ public:
+  HaloExchanger(const Shard& shard, Communicator& comm);
+
+  /// Gathers the send rows of `local` (num_local x cols, row stride ld; only owned rows are
+  /// read), quantizes them and posts the transfers.
+  PendingExchange start_forward(const float* local, int64_t cols, int64_t ld, int bits, const quant::QuantKey& key);
+  /// Waits for a forward exchange and writes the halo rows of `local`.
+  void finish_forward(PendingExchange& pending, float* local, int64_t ld);
+
+  /// Quantizes the halo rows of `local_grad` and posts them back to their owners.
+  PendingExchange start_backward(const float* local_grad, int64_t cols, int64_t ld, int bits,
+                                 const quant::QuantKey& key);
+  /// Waits for a backward exchange and adds the received gradients into the owned rows.
+  void finish_backward(PendingExchange& pending, float* local_grad, int64_t ld);
+
+  /// Blocking conveniences.
+  void forward(float* local, int64_t cols, int64_t ld, int bits, const quant::QuantKey& key) {
+    auto p = start_forward(local, cols, ld, bits, key);
+    finish_forward(p, local, ld);
+  }
+  void backward(float* local_grad, int64_t cols, int64_t ld, int bits, const quant::QuantKey& key) {
+    auto p = start_backward(local_grad, cols, ld, bits, key);
+    finish_backward(p, local_grad, ld);
+  }
+
+  const ExchangeStats& stats() const noexcept { return stats_; }
+  ExchangeStats& stats() noexcept { return stats_; }
+  /// Halo bytes one forward exchange of `cols` columns at `bits` sends from this rank.
+  uint64_t forward_bytes(int64_t cols, int bits) const;
+
+ private:
+  const Shard& shard_;
+  Communicator& comm_;
+  ExchangeStats stats_;
+  HostBuffer<float> gather_;  // staging for gathered send rows / dequantized receive rows
+};
+
+}  // namespace halogen

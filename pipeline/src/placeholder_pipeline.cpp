@@ -1,1 +1,0 @@
-// placeholder until the first real source of halogen::pipeline lands; removed then

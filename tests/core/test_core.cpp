@@ -1,0 +1,80 @@
+// core: Philox against its published known-answer vectors, error messages, atomic files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "halogen/core/error.hpp"
+#include "halogen/core/io.hpp"
+#include "halogen/core/rng.hpp"
+#include "test_data.hpp"
+
+namespace halogen {
+namespace {
+
+TEST(Philox, KnownAnswerVectors) {
+  // Random123 kat_vectors for philox4x32_10.
+  auto r = philox4x32_10(Philox4x32{{0, 0, 0, 0}}, 0, 0);
+  EXPECT_EQ(r.v[0], 0x6627e8d5u);
+  EXPECT_EQ(r.v[1], 0xe169c58du);
+  EXPECT_EQ(r.v[2], 0xbc57ac4cu);
+  EXPECT_EQ(r.v[3], 0x9b00dbd8u);
+  r = philox4x32_10(Philox4x32{{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}}, 0xffffffffu, 0xffffffffu);
+  EXPECT_EQ(r.v[0], 0x408f276du);
+  EXPECT_EQ(r.v[1], 0x41c83b0eu);
+  EXPECT_EQ(r.v[2], 0xa20bc7c6u);
+  EXPECT_EQ(r.v[3], 0x6d5451fdu);
+  r = philox4x32_10(Philox4x32{{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}}, 0xa4093822u, 0x299f31d0u);
+  EXPECT_EQ(r.v[0], 0xd16cfe09u);
+  EXPECT_EQ(r.v[1], 0x94fdccebu);
+  EXPECT_EQ(r.v[2], 0x5001e420u);
+  EXPECT_EQ(r.v[3], 0x24126ea1u);
+}
+
+TEST(Philox, UniformInUnitInterval) {
+  const auto s = RngStream::make(5, RngPurpose::kDropout);
+  double sum = 0;
+  for (uint32_t i = 0; i < 10000; ++i) {
+    const float u = s.uniform(i, 0, 0, 0, static_cast<int>(i % 4));
+    ASSERT_GE(u, 0.0f);
+    ASSERT_LT(u, 1.0f);
+    sum += u;
+  }
+  EXPECT_NEAR(sum / 10000, 0.5, 0.01);
+  EXPECT_NE(RngStream::make(5, RngPurpose::kDropout).key1, RngStream::make(5, RngPurpose::kQuantize).key1);
+}
+
+TEST(Errors, MessageHasLocationAndRank) {
+  set_process_rank(3);
+  try {
+    HALOGEN_EXPECTS(1 + 1 == 3, "expected {} got {}", 3, 2);
+    FAIL();
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("test_core.cpp:"), std::string::npos) << m;
+    EXPECT_NE(m.find("[rank 3]"), std::string::npos) << m;
+    EXPECT_NE(m.find("expected 3 got 2"), std::string::npos) << m;
+  }
+  set_process_rank(0);
+}
+
+TEST(AtomicFile, NothingVisibleUntilCommit) {
+  test::ScratchDir dir("atomic");
+  const auto path = dir / "out.bin";
+  {
+    AtomicFileWriter w(path);
+    w.write("hello");
+    EXPECT_FALSE(std::filesystem::exists(path));
+    // destroyed without commit: the temporary is removed, nothing under the final name
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+  write_file_atomic(path, "world");
+  EXPECT_EQ(read_text_file(path), "world");
+  MappedFile m(path);
+  EXPECT_EQ(m.size(), 5u);
+  EXPECT_EQ(checksum64(m.data(), m.size()), checksum64("world", 5));
+}
+
+}  // namespace
+}  // namespace halogen

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# End-to-end test of the halogen program: generate -> info -> partition -> mpirun train, and
+# the bad-input cases that must fail clearly on every rank without hanging.
+# usage: cli_test.sh HALOGEN MPIEXEC [MPI FLAGS...]
+set -uo pipefail
+halogen=$1; mpiexec=$2; shift 2; mpi_flags=("$@")
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+failures=0
+pass() { echo "ok: $1"; }
+fail() { echo "FAILED: $1"; failures=$((failures + 1)); }
+# expect_error NAME PATTERN CMD...: CMD must exit non-zero within 120 s, its output matching PATTERN
+expect_error() {
+  local name=$1 pattern=$2; shift 2
+  timeout 120 "$@" >"$work/out" 2>&1; local rc=$?
+  if [ $rc -eq 124 ]; then fail "$name: hung (timeout)"; return; fi
+  if [ $rc -eq 0 ]; then fail "$name: exited 0"; cat "$work/out"; return; fi
+  if grep -qE "$pattern" "$work/out"; then pass "$name"; else fail "$name: output lacks /$pattern/"; cat "$work/out"; fi
+}
+
+"$halogen" generate sbm --nodes 3000 --classes 4 --feature-dim 16 --seed 2 --out "$work/ds" >/dev/null || fail generate
+"$halogen" info "$work/ds" > "$work/info" && grep -q "nodes        3000" "$work/info" && pass info || { fail info; cat "$work/info"; }
+"$halogen" partition "$work/ds" --parts 2 --out "$work/p2" --hidden 16 > "$work/part" || { fail partition; cat "$work/part"; }
+[ -f "$work/p2/partition.json" ] && pass "partition writes partition.json" || fail "partition.json missing"
+"$halogen" partition "$work/ds" --parts 3 --out "$work/p3" --seed 5 --hidden 16 >/dev/null || fail "partition 3"
+
+timeout 300 "$mpiexec" -np 2 "${mpi_flags[@]}" "$halogen" train --parts "$work/p2" --epochs 30 --hidden 16 \
+  --metrics "$work/m.jsonl" > "$work/train" 2>&1 || { fail "train -np 2"; cat "$work/train"; }
+python3 - "$work/m.jsonl" <<'PY' && pass "metrics file" || fail "metrics file"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+epochs = [l for l in lines if "epoch" in l and not l.get("summary")]
+summary = [l for l in lines if l.get("summary")]
+assert len(epochs) == 30, len(epochs)
+for k in ["epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "compute_s", "comm_s", "bytes_sent"]:
+    assert k in epochs[0], k
+assert len(summary) == 1
+for k in ["best_val_acc", "test_acc_at_best_val", "total_s", "peak_rss_bytes"]:
+    assert k in summary[0], k
+assert epochs[-1]["val_acc"] > epochs[0]["val_acc"], "validation accuracy did not rise"
+assert epochs[-1]["loss"] < epochs[0]["loss"]
+assert all(e["bytes_sent"] > 0 for e in epochs), "no halo bytes counted with 2 ranks"
+PY
+
+# --dataset: rank 0 partitions in memory and scatters; same shards as partition with the same seed.
+timeout 300 "$mpiexec" -np 2 "${mpi_flags[@]}" "$halogen" train --dataset "$work/ds" --epochs 5 --hidden 16 -q \
+  --metrics "$work/m2.jsonl" > "$work/train2" 2>&1 && pass "train --dataset" || { fail "train --dataset"; cat "$work/train2"; }
+
+# Bad input: each a clear error, on every rank, no hang.
+expect_error "np differs from shard count" "3 parts|-np 3|np must" \
+  "$mpiexec" -np 2 "${mpi_flags[@]}" "$halogen" train --parts "$work/p3" --epochs 2
+mkdir -p "$work/mixed"; cp "$work/p2/"*-of-* "$work/mixed/" 2>/dev/null
+"$halogen" partition "$work/ds" --parts 2 --out "$work/p2b" --method random --hidden 16 >/dev/null
+first=$(ls "$work/p2b" | grep -- '-of-' | head -1); cp "$work/p2b/$first" "$work/mixed/"
+expect_error "shards from different partitions" "different partitions" \
+  "$mpiexec" -np 2 "${mpi_flags[@]}" "$halogen" train --parts "$work/mixed" --epochs 2
+expect_error "unknown model" "unknown model 'gat2'" \
+  "$mpiexec" -np 2 "${mpi_flags[@]}" "$halogen" train --parts "$work/p2" --model gat2
+expect_error "hidden size 0" "--hidden must be at least 1" \
+  "$mpiexec" -np 2 "${mpi_flags[@]}" "$halogen" train --parts "$work/p2" --hidden 0
+expect_error "unsupported bits" "3 bits not supported" \
+  "$mpiexec" -np 2 "${mpi_flags[@]}" "$halogen" train --parts "$work/p2" --bits-fwd 3
+expect_error "missing dataset" "does not exist" "$halogen" info "$work/nope"
+expect_error "parts < 1" "[Pp]arts|at least 1" "$halogen" partition "$work/ds" --parts 0 --out "$work/p0"
+[ ! -e "$work/p0" ] && pass "nothing written for parts 0" || fail "p0 written"
+expect_error "different partition in output dir" "different partition|already holds" \
+  "$halogen" partition "$work/ds" --parts 2 --out "$work/p2" --method random --hidden 16
+
+echo "$failures failed"
+[ $failures -eq 0 ]

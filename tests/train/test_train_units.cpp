@@ -1,0 +1,142 @@
+// Unit tests of the CPU training kernels against straightforward references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "halogen/core/rng.hpp"
+#include "halogen/train/aggregate.hpp"
+#include "halogen/train/dense.hpp"
+
+namespace halogen {
+namespace {
+
+TEST(Aggregate, MatchesDenseReference) {
+  // 5 output rows over 7 input rows; row 3 empty.
+  const std::vector<int64_t> off = {0, 2, 5, 6, 6, 9};
+  const std::vector<int32_t> idx = {1, 6, 0, 2, 5, 4, 0, 3, 6};
+  const int64_t F = 3;
+  std::vector<float> x(7 * F), dst = {0.5f, 1.0f, 2.0f, 0.25f, 1.5f}, src(7);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 5) - 1.5f + 0.1f * static_cast<float>(i);
+  for (int i = 0; i < 7; ++i) src[i] = 0.2f * static_cast<float>(i + 1);
+  for (bool self : {false, true}) {
+    std::vector<float> out(5 * F, 100.0f);
+    AggregateArgs a;
+    a.graph = {off.data(), idx.data(), 5};
+    a.dst_scale = dst.data();
+    a.src_scale = src.data();
+    a.include_self = self;
+    a.x = x.data();
+    a.ldx = F;
+    a.out = out.data();
+    a.ldo = F;
+    a.cols = F;
+    aggregate<kDevCpu>(a);
+    for (int r = 0; r < 5; ++r) {
+      for (int j = 0; j < F; ++j) {
+        double ref = self ? src[r] * x[r * F + j] : 0.0;
+        for (int64_t e = off[r]; e < off[r + 1]; ++e) ref += src[idx[e]] * x[idx[e] * F + j];
+        ref *= dst[r];
+        EXPECT_NEAR(out[r * F + j], ref, 1e-6) << "row " << r << " col " << j << " self " << self;
+      }
+    }
+    // accumulate adds on top
+    a.accumulate = true;
+    std::vector<float> before = out;
+    aggregate<kDevCpu>(a);
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], 2 * before[i], 1e-5);
+  }
+}
+
+TEST(Dropout, KeyedByGlobalIdNotPosition) {
+  // The same node gets the same mask wherever it sits in a rank's rows.
+  std::vector<float> a(2 * 8, 1.0f), b(2 * 8, 1.0f);
+  const int32_t ga[2] = {10, 42}, gb[2] = {42, 10};
+  dropout_apply(a.data(), 2, 8, 8, ga, 0.5f, {1, 3, 2});
+  dropout_apply(b.data(), 2, 8, 8, gb, 0.5f, {1, 3, 2});
+  for (int j = 0; j < 8; ++j) {
+    EXPECT_EQ(a[j], b[8 + j]);
+    EXPECT_EQ(a[8 + j], b[j]);
+  }
+  // Kept values are scaled by 1/(1-p); about half are dropped over many values.
+  std::vector<float> big(1000 * 64, 1.0f);
+  std::vector<int32_t> ids(1000);
+  for (int i = 0; i < 1000; ++i) ids[i] = i;
+  dropout_apply(big.data(), 1000, 64, 64, ids.data(), 0.5f, {1, 0, 0});
+  int zeros = 0;
+  for (float v : big) {
+    EXPECT_TRUE(v == 0.0f || v == 2.0f);
+    zeros += v == 0.0f;
+  }
+  EXPECT_NEAR(zeros / 64000.0, 0.5, 0.02);
+}
+
+TEST(SoftmaxXent, GradientIsSoftmaxMinusOneHot) {
+  const float logits[6] = {1.0f, 2.0f, 0.5f, -1.0f, 0.0f, 3.0f};
+  const int32_t labels[2] = {1, 0};
+  const uint8_t mask[2] = {1, 1};
+  float grad[6];
+  const double loss = softmax_xent(logits, 2, 3, labels, mask, 0.5f, grad);
+  double expect = 0.0;
+  for (int i = 0; i < 2; ++i) {
+    double s = 0;
+    for (int c = 0; c < 3; ++c) s += std::exp(logits[i * 3 + c]);
+    expect += std::log(s) - logits[i * 3 + labels[i]];
+    for (int c = 0; c < 3; ++c) {
+      const double p = std::exp(logits[i * 3 + c]) / s;
+      EXPECT_NEAR(grad[i * 3 + c], 0.5 * (p - (c == labels[i])), 1e-6);
+    }
+  }
+  EXPECT_NEAR(loss, expect, 1e-9);
+}
+
+TEST(Adam, FirstStepMovesByLearningRate) {
+  // With bias correction the first Adam step is lr * sign(g) (for |g| >> eps).
+  std::vector<float> p = {1.0f, -2.0f, 0.5f};
+  const std::vector<float> g = {0.3f, -4.0f, 1e-3f};
+  AdamState st;
+  adam_step(p, g, st, 0.01f, 0.0f);
+  EXPECT_NEAR(p[0], 0.99f, 1e-5);
+  EXPECT_NEAR(p[1], -1.99f, 1e-5);
+  EXPECT_NEAR(p[2], 0.49f, 1e-4);
+}
+
+TEST(Gemm, MatchesNaive) {
+  const int m = 5, n = 4, k = 3;
+  std::vector<float> a(m * k), b(k * n), c(m * n, 0.0f);
+  for (int i = 0; i < m * k; ++i) a[i] = 0.1f * static_cast<float>(i) - 0.5f;
+  for (int i = 0; i < k * n; ++i) b[i] = 0.2f * static_cast<float>(i % 7) - 0.3f;
+  gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      float ref = 0;
+      for (int l = 0; l < k; ++l) ref += a[i * k + l] * b[l * n + j];
+      EXPECT_NEAR(c[i * n + j], ref, 1e-5);
+    }
+}
+
+TEST(Gemm, RowSplitAcrossThreadsAllTransposes) {
+  // m >= 64 takes the threaded row-split path; check every transpose combination.
+  set_compute_threads(2);
+  const int64_t m = 130, n = 7, k = 11;
+  std::vector<float> a(m * k), b(k * n), c(m * n);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>((i * 37) % 19) * 0.1f - 0.9f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>((i * 11) % 13) * 0.1f - 0.6f;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      std::fill(c.begin(), c.end(), 1.0f);
+      // A is m x k (or k x m stored when transposed), B is k x n (or n x k stored).
+      gemm(ta, tb, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.5f, c.data(), n);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double ref = 0.5;
+          for (int64_t l = 0; l < k; ++l)
+            ref += static_cast<double>(ta ? a[l * m + i] : a[i * k + l]) * (tb ? b[j * k + l] : b[l * n + j]);
+          ASSERT_NEAR(c[i * n + j], ref, 1e-4) << ta << tb << " " << i << "," << j;
+        }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace halogen

@@ -1,0 +1,43 @@
+// Fused neighbourhood aggregation (g-SpMM without a per-edge message tensor).
+//
+// Every normalisation halogen uses factors into a destination term and a source term:
+//   GCN  (symmetric, self loops):  w(r <- c) = dst_scale[r] * src_scale[c],
+//        dst_scale = 1/sqrt(in_degree + 1), src_scale = 1/sqrt(out_degree + 1);
+//   SAGE (mean):                   dst_scale = 1/in_degree (0 for isolated), src_scale = 1.
+// so the kernel needs no per-edge weights:
+//   out[r] (+)= dst_scale[r] * ( [self] src_scale[r] * x[r] + sum_{e in row r} src_scale[col e] * x[col e] )
+// Sums are accumulated in fp64 on the CPU and rounded once, so the result does not depend on
+// the order of the entries to fp32 precision (distributed runs sum the same terms in a
+// different split).
+#pragma once
+
+#include <cstdint>
+
+#include "halogen/core/device.hpp"
+
+namespace halogen {
+
+/// A CSR block: `rows` rows whose entries index the rows of x.
+struct CsrBlock {
+  const int64_t* offsets = nullptr;  // rows + 1
+  const int32_t* indices = nullptr;
+  int64_t rows = 0;
+};
+
+struct AggregateArgs {
+  CsrBlock graph;
+  const float* dst_scale = nullptr;  // per row of out
+  const float* src_scale = nullptr;  // per row of x
+  bool include_self = false;         // add the row's own x[r] (rows of out index x too)
+  bool accumulate = false;           // out += result instead of out = result
+  const float* x = nullptr;          // rows of x: anything the indices reach
+  int64_t ldx = 0;
+  float* out = nullptr;
+  int64_t ldo = 0;
+  int64_t cols = 0;
+};
+
+template <Device D>
+void aggregate(const AggregateArgs& args, void* stream = nullptr);
+
+}  // namespace halogen

@@ -1,0 +1,54 @@
+// Dense building blocks of the CPU path: GEMM through OpenBLAS, activations, dropout keyed
+// by global node ids, softmax cross-entropy, Adam.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "halogen/core/buffer.hpp"
+#include "halogen/core/rng.hpp"
+
+namespace halogen {
+
+/// C (m x n) = alpha * op(A) * op(B) + beta * C, row-major, fp32 (cblas_sgemm).
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+/// Sets the thread count of OpenBLAS and OpenMP for this process.
+void set_compute_threads(int threads);
+
+/// Inverted dropout keyed by (seed, epoch, layer, global node id, column): the same mask on
+/// every rank for the same node, whatever the partition. Scales kept values by 1/(1-p).
+/// Applied in place to `rows` rows of `x` whose global ids are `global_ids`.
+struct DropoutKey {
+  uint64_t seed = 0;
+  uint32_t epoch = 0;
+  uint32_t layer = 0;  // distinct per dropout site
+};
+void dropout_apply(float* x, int64_t rows, int64_t cols, int64_t ld, const int32_t* global_ids, float p,
+                   const DropoutKey& key);
+
+/// out = relu(x) in place; relu_backward: grad *= (y > 0).
+void relu_inplace(float* x, int64_t n);
+void relu_backward(const float* y, float* grad, int64_t n);
+
+/// Softmax cross-entropy over the rows selected by mask (labels >= 0). Returns the summed
+/// loss (fp64); writes grad = (softmax - onehot) * grad_scale for selected rows, 0 elsewhere
+/// (when grad != nullptr).
+double softmax_xent(const float* logits, int64_t rows, int64_t classes, const int32_t* labels, const uint8_t* mask,
+                    float grad_scale, float* grad);
+
+/// Number of rows whose argmax equals the label, for rows with role == role.
+int64_t count_correct(const float* logits, int64_t rows, int64_t classes, const int32_t* labels, const uint8_t* split,
+                      uint8_t role);
+
+/// Adam (Kingma & Ba) with L2 weight decay added to the gradient, as torch.optim.Adam.
+struct AdamState {
+  HostBuffer<float> m;
+  HostBuffer<float> v;
+  int64_t step = 0;
+};
+void adam_step(std::span<float> param, std::span<const float> grad, AdamState& state, float lr, float weight_decay,
+               float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f);
+
+}  // namespace halogen

@@ -1,0 +1,83 @@
+// Distributed full-graph training of one shard per rank (DESIGN.md, data flow step 3).
+//
+// Exactness: weights are initialised and dropout masks drawn from Philox keyed by layer,
+// global node id and column; aggregation sums in fp64; loss and accuracy counts are reduced
+// over all ranks. With 32-bit, fresh halo exchange a run on P ranks therefore reproduces
+// the run on one rank (to fp32 rounding of the summation order of weight gradients).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "halogen/comm/communicator.hpp"
+#include "halogen/partition/shard.hpp"
+
+namespace halogen {
+
+enum class ModelKind { kGcn, kSage };
+ModelKind parse_model_kind(const std::string& name);
+std::string to_string(ModelKind k);
+
+/// How halo embeddings are exchanged each layer.
+enum class ExchangeMode {
+  kSync,     // exchange, wait, then aggregate
+  kOverlap,  // aggregate the owned part while the halo is in flight
+};
+ExchangeMode parse_exchange_mode(const std::string& name);
+std::string to_string(ExchangeMode m);
+
+struct TrainOptions {
+  ModelKind model = ModelKind::kGcn;
+  int layers = 2;
+  int hidden = 16;
+  float dropout = 0.5f;
+  float lr = 0.01f;
+  float weight_decay = 5e-4f;
+  int epochs = 200;
+  uint64_t seed = 1;
+  int eval_every = 1;
+  std::filesystem::path metrics_path;  // JSON lines; empty = none
+  /// Bits per layer for forward features and backward gradients; one value = all layers.
+  std::vector<int> bits_fwd{32};
+  std::vector<int> bits_bwd{32};
+  ExchangeMode mode = ExchangeMode::kSync;
+  /// Scale each node's input features to sum 1 (absolute values), as GCN's reference
+  /// implementations do; row-local, so it does not depend on the partition.
+  bool row_normalize_features = true;
+  bool skip_exchange = false;  // benchmark floor: compute only, halos left stale from epoch 0
+  bool progress = true;        // one line per epoch on rank 0
+
+  /// Checks ranges; throws halogen::Error naming the option.
+  void validate() const;
+  int bits_fwd_at(int layer) const;
+  int bits_bwd_at(int layer) const;
+};
+
+struct TrainResult {
+  std::vector<nlohmann::json> epochs;  // one record per epoch (identical on every rank)
+  nlohmann::json summary;
+};
+
+/// Trains on this rank's shard; collective over `comm` (every rank calls it with the same
+/// options). Rank 0 writes the metrics file when options.metrics_path is set.
+TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& options);
+
+/// For gradient checks: the training loss (dropout off) at `params` (empty = the initial
+/// weights) and its gradient with respect to every parameter, summed over ranks. Collective.
+struct LossAndGradient {
+  double loss = 0.0;
+  std::vector<float> params;
+  std::vector<float> grad;
+};
+LossAndGradient compute_loss_and_gradient(const Shard& shard, Communicator& comm, const TrainOptions& options,
+                                          const std::vector<float>& params = {});
+
+/// Checks that every rank holds a different part of the same partition with as many parts
+/// as there are ranks; throws on every rank otherwise (naming the offending rank).
+void check_shards_consistent(const Shard& shard, Communicator& comm);
+
+}  // namespace halogen

@@ -1,1 +1,0 @@
-// placeholder until the first real source of halogen::train lands; removed then

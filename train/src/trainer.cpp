@@ -1,0 +1,579 @@
+#include "halogen/train/trainer.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "halogen/core/error.hpp"
+#include "halogen/core/log.hpp"
+#include "halogen/core/metrics.hpp"
+#include "halogen/core/timer.hpp"
+#include "halogen/pipeline/halo_exchanger.hpp"
+#include "halogen/quant/quantize.hpp"
+#include "halogen/train/aggregate.hpp"
+#include "halogen/train/dense.hpp"
+
+namespace halogen {
+
+ModelKind parse_model_kind(const std::string& name) {
+  if (name == "gcn") return ModelKind::kGcn;
+  if (name == "sage" || name == "graphsage") return ModelKind::kSage;
+  HALOGEN_FAIL("unknown model '{}': expected 'gcn' or 'sage'", name);
+}
+std::string to_string(ModelKind k) { return k == ModelKind::kGcn ? "gcn" : "sage"; }
+
+ExchangeMode parse_exchange_mode(const std::string& name) {
+  if (name == "sync") return ExchangeMode::kSync;
+  if (name == "overlap") return ExchangeMode::kOverlap;
+  HALOGEN_FAIL("unknown exchange mode '{}': expected 'sync' or 'overlap'", name);
+}
+std::string to_string(ExchangeMode m) { return m == ExchangeMode::kSync ? "sync" : "overlap"; }
+
+void TrainOptions::validate() const {
+  HALOGEN_EXPECTS(layers >= 1, "--layers must be at least 1, got {}", layers);
+  HALOGEN_EXPECTS(hidden >= 1, "--hidden must be at least 1, got {}", hidden);
+  HALOGEN_EXPECTS(dropout >= 0.0f && dropout < 1.0f, "--dropout must be in [0, 1), got {}", dropout);
+  HALOGEN_EXPECTS(lr > 0.0f && std::isfinite(lr), "--lr must be positive, got {}", lr);
+  HALOGEN_EXPECTS(weight_decay >= 0.0f, "--weight-decay must be non-negative, got {}", weight_decay);
+  HALOGEN_EXPECTS(epochs >= 1, "--epochs must be at least 1, got {}", epochs);
+  HALOGEN_EXPECTS(eval_every >= 1, "--eval-every must be at least 1, got {}", eval_every);
+  for (const auto* v : {&bits_fwd, &bits_bwd}) {
+    const char* what = v == &bits_fwd ? "--bits-fwd" : "--bits-bwd";
+    HALOGEN_EXPECTS(v->size() == 1 || static_cast<int>(v->size()) == layers,
+                    "{} takes one value or one per layer ({}), got {}", what, layers, v->size());
+    for (int b : *v) HALOGEN_EXPECTS(quant::is_supported_bits(b), "{}: {} bits not supported (1, 2, 4, 8, 16, 32)", what, b);
+  }
+}
+int TrainOptions::bits_fwd_at(int layer) const { return bits_fwd.size() == 1 ? bits_fwd[0] : bits_fwd[layer]; }
+int TrainOptions::bits_bwd_at(int layer) const { return bits_bwd.size() == 1 ? bits_bwd[0] : bits_bwd[layer]; }
+
+void check_shards_consistent(const Shard& shard, Communicator& comm) {
+  const int P = comm.size();
+  // Every rank contributes (part, num_parts, partition_id); every rank checks all, so all
+  // ranks fail together with the same message instead of some hanging.
+  std::vector<int64_t> info(static_cast<size_t>(3 * P), 0);
+  info[3 * comm.rank()] = shard.part;
+  info[3 * comm.rank() + 1] = shard.num_parts;
+  info[3 * comm.rank() + 2] = static_cast<int64_t>(shard.partition_id);
+  comm.allreduce_sum(std::span<int64_t>(info));
+  for (int r = 0; r < P; ++r) {
+    HALOGEN_EXPECTS(info[3 * r + 1] == P, "rank {} holds a shard of a partition into {} parts, but {} ranks are running (mpirun -np must equal the number of parts)",
+                    r, info[3 * r + 1], P);
+    HALOGEN_EXPECTS(info[3 * r] == r, "rank {} holds shard {} (expected part {})", r, info[3 * r], r);
+    HALOGEN_EXPECTS(info[3 * r + 2] == info[2], "rank {} holds a shard of partition {:016x}, rank 0 of {:016x}: shards come from different partitions",
+                    r, static_cast<uint64_t>(info[3 * r + 2]), static_cast<uint64_t>(info[2]));
+  }
+}
+
+namespace {
+
+// Parameter layout of one layer inside the flat parameter vector.
+struct LayerParams {
+  int64_t in = 0, out = 0;
+  size_t w_self = 0;   // offset of W (GCN) or W_self (SAGE), in x out
+  size_t w_neigh = 0;  // SAGE only
+  size_t bias = 0;
+  size_t end = 0;
+};
+
+// Local structure split for overlap: owned-column and halo-column blocks of the forward CSR
+// and the owned-row and halo-row blocks of its transpose.
+struct LocalStructure {
+  HostBuffer<int64_t> own_off, halo_off;
+  HostBuffer<int32_t> own_idx, halo_idx;
+  HostBuffer<float> dst_scale;  // per owned row
+  HostBuffer<float> src_scale;  // per local node
+  bool self_loops = false;
+};
+
+LocalStructure build_structure(const Shard& s, ModelKind kind) {
+  LocalStructure ls;
+  const int64_t n = s.num_owned;
+  ls.own_off.resize(static_cast<size_t>(n) + 1);
+  ls.halo_off.resize(static_cast<size_t>(n) + 1);
+  ls.own_off[0] = ls.halo_off[0] = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t own = 0, halo = 0;
+    for (int64_t e = s.row_offsets[r]; e < s.row_offsets[r + 1]; ++e) (s.col_indices[e] < s.num_owned ? own : halo)++;
+    ls.own_off[r + 1] = ls.own_off[r] + own;
+    ls.halo_off[r + 1] = ls.halo_off[r] + halo;
+  }
+  ls.own_idx.resize(static_cast<size_t>(ls.own_off[n]));
+  ls.halo_idx.resize(static_cast<size_t>(ls.halo_off[n]));
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t o = ls.own_off[r], h = ls.halo_off[r];
+    for (int64_t e = s.row_offsets[r]; e < s.row_offsets[r + 1]; ++e) {
+      const int32_t c = s.col_indices[e];
+      if (c < s.num_owned) ls.own_idx[o++] = c; else ls.halo_idx[h++] = c;
+    }
+  }
+  const int64_t nl = s.num_local();
+  ls.dst_scale.resize(static_cast<size_t>(n));
+  ls.src_scale.resize(static_cast<size_t>(nl));
+  if (kind == ModelKind::kGcn) {
+    ls.self_loops = true;
+    for (int64_t r = 0; r < n; ++r) ls.dst_scale[r] = 1.0f / std::sqrt(static_cast<float>(s.in_degree[r]) + 1.0f);
+    for (int64_t c = 0; c < nl; ++c) ls.src_scale[c] = 1.0f / std::sqrt(static_cast<float>(s.out_degree[c]) + 1.0f);
+  } else {
+    ls.self_loops = false;
+    for (int64_t r = 0; r < n; ++r) ls.dst_scale[r] = s.in_degree[r] > 0 ? 1.0f / static_cast<float>(s.in_degree[r]) : 0.0f;
+    for (int64_t c = 0; c < nl; ++c) ls.src_scale[c] = 1.0f;
+  }
+  return ls;
+}
+
+class DistributedTrainer {
+ public:
+  DistributedTrainer(const Shard& shard, Communicator& comm, const TrainOptions& opt)
+      : s_(shard), comm_(comm), opt_(opt), exch_(shard, comm), ls_(build_structure(shard, opt.model)) {
+    dims_.push_back(s_.feature_dim);
+    for (int l = 0; l + 1 < opt_.layers; ++l) dims_.push_back(opt_.hidden);
+    dims_.push_back(s_.num_classes);
+    init_params();
+    allocate();
+    precompute_input_aggregation();
+  }
+
+  TrainResult run();
+  LossAndGradient probe(const std::vector<float>& params);
+
+ private:
+  void allreduce_gradients(double& loss_sum);
+  int L() const { return opt_.layers; }
+  const float* input_features() const { return input_.size() ? input_.data() : s_.features.data(); }
+  int64_t owned() const { return s_.num_owned; }
+  int64_t local() const { return s_.num_local(); }
+
+  void init_params();
+  void allocate();
+  void precompute_input_aggregation();
+  // Aggregation of a local matrix x (num_local x cols) into out (owned x cols), with the
+  // halo rows either already present (sync) or arriving through `exchange` (overlap).
+  void aggregate_owned_part(const float* x, int64_t cols, float* out);
+  void aggregate_halo_part(const float* x, int64_t cols, float* out);
+  void aggregate_transpose(const float* dz, int64_t cols, float* dx_local, bool halo_rows);
+  void forward(int epoch, bool training);
+  double loss_and_grad(float* grad);
+  void backward(int epoch);
+  void exchange_forward(int l, int epoch, float* x, int64_t cols);
+
+  const Shard& s_;
+  Communicator& comm_;
+  const TrainOptions& opt_;
+  HaloExchanger exch_;
+  LocalStructure ls_;
+  std::vector<int64_t> dims_;
+  std::vector<LayerParams> lp_;
+  HostBuffer<float> params_, grads_;
+  AdamState adam_;
+
+  Matrix<float> agg0_;                // precomputed aggregation of the input features
+  std::vector<Matrix<float>> in_;     // in_[l]: input of layer l on local nodes (l >= 1)
+  std::vector<Matrix<float>> z_;      // z_[l]: aggregated (GCN) / neighbour mean (SAGE), owned rows
+  Matrix<float> self0_;               // SAGE layer 0 self input after dropout
+  Matrix<float> input_;               // normalised input features (SAGE self term), if normalised
+  std::vector<Matrix<float>> y_;      // y_[l]: layer output (relu applied for hidden layers), owned
+  Matrix<float> dy_, dz_, dlocal_;
+  double comm_wait_ = 0.0, allreduce_s_ = 0.0;
+};
+
+void DistributedTrainer::init_params() {
+  size_t off = 0;
+  for (int l = 0; l < L(); ++l) {
+    LayerParams p;
+    p.in = dims_[l];
+    p.out = dims_[l + 1];
+    p.w_self = off;
+    off += static_cast<size_t>(p.in * p.out);
+    if (opt_.model == ModelKind::kSage) {
+      p.w_neigh = off;
+      off += static_cast<size_t>(p.in * p.out);
+    }
+    p.bias = off;
+    off += static_cast<size_t>(p.out);
+    p.end = off;
+    lp_.push_back(p);
+  }
+  params_.resize(off);
+  grads_.resize(off);
+  params_.zero();
+  // Glorot uniform, keyed by (layer, matrix, row, column): identical on every rank.
+  const RngStream rng = RngStream::make(opt_.seed, RngPurpose::kWeightInit);
+  for (int l = 0; l < L(); ++l) {
+    const auto& p = lp_[l];
+    const float bound = std::sqrt(6.0f / static_cast<float>(p.in + p.out));
+    const int mats = opt_.model == ModelKind::kSage ? 2 : 1;
+    for (int m = 0; m < mats; ++m) {
+      float* w = params_.data() + (m == 0 ? p.w_self : p.w_neigh);
+      for (int64_t i = 0; i < p.in; ++i) {
+        for (int64_t j = 0; j < p.out; ++j) {
+          const float u = rng.uniform(static_cast<uint32_t>(l), static_cast<uint32_t>(m), static_cast<uint32_t>(i),
+                                      static_cast<uint32_t>(j / 4), static_cast<int>(j % 4));
+          w[i * p.out + j] = (2.0f * u - 1.0f) * bound;
+        }
+      }
+    }
+  }
+}
+
+void DistributedTrainer::allocate() {
+  in_.resize(static_cast<size_t>(L()));
+  z_.resize(static_cast<size_t>(L()));
+  y_.resize(static_cast<size_t>(L()));
+  for (int l = 0; l < L(); ++l) {
+    if (l >= 1) {
+      in_[l].reshape(local(), dims_[l]);
+      in_[l].zero();
+    }
+    if (l >= 1 || opt_.dropout > 0.0f) z_[l].reshape(owned(), dims_[l]);
+    y_[l].reshape(owned(), dims_[l + 1]);
+  }
+  int64_t max_dim = *std::max_element(dims_.begin(), dims_.end());
+  dy_.reshape(owned(), max_dim);
+  dz_.reshape(owned(), max_dim);
+  dlocal_.reshape(local(), max_dim);
+  if (opt_.model == ModelKind::kSage && opt_.dropout > 0.0f) self0_.reshape(owned(), dims_[0]);
+}
+
+void DistributedTrainer::aggregate_owned_part(const float* x, int64_t cols, float* out) {
+  AggregateArgs a;
+  a.graph = {ls_.own_off.data(), ls_.own_idx.data(), owned()};
+  a.dst_scale = ls_.dst_scale.data();
+  a.src_scale = ls_.src_scale.data();
+  a.include_self = ls_.self_loops;
+  a.accumulate = false;
+  a.x = x;
+  a.ldx = cols;
+  a.out = out;
+  a.ldo = cols;
+  a.cols = cols;
+  aggregate<kDevCpu>(a);
+}
+
+void DistributedTrainer::aggregate_halo_part(const float* x, int64_t cols, float* out) {
+  if (s_.num_halo == 0) return;
+  AggregateArgs a;
+  a.graph = {ls_.halo_off.data(), ls_.halo_idx.data(), owned()};
+  a.dst_scale = ls_.dst_scale.data();
+  a.src_scale = ls_.src_scale.data();
+  a.include_self = false;
+  a.accumulate = true;
+  a.x = x;
+  a.ldx = cols;
+  a.out = out;
+  a.ldo = cols;
+  a.cols = cols;
+  aggregate<kDevCpu>(a);
+}
+
+// dx[c] = src_scale[c] * (self: dst_scale[c] * dz[c] + sum_{r : c in row r} dst_scale[r] * dz[r])
+void DistributedTrainer::aggregate_transpose(const float* dz, int64_t cols, float* dx_local, bool halo_rows) {
+  AggregateArgs a;
+  const int64_t first = halo_rows ? owned() : 0;
+  const int64_t rows = halo_rows ? s_.num_halo : owned();
+  if (rows == 0) return;
+  a.graph = {s_.t_offsets.data() + first, s_.t_indices.data(), rows};
+  a.dst_scale = ls_.src_scale.data() + first;
+  a.src_scale = ls_.dst_scale.data();
+  a.include_self = ls_.self_loops && !halo_rows;
+  a.accumulate = false;
+  a.x = dz;
+  a.ldx = cols;
+  a.out = dx_local + first * cols;
+  a.ldo = cols;
+  a.cols = cols;
+  aggregate<kDevCpu>(a);
+}
+
+void DistributedTrainer::precompute_input_aggregation() {
+  // Layer-0 input features never change: exchange them once (fp32) and aggregate once.
+  const int64_t F = dims_[0];
+  Matrix<float> x_local(local(), F);
+  for (int64_t r = 0; r < owned(); ++r) std::copy_n(s_.features.data() + r * F, F, x_local.row(r));
+  if (opt_.row_normalize_features) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < owned(); ++r) {
+      double sum = 0.0;
+      for (int64_t j = 0; j < F; ++j) sum += std::abs(x_local(r, j));
+      if (sum > 0.0)
+        for (int64_t j = 0; j < F; ++j) x_local(r, j) = static_cast<float>(x_local(r, j) / sum);
+    }
+    // The SAGE self term reads the owned input rows every epoch: keep the normalised copy.
+    if (opt_.model == ModelKind::kSage) {
+      input_.reshape(owned(), F);
+      std::copy_n(x_local.data(), input_.size(), input_.data());
+    }
+  }
+  quant::QuantKey key{opt_.seed, 0, 0, quant::Direction::kForward, 0, 0};
+  exch_.forward(x_local.data(), F, F, 32, key);
+  agg0_.reshape(owned(), F);
+  aggregate_owned_part(x_local.data(), F, agg0_.data());
+  aggregate_halo_part(x_local.data(), F, agg0_.data());
+  exch_.stats().reset();
+}
+
+void DistributedTrainer::exchange_forward(int l, int epoch, float* x, int64_t cols) {
+  if (opt_.skip_exchange && epoch > 0) return;
+  quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
+  const int bits = opt_.bits_fwd_at(l);
+  auto pending = exch_.start_forward(x, cols, cols, bits, key);
+  if (opt_.mode == ExchangeMode::kOverlap) {
+    aggregate_owned_part(x, cols, z_[l].data());
+    exch_.finish_forward(pending, x, cols);
+    aggregate_halo_part(x, cols, z_[l].data());
+  } else {
+    exch_.finish_forward(pending, x, cols);
+    aggregate_owned_part(x, cols, z_[l].data());
+    aggregate_halo_part(x, cols, z_[l].data());
+  }
+}
+
+void DistributedTrainer::forward(int epoch, bool training) {
+  const float p = training ? opt_.dropout : 0.0f;
+  const int32_t* gid = s_.owned_global.data();
+  for (int l = 0; l < L(); ++l) {
+    const auto& lp = lp_[l];
+    const int64_t fin = lp.in, fout = lp.out;
+    const float* z;     // aggregated input (GCN) / neighbour mean (SAGE)
+    const float* self;  // SAGE self input
+    if (l == 0) {
+      if (p > 0.0f) {
+        std::copy_n(agg0_.data(), agg0_.size(), z_[0].data());
+        dropout_apply(z_[0].data(), owned(), fin, fin, gid, p, {opt_.seed, static_cast<uint32_t>(epoch), 0});
+        z = z_[0].data();
+        if (opt_.model == ModelKind::kSage) {
+          std::copy_n(input_features(), self0_.size(), self0_.data());
+          dropout_apply(self0_.data(), owned(), fin, fin, gid, p, {opt_.seed, static_cast<uint32_t>(epoch), 1});
+          self = self0_.data();
+        } else {
+          self = nullptr;
+        }
+      } else {
+        z = agg0_.data();
+        self = input_features();
+      }
+    } else {
+      exchange_forward(l, epoch, in_[l].data(), fin);
+      z = z_[l].data();
+      self = in_[l].data();
+    }
+    float* y = y_[l].data();
+    for (int64_t i = 0; i < owned(); ++i) std::copy_n(params_.data() + lp.bias, fout, y + i * fout);
+    gemm(false, false, owned(), fout, fin, 1.0f, z, fin, params_.data() + (opt_.model == ModelKind::kSage ? lp.w_neigh : lp.w_self), fout, 1.0f, y, fout);
+    if (opt_.model == ModelKind::kSage) gemm(false, false, owned(), fout, fin, 1.0f, self, fin, params_.data() + lp.w_self, fout, 1.0f, y, fout);
+    if (l + 1 < L()) {
+      relu_inplace(y, owned() * fout);
+      float* next = in_[l + 1].data();
+      std::copy_n(y, owned() * fout, next);
+      dropout_apply(next, owned(), fout, fout, gid, p, {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * (l + 1))});
+    }
+  }
+}
+
+void DistributedTrainer::backward(int epoch) {
+  const int32_t* gid = s_.owned_global.data();
+  grads_.zero();
+  // dy_ holds dL/dy of the last layer on entry.
+  for (int l = L() - 1; l >= 0; --l) {
+    const auto& lp = lp_[l];
+    const int64_t fin = lp.in, fout = lp.out;
+    const float* dy = dy_.data();  // owned x fout
+    const bool sage = opt_.model == ModelKind::kSage;
+    const float* z = (l == 0) ? (opt_.dropout > 0.0f ? z_[0].data() : agg0_.data()) : z_[l].data();
+    const float* self = (l == 0) ? (opt_.dropout > 0.0f && sage ? self0_.data() : input_features()) : in_[l].data();
+    // Bias and weight gradients (local partial sums, all-reduced later).
+    float* gb = grads_.data() + lp.bias;
+    for (int64_t i = 0; i < owned(); ++i)
+      for (int64_t j = 0; j < fout; ++j) gb[j] += dy[i * fout + j];
+    gemm(true, false, fin, fout, owned(), 1.0f, z, fin, dy, fout, 0.0f, grads_.data() + (sage ? lp.w_neigh : lp.w_self), fout);
+    if (sage) gemm(true, false, fin, fout, owned(), 1.0f, self, fin, dy, fout, 0.0f, grads_.data() + lp.w_self, fout);
+    if (l == 0) break;  // input features need no gradient
+    // dz = dy W^T (owned x fin); dlocal = transpose aggregation of dz over [owned | halo].
+    float* dz = dz_.data();
+    gemm(false, true, owned(), fin, fout, 1.0f, dy, fout, params_.data() + (sage ? lp.w_neigh : lp.w_self), fout, 0.0f, dz, fin);
+    float* dlocal = dlocal_.data();
+    aggregate_transpose(dz, fin, dlocal, /*halo_rows=*/true);
+    quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0, 0};
+    PendingExchange pending;
+    const bool exchange = !(opt_.skip_exchange && epoch > 0);
+    if (exchange) pending = exch_.start_backward(dlocal, fin, fin, opt_.bits_bwd_at(l), key);
+    aggregate_transpose(dz, fin, dlocal, /*halo_rows=*/false);
+    if (sage) gemm(false, true, owned(), fin, fout, 1.0f, dy, fout, params_.data() + lp.w_self, fout, 1.0f, dlocal, fin);
+    if (exchange) exch_.finish_backward(pending, dlocal, fin);
+    // Through the dropout and relu of the previous layer: dy_{l-1} = dlocal (owned) * mask * relu'.
+    float* dprev = dy_.data();
+    std::copy_n(dlocal, owned() * fin, dprev);
+    dropout_apply(dprev, owned(), fin, fin, gid, opt_.dropout, {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * l)});
+    relu_backward(y_[l - 1].data(), dprev, owned() * fin);
+  }
+}
+
+double DistributedTrainer::loss_and_grad(float* grad) {
+  const int64_t C = dims_.back();
+  HostBuffer<uint8_t> train_mask(static_cast<size_t>(owned()));
+  for (int64_t i = 0; i < owned(); ++i) train_mask[i] = s_.split[i] == static_cast<uint8_t>(SplitRole::kTrain);
+  const float scale = 1.0f / static_cast<float>(std::max<int64_t>(s_.global_train_count, 1));
+  return softmax_xent(y_[L() - 1].data(), owned(), C, s_.labels.data(), train_mask.data(), scale, grad);
+}
+
+// Weight gradients and the loss: summed over ranks in fp64, so the result does not depend
+// on how the rows were split.
+void DistributedTrainer::allreduce_gradients(double& loss_sum) {
+  Stopwatch ar;
+  HostBuffer<double> packed(grads_.size() + 1);
+  for (size_t i = 0; i < grads_.size(); ++i) packed[i] = grads_[i];
+  packed[grads_.size()] = loss_sum;
+  comm_.allreduce_sum(std::span<double>(packed.data(), packed.size()));
+  for (size_t i = 0; i < grads_.size(); ++i) grads_[i] = static_cast<float>(packed[i]);
+  loss_sum = packed[grads_.size()];
+  allreduce_s_ += ar.seconds();
+}
+
+LossAndGradient DistributedTrainer::probe(const std::vector<float>& params) {
+  if (!params.empty()) {
+    HALOGEN_EXPECTS(params.size() == params_.size(), "probe: {} parameters given, model has {}", params.size(), params_.size());
+    std::copy(params.begin(), params.end(), params_.begin());
+  }
+  forward(0, /*training=*/true);
+  double loss_sum = loss_and_grad(dy_.data());
+  backward(0);
+  allreduce_gradients(loss_sum);
+  LossAndGradient r;
+  r.loss = loss_sum / static_cast<double>(std::max<int64_t>(s_.global_train_count, 1));
+  r.params.assign(params_.begin(), params_.end());
+  r.grad.assign(grads_.begin(), grads_.end());
+  return r;
+}
+
+TrainResult DistributedTrainer::run() {
+  TrainResult result;
+  MetricsWriter metrics(comm_.rank() == 0 ? opt_.metrics_path : std::filesystem::path());
+  const int64_t C = dims_.back();
+  double best_val = -1.0, test_at_best = 0.0;
+  int best_epoch = -1;
+  Stopwatch total;
+  for (int epoch = 0; epoch < opt_.epochs; ++epoch) {
+    Stopwatch epoch_sw;
+    exch_.stats().reset();
+    allreduce_s_ = 0.0;
+    const uint64_t bytes_before = comm_.bytes_sent();
+    forward(epoch, /*training=*/true);
+    // Loss gradient w.r.t. the last layer's output.
+    double loss_sum = loss_and_grad(dy_.data());
+    backward(epoch);
+    allreduce_gradients(loss_sum);
+    {
+      // One Adam state over all parameters; decay applies to weights, not biases.
+      HostBuffer<float> decay_grads(grads_.size());
+      for (int l = 0; l < L(); ++l) {
+        const auto& lp = lp_[l];
+        for (size_t i = lp.w_self; i < lp.bias; ++i) decay_grads[i] = grads_[i] + opt_.weight_decay * params_[i];
+        for (size_t i = lp.bias; i < lp.end; ++i) decay_grads[i] = grads_[i];
+      }
+      adam_step(params_.span(), decay_grads.span(), adam_, opt_.lr, 0.0f);
+    }
+    const double loss = loss_sum / static_cast<double>(std::max<int64_t>(s_.global_train_count, 1));
+    HALOGEN_EXPECTS(std::isfinite(loss), "epoch {}: loss is not finite ({})", epoch, loss);
+
+    nlohmann::json rec;
+    rec["epoch"] = epoch;
+    rec["loss"] = loss;
+    const bool eval = (epoch + 1) % opt_.eval_every == 0 || epoch + 1 == opt_.epochs;
+    if (eval) {
+      forward(epoch, /*training=*/false);
+      std::vector<int64_t> counts = {
+          count_correct(y_[L() - 1].data(), owned(), C, s_.labels.data(), s_.split.data(), static_cast<uint8_t>(SplitRole::kTrain)),
+          count_correct(y_[L() - 1].data(), owned(), C, s_.labels.data(), s_.split.data(), static_cast<uint8_t>(SplitRole::kValid)),
+          count_correct(y_[L() - 1].data(), owned(), C, s_.labels.data(), s_.split.data(), static_cast<uint8_t>(SplitRole::kTest))};
+      comm_.allreduce_sum(std::span<int64_t>(counts));
+      auto acc = [](int64_t c, int64_t n) { return n > 0 ? static_cast<double>(c) / static_cast<double>(n) : 0.0; };
+      const double train_acc = acc(counts[0], s_.global_train_count);
+      const double val_acc = acc(counts[1], s_.global_valid_count);
+      const double test_acc = acc(counts[2], s_.global_test_count);
+      rec["train_acc"] = train_acc;
+      rec["val_acc"] = val_acc;
+      rec["test_acc"] = test_acc;
+      if (val_acc > best_val) {
+        best_val = val_acc;
+        test_at_best = test_acc;
+        best_epoch = epoch;
+      }
+    }
+    const auto& st = exch_.stats();
+    // Per-epoch figures: time is the slowest rank's, bytes the sum over ranks.
+    std::vector<double> mx = {epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s};
+    std::vector<int64_t> bytes = {static_cast<int64_t>(comm_.bytes_sent() - bytes_before)};
+    comm_.allreduce_max(mx.data(), mx.size());
+    comm_.allreduce_sum(std::span<int64_t>(bytes));
+    rec["epoch_s"] = mx[0];
+    rec["comm_s"] = mx[1];
+    rec["quant_s"] = mx[2];
+    rec["comm_wait_s"] = mx[3];
+    rec["compute_s"] = std::max(0.0, mx[0] - mx[1] - mx[2]);
+    rec["bytes_sent"] = bytes[0];
+    rec["mode"] = to_string(opt_.mode);
+    rec["max_staleness"] = 0;
+    metrics.write(rec);
+    if (opt_.progress && comm_.rank() == 0) {
+      if (eval) {
+        std::printf("epoch %4d  loss %.4f  train %.4f  val %.4f  test %.4f  %.3f s\n", epoch, loss,
+                    rec["train_acc"].get<double>(), rec["val_acc"].get<double>(), rec["test_acc"].get<double>(), mx[0]);
+      } else {
+        std::printf("epoch %4d  loss %.4f  %.3f s\n", epoch, loss, mx[0]);
+      }
+      std::fflush(stdout);
+    }
+    result.epochs.push_back(std::move(rec));
+  }
+  double rss = static_cast<double>(peak_rss_bytes());
+  comm_.allreduce_max(&rss, 1);
+  nlohmann::json summary;
+  summary["summary"] = true;
+  summary["epochs"] = opt_.epochs;
+  summary["best_val_acc"] = best_val;
+  summary["best_epoch"] = best_epoch;
+  summary["test_acc_at_best_val"] = test_at_best;
+  summary["total_s"] = total.seconds();
+  summary["peak_rss_bytes"] = static_cast<int64_t>(rss);
+  summary["ranks"] = comm_.size();
+  summary["model"] = to_string(opt_.model);
+  metrics.write(summary);
+  result.summary = summary;
+  return result;
+}
+
+}  // namespace
+
+LossAndGradient compute_loss_and_gradient(const Shard& shard, Communicator& comm, const TrainOptions& options,
+                                          const std::vector<float>& params) {
+  options.validate();
+  check_shards_consistent(shard, comm);
+  DistributedTrainer trainer(shard, comm, options);
+  return trainer.probe(params);
+}
+
+TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& options) {
+  options.validate();
+  check_shards_consistent(shard, comm);
+  HALOGEN_EXPECTS(shard.feature_dim >= 1, "shard {} has no node features (feature_dim 0)", shard.part);
+  HALOGEN_EXPECTS(shard.num_classes >= 2, "shard {} has {} classes; node classification needs at least 2", shard.part,
+                  shard.num_classes);
+  // Threads: share the node's cores among the ranks on it unless OMP_NUM_THREADS says.
+  if (std::getenv("OMP_NUM_THREADS") != nullptr) {
+    set_compute_threads(omp_get_max_threads());
+  } else {
+    MPI_Comm world = MPI_COMM_WORLD;
+    if (auto* mc = dynamic_cast<MpiCommunicator*>(&comm)) world = mc->mpi_comm();
+    const LocalRankInfo info = local_rank_info(world);
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    set_compute_threads(std::max(1, cores / info.local_size));
+  }
+  DistributedTrainer trainer(shard, comm, options);
+  return trainer.run();
+}
+
+}  // namespace halogen
