@@ -1,0 +1,350 @@
+#include "halogen/partition/dataset_io.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "halogen/core/error.hpp"
+#include "halogen/core/io.hpp"
+
+namespace halogen {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr std::string_view kFormatName = "halogen-dataset";
+constexpr int kFormatVersion = 1;
+constexpr std::array<char, 8> kArrayMagic = {'H', 'L', 'G', 'N', 'A', 'R', 'R', '1'};
+constexpr size_t kHeaderBytes = 64;
+
+enum class ElementType : uint32_t { kUInt8 = 1, kInt32 = 2, kInt64 = 3, kFloat32 = 4 };
+
+template <typename T>
+constexpr ElementType element_type_of();
+template <>
+constexpr ElementType element_type_of<uint8_t>() {
+  return ElementType::kUInt8;
+}
+template <>
+constexpr ElementType element_type_of<int32_t>() {
+  return ElementType::kInt32;
+}
+template <>
+constexpr ElementType element_type_of<int64_t>() {
+  return ElementType::kInt64;
+}
+template <>
+constexpr ElementType element_type_of<float>() {
+  return ElementType::kFloat32;
+}
+
+std::string_view type_name(uint32_t code) {
+  switch (static_cast<ElementType>(code)) {
+    case ElementType::kUInt8:
+      return "u8";
+    case ElementType::kInt32:
+      return "i32";
+    case ElementType::kInt64:
+      return "i64";
+    case ElementType::kFloat32:
+      return "f32";
+  }
+  return "unknown";
+}
+
+// The fixed 64-byte header in front of every array payload (little-endian, as in memory).
+struct ArrayHeader {
+  std::array<char, 8> magic;
+  uint32_t version;
+  uint32_t element_type;
+  uint64_t count;
+  uint64_t checksum;  // XXH3-64 of the payload
+  uint32_t element_bytes;
+  uint8_t reserved[28];
+};
+static_assert(sizeof(ArrayHeader) == kHeaderBytes);
+
+// The arrays of a dataset, in file order.
+constexpr std::array<std::string_view, 5> kArrayNames = {"offsets", "indices", "features", "labels", "split"};
+
+std::string file_name(std::string_view array) { return std::string(array) + ".bin"; }
+
+std::string hex64(uint64_t x) { return fmt::format("{:016x}", x); }
+
+// A temporary sibling path ".NAME.TAG.PID.RANDOM" of `dir`.
+fs::path sibling_temp(const fs::path& dir, std::string_view tag) {
+  std::random_device rd;
+  return dir.parent_path() / fmt::format(".{}.{}.{}.{:08x}", dir.filename().string(), tag, ::getpid(), rd());
+}
+
+// Removes a directory tree on scope exit unless released.
+class RemoveOnExit {
+ public:
+  explicit RemoveOnExit(fs::path p) : path_(std::move(p)) {}
+  ~RemoveOnExit() {
+    if (!path_.empty()) {
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+    }
+  }
+  RemoveOnExit(const RemoveOnExit&) = delete;
+  RemoveOnExit& operator=(const RemoveOnExit&) = delete;
+  void release() { path_.clear(); }
+
+ private:
+  fs::path path_;
+};
+
+// Writes one array file and returns its description for meta.json.
+template <typename T>
+json write_array(const fs::path& dir, std::string_view name, std::span<const T> values) {
+  const size_t payload_bytes = values.size_bytes();
+  ArrayHeader header{};
+  header.magic = kArrayMagic;
+  header.version = kFormatVersion;
+  header.element_type = static_cast<uint32_t>(element_type_of<T>());
+  header.count = values.size();
+  header.checksum = checksum64(values.data(), payload_bytes);
+  header.element_bytes = sizeof(T);
+  AtomicFileWriter writer(dir / file_name(name));
+  writer.write(&header, sizeof(header));
+  if (payload_bytes > 0) writer.write(values.data(), payload_bytes);
+  writer.commit();
+  return json{{"file", file_name(name)},
+              {"type", type_name(header.element_type)},
+              {"count", header.count},
+              {"bytes", kHeaderBytes + payload_bytes},
+              {"xxh3", hex64(header.checksum)}};
+}
+
+// fsync a directory so that the names created in it are durable before it is renamed.
+void sync_directory(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// Reads and checks meta.json: right format and version. Errors name the file.
+json read_meta(const fs::path& dir) {
+  const fs::path meta_path = dir / "meta.json";
+  HALOGEN_EXPECTS(fs::is_directory(dir), "dataset directory '{}' does not exist", dir.string());
+  HALOGEN_EXPECTS(fs::exists(meta_path), "'{}': meta.json missing (not a halogen dataset directory)", dir.string());
+  json meta;
+  try {
+    meta = json::parse(read_text_file(meta_path));
+  } catch (const json::exception& e) {
+    HALOGEN_FAIL("{}: not valid JSON: {}", meta_path.string(), e.what());
+  }
+  HALOGEN_EXPECTS(meta.is_object() && meta.contains("format") && meta["format"].is_string() &&
+                      meta["format"].get<std::string>() == kFormatName,
+                  "{}: format is not \"{}\"", meta_path.string(), kFormatName);
+  HALOGEN_EXPECTS(meta.contains("version") && meta["version"].is_number_integer(), "{}: no integer \"version\"",
+                  meta_path.string());
+  const auto version = meta["version"].get<int64_t>();
+  HALOGEN_EXPECTS(version == kFormatVersion, "{}: version {} not supported (expected {})", meta_path.string(), version,
+                  kFormatVersion);
+  return meta;
+}
+
+template <typename T>
+T meta_field(const json& meta, const fs::path& dir, const char* key) {
+  try {
+    return meta.at(key).get<T>();
+  } catch (const json::exception& e) {
+    HALOGEN_FAIL("{}: field \"{}\" missing or of the wrong type ({})", (dir / "meta.json").string(), key, e.what());
+  }
+}
+
+// Maps one array file and checks it against its header and meta.json: magic, version,
+// element type, element count (expected from meta.json), file length, header checksum vs
+// meta.json's. The payload checksum itself is verified separately (and in parallel).
+struct MappedArray {
+  std::shared_ptr<const MappedFile> file;
+  const ArrayHeader* header = nullptr;
+  std::string name;  // "features.bin", for messages
+};
+
+template <typename T>
+MappedArray map_array(const fs::path& dir, const json& files, std::string_view array, uint64_t expected_count) {
+  const std::string name = file_name(array);
+  const fs::path path = dir / name;
+  const json* entry = files.contains(std::string(array)) ? &files[std::string(array)] : nullptr;
+  HALOGEN_EXPECTS(entry != nullptr && entry->is_object(), "{}: meta.json lists no file \"{}\"",
+                  (dir / "meta.json").string(), array);
+  HALOGEN_EXPECTS(fs::exists(path), "{}: missing (meta.json lists it)", path.string());
+  auto file = std::make_shared<const MappedFile>(path);
+  HALOGEN_EXPECTS(file->size() >= kHeaderBytes, "{}: truncated: {} bytes, shorter than the {}-byte header",
+                  path.string(), file->size(), kHeaderBytes);
+  const auto* header = reinterpret_cast<const ArrayHeader*>(file->data());
+  HALOGEN_EXPECTS(header->magic == kArrayMagic, "{}: not a halogen array file (bad magic)", path.string());
+  HALOGEN_EXPECTS(header->version == kFormatVersion, "{}: array format version {} not supported (expected {})",
+                  path.string(), header->version, kFormatVersion);
+  const uint32_t expected_type = static_cast<uint32_t>(element_type_of<T>());
+  HALOGEN_EXPECTS(header->element_type == expected_type && header->element_bytes == sizeof(T),
+                  "{}: element type {} ({} bytes), expected {} ({} bytes)", path.string(),
+                  type_name(header->element_type), header->element_bytes, type_name(expected_type), sizeof(T));
+  HALOGEN_EXPECTS(header->count == expected_count, "{}: {} elements, meta.json says {}", path.string(), header->count,
+                  expected_count);
+  const uint64_t expected_bytes = kHeaderBytes + header->count * sizeof(T);
+  HALOGEN_EXPECTS(file->size() == expected_bytes, "{}: {}: {} bytes, expected {} (64-byte header + {} x {} bytes)",
+                  path.string(), file->size() < expected_bytes ? "truncated" : "trailing bytes", file->size(),
+                  expected_bytes, header->count, sizeof(T));
+  const std::string meta_checksum =
+      entry->contains("xxh3") && (*entry)["xxh3"].is_string() ? (*entry)["xxh3"].get<std::string>() : "";
+  HALOGEN_EXPECTS(meta_checksum == hex64(header->checksum), "{}: checksum mismatch: header says {}, meta.json says {}",
+                  path.string(), hex64(header->checksum), meta_checksum);
+  return MappedArray{std::move(file), header, name};
+}
+
+template <typename T>
+ArrayRef<T> as_array(const MappedArray& m) {
+  return ArrayRef<T>(reinterpret_cast<const T*>(m.file->data() + kHeaderBytes), m.header->count, m.file);
+}
+
+}  // namespace
+
+void write_dataset(const Dataset& ds, const fs::path& dir, bool overwrite) {
+  ds.validate();
+  HALOGEN_EXPECTS(ds.graph.offsets().size() == static_cast<size_t>(ds.num_nodes()) + 1,
+                  "dataset '{}' has no CSR offsets (an empty graph still has one offset)", ds.name);
+  ds.graph.validate();
+  fs::path target = fs::absolute(dir).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();  // "out/" names "out"
+  HALOGEN_EXPECTS(!target.filename().empty(), "cannot write a dataset to '{}': no directory name", dir.string());
+  const bool exists = fs::exists(target);
+  if (exists) {
+    HALOGEN_EXPECTS(overwrite, "'{}' already exists (pass overwrite to replace it)", dir.string());
+    // Refuse to replace anything that is not a dataset, so a mistyped path never deletes an
+    // unrelated directory.
+    HALOGEN_EXPECTS(is_dataset_dir(target), "'{}' exists and is not a halogen dataset directory; not replacing it",
+                    dir.string());
+  }
+  std::error_code ec;
+  fs::create_directories(target.parent_path(), ec);
+  HALOGEN_EXPECTS(!ec, "cannot create '{}': {}", target.parent_path().string(), ec.message());
+
+  const fs::path temp = sibling_temp(target, "tmp");
+  fs::create_directory(temp, ec);
+  HALOGEN_EXPECTS(!ec, "cannot create '{}': {}", temp.string(), ec.message());
+  RemoveOnExit remove_temp(temp);
+
+  json files = json::object();
+  files["offsets"] = write_array(temp, "offsets", ds.graph.offsets().span());
+  files["indices"] = write_array(temp, "indices", ds.graph.indices().span());
+  files["features"] = write_array(temp, "features", ds.features.span());
+  files["labels"] = write_array(temp, "labels", ds.labels.span());
+  files["split"] = write_array(temp, "split", ds.split.span());
+  const json meta = {
+      {"format", kFormatName},
+      {"version", kFormatVersion},
+      {"name", ds.name},
+      {"num_nodes", ds.num_nodes()},
+      {"num_edges", ds.graph.num_edges()},
+      {"feature_dim", ds.feature_dim},
+      {"num_classes", ds.num_classes},
+      {"split",
+       {{"train", ds.count(SplitRole::kTrain)},
+        {"valid", ds.count(SplitRole::kValid)},
+        {"test", ds.count(SplitRole::kTest)}}},
+      {"files", files},
+  };
+  write_file_atomic(temp / "meta.json", meta.dump(2) + "\n");
+  sync_directory(temp);
+
+  if (!exists) {
+    fs::rename(temp, target, ec);
+    HALOGEN_EXPECTS(!ec, "cannot rename '{}' to '{}': {}", temp.string(), target.string(), ec.message());
+  } else {
+    // Move the old dataset aside, move the new one in, then delete the old one. Between the
+    // two renames the name is briefly absent, but never names a partial dataset.
+    const fs::path old = sibling_temp(target, "old");
+    fs::rename(target, old, ec);
+    HALOGEN_EXPECTS(!ec, "cannot move '{}' aside to '{}': {}", target.string(), old.string(), ec.message());
+    fs::rename(temp, target, ec);
+    if (ec) {
+      std::error_code restore_ec;
+      fs::rename(old, target, restore_ec);
+      HALOGEN_FAIL("cannot rename '{}' to '{}': {}", temp.string(), target.string(), ec.message());
+    }
+    fs::remove_all(old, ec);
+  }
+  remove_temp.release();
+  sync_directory(target.parent_path());
+}
+
+Dataset read_dataset(const fs::path& dir, bool verify_checksums) {
+  const json meta = read_meta(dir);
+  const auto num_nodes = meta_field<int64_t>(meta, dir, "num_nodes");
+  const auto num_edges = meta_field<int64_t>(meta, dir, "num_edges");
+  const auto feature_dim = meta_field<int64_t>(meta, dir, "feature_dim");
+  const auto num_classes = meta_field<int32_t>(meta, dir, "num_classes");
+  HALOGEN_EXPECTS(num_nodes >= 0 && num_nodes <= INT32_MAX && num_edges >= 0 && feature_dim >= 0,
+                  "{}: invalid sizes num_nodes {} num_edges {} feature_dim {}", (dir / "meta.json").string(), num_nodes,
+                  num_edges, feature_dim);
+  HALOGEN_EXPECTS(meta.contains("files") && meta["files"].is_object(), "{}: no \"files\" object",
+                  (dir / "meta.json").string());
+  const json& files = meta["files"];
+  const auto nodes = static_cast<uint64_t>(num_nodes);
+
+  std::array<MappedArray, kArrayNames.size()> arrays;
+  arrays[0] = map_array<int64_t>(dir, files, "offsets", nodes + 1);
+  arrays[1] = map_array<int32_t>(dir, files, "indices", static_cast<uint64_t>(num_edges));
+  arrays[2] = map_array<float>(dir, files, "features", nodes * static_cast<uint64_t>(feature_dim));
+  arrays[3] = map_array<int32_t>(dir, files, "labels", nodes);
+  arrays[4] = map_array<uint8_t>(dir, files, "split", nodes);
+
+  if (verify_checksums) {
+    // Hash the files in parallel (the features usually dominate); compare afterwards so
+    // that no exception crosses the parallel region.
+    std::array<uint64_t, kArrayNames.size()> actual{};
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      actual[i] = checksum64(arrays[i].file->data() + kHeaderBytes, arrays[i].file->size() - kHeaderBytes);
+    }
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      HALOGEN_EXPECTS(actual[i] == arrays[i].header->checksum,
+                      "{}: checksum mismatch: payload hashes to {}, header says {} (file corrupted)",
+                      (dir / arrays[i].name).string(), hex64(actual[i]), hex64(arrays[i].header->checksum));
+    }
+  }
+
+  Dataset ds;
+  ds.name =
+      meta.contains("name") && meta["name"].is_string() ? meta["name"].get<std::string>() : dir.filename().string();
+  ds.graph = CsrGraph(num_nodes, as_array<int64_t>(arrays[0]), as_array<int32_t>(arrays[1]));
+  ds.feature_dim = feature_dim;
+  ds.features = as_array<float>(arrays[2]);
+  ds.labels = as_array<int32_t>(arrays[3]);
+  ds.num_classes = num_classes;
+  ds.split = as_array<uint8_t>(arrays[4]);
+  ds.validate();
+  return ds;
+}
+
+bool is_dataset_dir(const fs::path& dir) {
+  try {
+    const fs::path meta_path = dir / "meta.json";
+    if (!fs::is_regular_file(meta_path)) return false;
+    const json meta = json::parse(read_text_file(meta_path));
+    return meta.is_object() && meta.contains("format") && meta["format"].is_string() &&
+           meta["format"].get<std::string>() == kFormatName;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace halogen

@@ -1,0 +1,285 @@
+// The binary dataset format: bit-identical round trip, every corruption detected with a
+// message naming the file, and nothing half-written after a failure.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "halogen/core/error.hpp"
+#include "halogen/core/io.hpp"
+#include "halogen/partition/dataset_io.hpp"
+#include "halogen/partition/generate.hpp"
+#include "test_data.hpp"
+
+namespace halogen {
+namespace {
+
+namespace fs = std::filesystem;
+using test::ScratchDir;
+
+Dataset small_dataset(uint64_t seed = 1) {
+  SbmOptions opt;
+  opt.num_nodes = 3000;
+  opt.num_classes = 5;
+  opt.feature_dim = 13;
+  opt.power_law = true;
+  opt.seed = seed;
+  Dataset ds = generate_sbm(opt);
+  ds.name = "small-sbm";
+  return ds;
+}
+
+template <typename T>
+bool same_array(const ArrayRef<T>& a, const ArrayRef<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+void expect_identical(const Dataset& a, const Dataset& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.num_nodes(), b.num_nodes());
+  EXPECT_EQ(a.feature_dim, b.feature_dim);
+  EXPECT_EQ(a.num_classes, b.num_classes);
+  EXPECT_TRUE(same_array(a.graph.offsets(), b.graph.offsets()));
+  EXPECT_TRUE(same_array(a.graph.indices(), b.graph.indices()));
+  EXPECT_TRUE(same_array(a.features, b.features));
+  EXPECT_TRUE(same_array(a.labels, b.labels));
+  EXPECT_TRUE(same_array(a.split, b.split));
+}
+
+// The message of the halogen::Error thrown by f, or "" if none was thrown.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Entries of `dir` other than the expected ones (temporaries left behind).
+std::vector<std::string> entries(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void flip_byte(const fs::path& file, uint64_t offset) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << file;
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5A);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+void replace_in_file(const fs::path& file, const std::string& from, const std::string& to) {
+  std::string text = read_text_file(file);
+  const size_t at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << from << " not in " << file;
+  text.replace(at, from.size(), to);
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << text;
+}
+
+TEST(DatasetIo, RoundTripIsBitIdenticalAndMapped) {
+  ScratchDir scratch("dsio");
+  const Dataset original = small_dataset();
+  const fs::path dir = scratch / "ds";
+  write_dataset(original, dir);
+  EXPECT_TRUE(is_dataset_dir(dir));
+  EXPECT_EQ(entries(scratch.path()), std::vector<std::string>{"ds"});
+  EXPECT_EQ(entries(dir), (std::vector<std::string>{"features.bin", "indices.bin", "labels.bin", "meta.json",
+                                                    "offsets.bin", "split.bin"}));
+  EXPECT_EQ(fs::file_size(dir / "features.bin"), 64 + original.features.size() * sizeof(float));
+
+  const Dataset loaded = read_dataset(dir);
+  expect_identical(original, loaded);
+  // Views of the mapping, 64-byte aligned after the header, kept alive by the arrays.
+  EXPECT_NE(loaded.features.data(), original.features.data());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(loaded.features.data()) % 64, 0u);
+  EXPECT_NE(loaded.features.keepalive(), nullptr);
+  EXPECT_NE(loaded.features.keepalive(), loaded.labels.keepalive());  // one mapping per file
+  Dataset copy = read_dataset(dir, /*verify_checksums=*/false);
+  fs::remove_all(dir);  // the mappings outlive the names
+  expect_identical(original, copy);
+}
+
+TEST(DatasetIo, RefusesExistingDirectoryUnlessOverwrite) {
+  ScratchDir scratch("dsio");
+  const fs::path dir = scratch / "ds";
+  write_dataset(small_dataset(1), dir);
+  const std::string msg = error_of([&] { write_dataset(small_dataset(2), dir); });
+  EXPECT_NE(msg.find("already exists"), std::string::npos) << msg;
+  expect_identical(small_dataset(1), read_dataset(dir));
+
+  const Dataset open_before = read_dataset(dir);
+  write_dataset(small_dataset(2), dir, /*overwrite=*/true);
+  expect_identical(small_dataset(2), read_dataset(dir));
+  expect_identical(small_dataset(1), open_before);                     // an open dataset keeps its mapping
+  EXPECT_EQ(entries(scratch.path()), std::vector<std::string>{"ds"});  // old copy removed
+
+  // A directory that is not a dataset is never replaced, even with overwrite.
+  const fs::path other = scratch / "not-a-dataset";
+  fs::create_directory(other);
+  std::ofstream(other / "precious.txt") << "keep me";
+  const std::string refused = error_of([&] { write_dataset(small_dataset(), other, true); });
+  EXPECT_NE(refused.find("not a halogen dataset directory"), std::string::npos) << refused;
+  EXPECT_TRUE(fs::exists(other / "precious.txt"));
+  EXPECT_EQ(entries(scratch.path()), (std::vector<std::string>{"ds", "not-a-dataset"}));
+}
+
+TEST(DatasetIo, FlippedPayloadByteIsAChecksumErrorNamingTheFile) {
+  ScratchDir scratch("dsio");
+  const fs::path dir = scratch / "ds";
+  write_dataset(small_dataset(), dir);
+  for (const std::string name : {"offsets", "indices", "features", "labels", "split"}) {
+    const fs::path copy = scratch / ("copy-" + name);
+    fs::copy(dir, copy);
+    const fs::path file = copy / (name + ".bin");
+    flip_byte(file, fs::file_size(file) - 1);
+    const std::string msg = error_of([&] { read_dataset(copy); });
+    EXPECT_NE(msg.find(name + ".bin: checksum mismatch"), std::string::npos) << msg;
+    fs::remove_all(copy);
+  }
+  // A flipped checksum in a header disagrees with meta.json.
+  flip_byte(dir / "labels.bin", 24);  // header: magic 8, version 4, type 4, count 8, checksum 8
+  const std::string msg = error_of([&] { read_dataset(dir, /*verify_checksums=*/false); });
+  EXPECT_NE(msg.find("labels.bin: checksum mismatch"), std::string::npos) << msg;
+}
+
+TEST(DatasetIo, UncheckedReadSkipsPayloadHashing) {
+  ScratchDir scratch("dsio");
+  const fs::path dir = scratch / "ds";
+  const Dataset original = small_dataset();
+  write_dataset(original, dir);
+  flip_byte(dir / "features.bin", 64);
+  EXPECT_THROW(read_dataset(dir), Error);
+  const Dataset unchecked = read_dataset(dir, /*verify_checksums=*/false);
+  EXPECT_NE(std::memcmp(unchecked.features.data(), original.features.data(), 4), 0);
+}
+
+TEST(DatasetIo, TruncatedFiles) {
+  ScratchDir scratch("dsio");
+  const fs::path dir = scratch / "ds";
+  write_dataset(small_dataset(), dir);
+  fs::resize_file(dir / "features.bin", fs::file_size(dir / "features.bin") - 4);
+  std::string msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find("features.bin: truncated"), std::string::npos) << msg;
+  fs::resize_file(dir / "indices.bin", 10);
+  msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find("indices.bin: truncated: 10 bytes, shorter than the 64-byte header"), std::string::npos) << msg;
+}
+
+TEST(DatasetIo, MetaMismatches) {
+  ScratchDir scratch("dsio");
+  const fs::path dir = scratch / "ds";
+  write_dataset(small_dataset(), dir);
+  const fs::path meta = dir / "meta.json";
+  const std::string good_meta = read_text_file(meta);
+
+  replace_in_file(meta, "\"version\": 1", "\"version\": 7");
+  std::string msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find("meta.json: version 7 not supported (expected 1)"), std::string::npos) << msg;
+  EXPECT_TRUE(is_dataset_dir(dir));  // still recognisable, just not readable
+
+  std::ofstream(meta, std::ios::trunc) << good_meta;
+  replace_in_file(meta, "\"feature_dim\": 13", "\"feature_dim\": 12");
+  msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find("features.bin: 39000 elements, meta.json says 36000"), std::string::npos) << msg;
+
+  std::ofstream(meta, std::ios::trunc) << good_meta;
+  replace_in_file(meta, "\"num_nodes\": 3000", "\"num_nodes\": 2999");
+  msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find("offsets.bin: 3001 elements, meta.json says 3000"), std::string::npos) << msg;
+
+  std::ofstream(meta, std::ios::trunc) << "{ not json";
+  msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find("meta.json: not valid JSON"), std::string::npos) << msg;
+  EXPECT_FALSE(is_dataset_dir(dir));
+}
+
+TEST(DatasetIo, WrongElementTypeAndMagic) {
+  ScratchDir scratch("dsio");
+  const fs::path dir = scratch / "ds";
+  write_dataset(small_dataset(), dir);
+  // labels.bin in place of split.bin: i32 where u8 is expected.
+  fs::copy_file(dir / "labels.bin", dir / "split.bin", fs::copy_options::overwrite_existing);
+  std::string msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find("split.bin: element type i32 (4 bytes), expected u8 (1 bytes)"), std::string::npos) << msg;
+  flip_byte(dir / "offsets.bin", 0);
+  msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find("offsets.bin: not a halogen array file (bad magic)"), std::string::npos) << msg;
+}
+
+TEST(DatasetIo, MissingFiles) {
+  ScratchDir scratch("dsio");
+  const fs::path dir = scratch / "ds";
+  write_dataset(small_dataset(), dir);
+  fs::remove(dir / "labels.bin");
+  std::string msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find("labels.bin: missing"), std::string::npos) << msg;
+  fs::remove(dir / "meta.json");
+  EXPECT_FALSE(is_dataset_dir(dir));
+  msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find("meta.json missing"), std::string::npos) << msg;
+  msg = error_of([&] { read_dataset(scratch / "nowhere"); });
+  EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+}
+
+// A write that fails part way (here: the file size limit is hit while writing indices.bin,
+// after offsets.bin was complete) leaves neither the target nor any temporary behind, and an
+// existing dataset untouched.
+TEST(DatasetIo, FailedWriteLeavesNothingBehind) {
+  ScratchDir scratch("dsio");
+  const fs::path dir = scratch / "ds";
+  const fs::path existing = scratch / "existing";
+  write_dataset(small_dataset(1), existing);
+  const Dataset big = small_dataset(2);  // offsets.bin 24 KB, indices.bin > 100 KB
+
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // get EFBIG instead of a signal
+  rlimit old_limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  rlimit limit = old_limit;
+  limit.rlim_cur = 64 * 1024;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  const std::string fresh = error_of([&] { write_dataset(big, dir); });
+  const std::string replace = error_of([&] { write_dataset(big, existing, /*overwrite=*/true); });
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  std::signal(SIGXFSZ, old_handler);
+
+  EXPECT_NE(fresh.find("indices.bin"), std::string::npos) << fresh;
+  EXPECT_NE(replace.find("indices.bin"), std::string::npos) << replace;
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_EQ(entries(scratch.path()), std::vector<std::string>{"existing"});
+  expect_identical(small_dataset(1), read_dataset(existing));
+
+  // An invalid dataset is refused before anything is created.
+  Dataset bad = small_dataset();
+  bad.num_classes = 2;  // labels reach 4
+  EXPECT_THROW(write_dataset(bad, dir), Error);
+  EXPECT_EQ(entries(scratch.path()), std::vector<std::string>{"existing"});
+}
+
+TEST(DatasetIo, EmptyFeaturesAndTrailingSlash) {
+  ScratchDir scratch("dsio");
+  SbmOptions opt;
+  opt.num_nodes = 50;
+  opt.feature_dim = 0;
+  const Dataset ds = generate_sbm(opt);
+  write_dataset(ds, scratch.path().string() + "/ds/");
+  const Dataset loaded = read_dataset(scratch / "ds");
+  expect_identical(ds, loaded);
+  EXPECT_TRUE(loaded.features.empty());
+}
+
+}  // namespace
+}  // namespace halogen
