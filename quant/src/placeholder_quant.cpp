@@ -1,1 +1,0 @@
-// placeholder until the first real source of halogen::quant lands; removed then
