@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "halogen/comm/communicator.hpp"
+#include "halogen/core/rng.hpp"
 #include "halogen/partition/generate.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/partition/shard.hpp"
@@ -42,18 +43,28 @@ void gradcheck(ModelKind model) {
   t.hidden = 8;
   t.dropout = 0.3f;
   t.progress = false;
-  const auto base = compute_loss_and_gradient(shard, comm, t);
+  // Evaluate at a generic point: the initial biases are exactly 0, which puts nodes whose
+  // layer input is all zeros exactly on the ReLU kink, where finite differences see the
+  // average of both slopes. Perturb every parameter a little (same on every rank).
+  auto start = compute_loss_and_gradient(shard, comm, t).params;
+  const RngStream rng = RngStream::make(99, RngPurpose::kWeightInit);
+  for (size_t i = 0; i < start.size(); ++i) start[i] += 0.1f * (rng.uniform(static_cast<uint32_t>(i), 0, 0, 0, 0) - 0.5f);
+  const auto base = compute_loss_and_gradient(shard, comm, t, start);
   ASSERT_GT(base.grad.size(), 100u);
-  // Check the 40 largest-magnitude gradient entries (plus every bias of the last layer is
-  // among the parameters): central differences in fp32 with h = 1e-2.
+  // Central differences on the 60 largest-magnitude gradient entries. The forward pass is
+  // fp32 (so h cannot be tiny) and ReLU kinks crossed inside [-h, h] perturb a few entries,
+  // biases most (they move every node); a wrong or missing term in the backward pass breaks
+  // nearly all of them, so at least 90% must agree within 5%.
+  const int kChecked = 60;
   std::vector<size_t> order(base.grad.size());
   std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + 40, order.end(),
+  std::partial_sort(order.begin(), order.begin() + kChecked, order.end(),
                     [&](size_t a, size_t b) { return std::abs(base.grad[a]) > std::abs(base.grad[b]); });
   ASSERT_GT(std::abs(base.grad[order[0]]), 1e-3f);
-  const float h = 1e-2f;
-  int checked = 0;
-  for (int k = 0; k < 40; ++k) {
+  const float h = 1e-3f;
+  int agree = 0;
+  std::string report;
+  for (int k = 0; k < kChecked; ++k) {
     const size_t i = order[k];
     auto p = base.params;
     p[i] += h;
@@ -62,10 +73,28 @@ void gradcheck(ModelKind model) {
     const double down = compute_loss_and_gradient(shard, comm, t, p).loss;
     const double fd = (up - down) / (2.0 * h);
     const double an = base.grad[i];
-    EXPECT_NEAR(fd, an, 0.03 * std::abs(an) + 2e-4) << "parameter " << i;
-    ++checked;
+    if (std::abs(fd - an) <= 0.05 * std::abs(an) + 3e-4) {
+      ++agree;
+    } else {
+      report += fmt::format(" [{}: fd {:.5f} analytic {:.5f}]", i, fd, an);
+    }
   }
-  EXPECT_EQ(checked, 40);
+  EXPECT_GE(agree, kChecked * 9 / 10) << "disagreeing entries:" << report;
+
+  // The distributed gradient equals the single-rank gradient: halo gradients travel back to
+  // their owners and add up exactly as on one rank.
+  if (size > 1) {
+    std::vector<float> reference;
+    if (rank == 0) {
+      PartitionOptions one;
+      const auto single = build_shards(ds, partition_graph(ds, one), 1);
+      MpiCommunicator self(MPI_COMM_SELF);
+      reference = compute_loss_and_gradient(single[0], self, t, start).grad;
+      ASSERT_EQ(reference.size(), base.grad.size());
+      for (size_t i = 0; i < reference.size(); ++i)
+        ASSERT_NEAR(base.grad[i], reference[i], 1e-5 * std::abs(reference[i]) + 1e-8) << "parameter " << i;
+    }
+  }
 }
 
 TEST(GradCheck, Gcn) { gradcheck(ModelKind::kGcn); }
