@@ -9,7 +9,7 @@ namespace halogen {
 namespace {
 
 constexpr size_t kChunkBytes = size_t{1} << 30;  // stay far below MPI's int count limit
-constexpr int kExchangeTag = 7301;
+constexpr int kExchangeTag = 10000;  // halo traffic uses tags [10000, 14096)
 
 class MpiRequest final : public CommRequest {
  public:
@@ -63,7 +63,8 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::start_exchange(std::span<const PeerBuffer> sends,
-                                                             std::span<const PeerBuffer> recvs) {
+                                                             std::span<const PeerBuffer> recvs, int tag) {
+  HALOGEN_EXPECTS(tag >= 0 && tag < 4096, "exchange tag {} outside [0, 4096)", tag);
   std::vector<MPI_Request> reqs;
   auto post = [&](const PeerBuffer& b, bool is_send) {
     HALOGEN_EXPECTS(b.peer >= 0 && b.peer < size_, "exchange peer {} outside [0, {})", b.peer, size_);
@@ -72,9 +73,9 @@ std::unique_ptr<CommRequest> MpiCommunicator::start_exchange(std::span<const Pee
       const int n = static_cast<int>(std::min(kChunkBytes, b.bytes - off));
       MPI_Request r;
       if (is_send) {
-        HALOGEN_CHECK_MPI(MPI_Isend(p + off, n, MPI_BYTE, b.peer, kExchangeTag, comm_, &r));
+        HALOGEN_CHECK_MPI(MPI_Isend(p + off, n, MPI_BYTE, b.peer, kExchangeTag + tag, comm_, &r));
       } else {
-        HALOGEN_CHECK_MPI(MPI_Irecv(p + off, n, MPI_BYTE, b.peer, kExchangeTag, comm_, &r));
+        HALOGEN_CHECK_MPI(MPI_Irecv(p + off, n, MPI_BYTE, b.peer, kExchangeTag + tag, comm_, &r));
       }
       reqs.push_back(r);
     }
@@ -82,7 +83,7 @@ std::unique_ptr<CommRequest> MpiCommunicator::start_exchange(std::span<const Pee
   for (const auto& r : recvs) post(r, false);
   for (const auto& s : sends) {
     post(s, true);
-    bytes_sent_ += s.bytes;
+    bytes_sent_.fetch_add(s.bytes, std::memory_order_relaxed);
   }
   return std::make_unique<MpiRequest>(std::move(reqs));
 }

@@ -63,7 +63,10 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       ("metrics", po::value(&metrics), "write one JSON line per epoch and a summary to this file")
       ("bits-fwd", po::value(&bits_fwd)->default_value(bits_fwd), "bits of forward halo features: one value or one per layer (1,2,4,8,16,32)")
       ("bits-bwd", po::value(&bits_bwd)->default_value(bits_bwd), "bits of backward halo gradients: one value or one per layer")
-      ("mode", po::value(&mode)->default_value(mode), "halo exchange: sync | overlap")
+      ("mode", po::value(&mode)->default_value(mode), "halo exchange: sync | overlap | stale")
+      ("staleness", po::value(&t.staleness.staleness)->default_value(1), "stale mode: oldest halo usable, in epochs (S)")
+      ("sync-every", po::value(&t.staleness.sync_every)->default_value(0), "stale mode: force a synchronous epoch every k epochs (0 = never)")
+      ("drift-threshold", po::value<double>(), "stale mode: force a synchronous epoch when the senders' relative embedding drift exceeds this")
       ("feature-norm", po::value<std::string>()->default_value("row"), "input feature normalisation: row (rows sum to 1) | none")
       ("skip-exchange", po::bool_switch(&t.skip_exchange), "benchmark floor: exchange halos in epoch 0 only")
       ("device", po::value(&device)->default_value(device), "cpu | cuda")
@@ -82,6 +85,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     t.bits_bwd = parse_int_list(bits_bwd, "--bits-bwd");
     t.mode = parse_exchange_mode(mode);
     t.metrics_path = metrics;
+    if (vm.count("drift-threshold")) t.staleness.drift_threshold = vm["drift-threshold"].as<double>();
     const std::string norm = vm["feature-norm"].as<std::string>();
     HALOGEN_EXPECTS(norm == "row" || norm == "none", "--feature-norm must be 'row' or 'none', got '{}'", norm);
     t.row_normalize_features = norm == "row";

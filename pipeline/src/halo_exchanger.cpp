@@ -8,9 +8,23 @@
 
 namespace halogen {
 
-PendingExchange::~PendingExchange() = default;
+PendingExchange::~PendingExchange() {
+  // Never free buffers under a transfer still in flight on the progress thread.
+  if (completion_) {
+    try {
+      completion_->wait();
+    } catch (...) {
+    }
+  }
+}
 
-HaloExchanger::HaloExchanger(const Shard& shard, Communicator& comm) : shard_(shard), comm_(comm) {
+bool PendingExchange::ready() const {
+  if (completion_) return completion_->ready();
+  return request_ ? request_->test() : true;
+}
+
+HaloExchanger::HaloExchanger(const Shard& shard, Communicator& comm, ProgressThread* progress)
+    : shard_(shard), comm_(comm), progress_(progress) {
   HALOGEN_EXPECTS(shard.num_parts == comm.size(), "shard {} belongs to a partition into {} parts but {} ranks are running",
                   shard.part, shard.num_parts, comm.size());
   HALOGEN_EXPECTS(shard.part == comm.rank(), "rank {} was given shard {}", comm.rank(), shard.part);
@@ -22,65 +36,91 @@ uint64_t HaloExchanger::forward_bytes(int64_t cols, int bits) const {
   return words * 4;
 }
 
-PendingExchange HaloExchanger::start_forward(const float* local, int64_t cols, int64_t ld, int bits,
-                                             const quant::QuantKey& key) {
+PendingExchange HaloExchanger::post(bool backward, int64_t cols, int bits, const quant::QuantKey& key, int tag,
+                                    const std::function<const float*(int q, int64_t& ld)>& rows_of) {
   Stopwatch sw;
   const int P = shard_.num_parts;
+  // Forward sends the send list and receives halo rows; backward the reverse.
+  auto send_rows = [&](int q) -> int64_t { return backward ? shard_.halo_count_from(q) : shard_.send_count_to(q); };
+  auto recv_rows = [&](int q) -> int64_t { return backward ? shard_.send_count_to(q) : shard_.halo_count_from(q); };
   PendingExchange p;
+  p.active_ = true;
   p.cols_ = cols;
   p.bits_ = bits;
-  p.backward_ = false;
+  p.backward_ = backward;
   p.send_offsets_.assign(static_cast<size_t>(P) + 1, 0);
   p.recv_offsets_.assign(static_cast<size_t>(P) + 1, 0);
   for (int q = 0; q < P; ++q) {
-    p.send_offsets_[q + 1] = p.send_offsets_[q] + quant::packed_words(bits, shard_.send_count_to(q), cols);
-    p.recv_offsets_[q + 1] = p.recv_offsets_[q] + quant::packed_words(bits, shard_.halo_count_from(q), cols);
+    p.send_offsets_[q + 1] = p.send_offsets_[q] + quant::packed_words(bits, send_rows(q), cols);
+    p.recv_offsets_[q + 1] = p.recv_offsets_[q] + quant::packed_words(bits, recv_rows(q), cols);
   }
   p.send_words_.resize(p.send_offsets_[P]);
   p.recv_words_.resize(p.recv_offsets_[P]);
+  std::vector<PeerBuffer> sends, recvs;
+  uint64_t bytes = 0;
+  for (int q = 0; q < P; ++q) {
+    if (send_rows(q) > 0) {
+      quant::QuantKey k = key;
+      k.rank = static_cast<uint32_t>(shard_.part);
+      k.peer = static_cast<uint32_t>(q);
+      int64_t ld = cols;
+      const float* rows = rows_of(q, ld);
+      quant::quantize_rows<kDevCpu>(rows, send_rows(q), cols, ld, bits, k, p.send_words_.data() + p.send_offsets_[q]);
+      const size_t n = (p.send_offsets_[q + 1] - p.send_offsets_[q]) * 4;
+      sends.push_back({q, p.send_words_.data() + p.send_offsets_[q], n});
+      bytes += n;
+    }
+    if (recv_rows(q) > 0)
+      recvs.push_back({q, p.recv_words_.data() + p.recv_offsets_[q], (p.recv_offsets_[q + 1] - p.recv_offsets_[q]) * 4});
+  }
+  stats_.quant_s += sw.seconds();
+  stats_.bytes_sent += bytes;
+  stats_.messages += sends.size();
+  if (sends.empty() && recvs.empty()) return p;
+  if (progress_ != nullptr) {
+    Communicator* comm = &comm_;
+    p.completion_ = progress_->submit([comm, sends, recvs, tag] { return comm->start_exchange(sends, recvs, tag); });
+  } else {
+    p.request_ = comm_.start_exchange(sends, recvs, tag);
+  }
+  return p;
+}
 
-  // Gather the send rows of each peer contiguously, then quantize per peer message.
+void HaloExchanger::wait(PendingExchange& p) {
+  Stopwatch wait;
+  if (p.completion_) {
+    p.completion_->wait();
+    stats_.transfer_s += p.completion_->transfer_seconds();
+    p.completion_.reset();
+  } else if (p.request_) {
+    p.request_->wait();
+    p.request_.reset();
+  }
+  stats_.wait_s += wait.seconds();
+}
+
+PendingExchange HaloExchanger::start_forward(const float* local, int64_t cols, int64_t ld, int bits,
+                                             const quant::QuantKey& key, int tag) {
+  // Gather each peer's send rows contiguously first (the quantizer reads strided rows only).
+  const int P = shard_.num_parts;
   const int64_t total_send = shard_.send_offsets[P];
+  Stopwatch sw;
   gather_.resize(static_cast<size_t>(std::max<int64_t>(total_send * cols, 1)));
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < total_send; ++i) {
     std::memcpy(gather_.data() + i * cols, local + static_cast<int64_t>(shard_.send_indices[i]) * ld,
                 static_cast<size_t>(cols) * sizeof(float));
   }
-  std::vector<PeerBuffer> sends, recvs;
-  for (int q = 0; q < P; ++q) {
-    const int64_t rows = shard_.send_count_to(q);
-    if (rows > 0) {
-      quant::QuantKey k = key;
-      k.rank = static_cast<uint32_t>(shard_.part);
-      k.peer = static_cast<uint32_t>(q);
-      quant::quantize_rows<kDevCpu>(gather_.data() + static_cast<int64_t>(shard_.send_offsets[q]) * cols, rows, cols,
-                                    cols, bits, k, p.send_words_.data() + p.send_offsets_[q]);
-      sends.push_back({q, p.send_words_.data() + p.send_offsets_[q], (p.send_offsets_[q + 1] - p.send_offsets_[q]) * 4});
-    }
-    if (shard_.halo_count_from(q) > 0) {
-      recvs.push_back({q, p.recv_words_.data() + p.recv_offsets_[q], (p.recv_offsets_[q + 1] - p.recv_offsets_[q]) * 4});
-    }
-  }
   stats_.quant_s += sw.seconds();
-  const uint64_t before = comm_.bytes_sent();
-  if (sends.empty() && recvs.empty()) {
-    p.finished_without_request_ = true;
-  } else {
-    p.request_ = comm_.start_exchange(sends, recvs);
-  }
-  stats_.bytes_sent += comm_.bytes_sent() - before;
-  stats_.messages += sends.size();
-  return p;
+  return post(false, cols, bits, key, tag, [&](int q, int64_t& row_ld) {
+    row_ld = cols;
+    return gather_.data() + static_cast<int64_t>(shard_.send_offsets[q]) * cols;
+  });
 }
 
 void HaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t ld) {
   HALOGEN_EXPECTS(p.active() && !p.backward_, "finish_forward without a pending forward exchange");
-  {
-    Stopwatch wait;
-    if (p.request_) p.request_->wait();
-    stats_.wait_s += wait.seconds();
-  }
+  wait(p);
   Stopwatch sw;
   for (int q = 0; q < shard_.num_parts; ++q) {
     const int64_t rows = shard_.halo_count_from(q);
@@ -89,70 +129,30 @@ void HaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t ld)
     quant::dequantize_rows<kDevCpu>(p.recv_words_.data() + p.recv_offsets_[q], rows, p.cols_, p.bits_, dst, ld, false);
   }
   stats_.quant_s += sw.seconds();
-  p.request_.reset();
-  p.finished_without_request_ = false;
+  p.active_ = false;
 }
 
 PendingExchange HaloExchanger::start_backward(const float* local_grad, int64_t cols, int64_t ld, int bits,
-                                              const quant::QuantKey& key) {
-  Stopwatch sw;
-  const int P = shard_.num_parts;
-  PendingExchange p;
-  p.cols_ = cols;
-  p.bits_ = bits;
-  p.backward_ = true;
-  p.send_offsets_.assign(static_cast<size_t>(P) + 1, 0);
-  p.recv_offsets_.assign(static_cast<size_t>(P) + 1, 0);
-  for (int q = 0; q < P; ++q) {
-    p.send_offsets_[q + 1] = p.send_offsets_[q] + quant::packed_words(bits, shard_.halo_count_from(q), cols);
-    p.recv_offsets_[q + 1] = p.recv_offsets_[q] + quant::packed_words(bits, shard_.send_count_to(q), cols);
-  }
-  p.send_words_.resize(p.send_offsets_[P]);
-  p.recv_words_.resize(p.recv_offsets_[P]);
-  std::vector<PeerBuffer> sends, recvs;
-  for (int q = 0; q < P; ++q) {
-    const int64_t rows = shard_.halo_count_from(q);
-    if (rows > 0) {
-      quant::QuantKey k = key;
-      k.rank = static_cast<uint32_t>(shard_.part);
-      k.peer = static_cast<uint32_t>(q);
-      const float* src = local_grad + (static_cast<int64_t>(shard_.num_owned) + shard_.halo_offsets[q]) * ld;
-      quant::quantize_rows<kDevCpu>(src, rows, cols, ld, bits, k, p.send_words_.data() + p.send_offsets_[q]);
-      sends.push_back({q, p.send_words_.data() + p.send_offsets_[q], (p.send_offsets_[q + 1] - p.send_offsets_[q]) * 4});
-    }
-    if (shard_.send_count_to(q) > 0) {
-      recvs.push_back({q, p.recv_words_.data() + p.recv_offsets_[q], (p.recv_offsets_[q + 1] - p.recv_offsets_[q]) * 4});
-    }
-  }
-  stats_.quant_s += sw.seconds();
-  const uint64_t before = comm_.bytes_sent();
-  if (sends.empty() && recvs.empty()) {
-    p.finished_without_request_ = true;
-  } else {
-    p.request_ = comm_.start_exchange(sends, recvs);
-  }
-  stats_.bytes_sent += comm_.bytes_sent() - before;
-  stats_.messages += sends.size();
-  return p;
+                                              const quant::QuantKey& key, int tag) {
+  return post(true, cols, bits, key, tag, [&](int q, int64_t& row_ld) {
+    row_ld = ld;
+    return local_grad + (static_cast<int64_t>(shard_.num_owned) + shard_.halo_offsets[q]) * ld;
+  });
 }
 
 void HaloExchanger::finish_backward(PendingExchange& p, float* local_grad, int64_t ld) {
   HALOGEN_EXPECTS(p.active() && p.backward_, "finish_backward without a pending backward exchange");
-  {
-    Stopwatch wait;
-    if (p.request_) p.request_->wait();
-    stats_.wait_s += wait.seconds();
-  }
+  wait(p);
   Stopwatch sw;
-  const int P = shard_.num_parts;
   const int64_t cols = p.cols_;
-  for (int q = 0; q < P; ++q) {
+  for (int q = 0; q < shard_.num_parts; ++q) {
     const int64_t rows = shard_.send_count_to(q);
     if (rows == 0) continue;
     gather_.resize(static_cast<size_t>(rows * cols));
     quant::dequantize_rows<kDevCpu>(p.recv_words_.data() + p.recv_offsets_[q], rows, cols, p.bits_, gather_.data(), cols,
                                     false);
-    // A node appears at most once in one peer's send list, so rows are disjoint here.
+    // A node appears at most once in one peer's send list, so rows are disjoint here; peers
+    // are added in ascending order, so the sum order is fixed.
     const int32_t* idx = shard_.send_indices.data() + shard_.send_offsets[q];
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
@@ -162,8 +162,7 @@ void HaloExchanger::finish_backward(PendingExchange& p, float* local_grad, int64
     }
   }
   stats_.quant_s += sw.seconds();
-  p.request_.reset();
-  p.finished_without_request_ = false;
+  p.active_ = false;
 }
 
 }  // namespace halogen

@@ -13,6 +13,8 @@
 #include "halogen/core/metrics.hpp"
 #include "halogen/core/timer.hpp"
 #include "halogen/pipeline/halo_exchanger.hpp"
+#include "halogen/pipeline/progress_thread.hpp"
+#include "halogen/pipeline/staleness.hpp"
 #include "halogen/quant/quantize.hpp"
 #include "halogen/train/aggregate.hpp"
 #include "halogen/train/dense.hpp"
@@ -26,12 +28,6 @@ ModelKind parse_model_kind(const std::string& name) {
 }
 std::string to_string(ModelKind k) { return k == ModelKind::kGcn ? "gcn" : "sage"; }
 
-ExchangeMode parse_exchange_mode(const std::string& name) {
-  if (name == "sync") return ExchangeMode::kSync;
-  if (name == "overlap") return ExchangeMode::kOverlap;
-  HALOGEN_FAIL("unknown exchange mode '{}': expected 'sync' or 'overlap'", name);
-}
-std::string to_string(ExchangeMode m) { return m == ExchangeMode::kSync ? "sync" : "overlap"; }
 
 void TrainOptions::validate() const {
   HALOGEN_EXPECTS(layers >= 1, "--layers must be at least 1, got {}", layers);
@@ -41,6 +37,7 @@ void TrainOptions::validate() const {
   HALOGEN_EXPECTS(weight_decay >= 0.0f, "--weight-decay must be non-negative, got {}", weight_decay);
   HALOGEN_EXPECTS(epochs >= 1, "--epochs must be at least 1, got {}", epochs);
   HALOGEN_EXPECTS(eval_every >= 1, "--eval-every must be at least 1, got {}", eval_every);
+  BoundedStalenessAdapter(mode, staleness);  // validates the staleness options
   for (const auto* v : {&bits_fwd, &bits_bwd}) {
     const char* what = v == &bits_fwd ? "--bits-fwd" : "--bits-bwd";
     HALOGEN_EXPECTS(v->size() == 1 || static_cast<int>(v->size()) == layers,
@@ -129,7 +126,14 @@ LocalStructure build_structure(const Shard& s, ModelKind kind) {
 class DistributedTrainer {
  public:
   DistributedTrainer(const Shard& shard, Communicator& comm, const TrainOptions& opt)
-      : s_(shard), comm_(comm), opt_(opt), exch_(shard, comm), ls_(build_structure(shard, opt.model)) {
+      : s_(shard),
+        comm_(comm),
+        opt_(opt),
+        progress_(opt.mode == ExchangeMode::kSync ? nullptr : std::make_unique<ProgressThread>()),
+        exch_(shard, comm, progress_.get()),
+        ls_(build_structure(shard, opt.model)),
+        adapter_(opt.mode, opt.staleness),
+        tracker_(opt.layers, opt.mode == ExchangeMode::kStale ? opt.staleness.staleness : 0) {
     dims_.push_back(s_.feature_dim);
     for (int l = 0; l + 1 < opt_.layers; ++l) dims_.push_back(opt_.hidden);
     dims_.push_back(s_.num_classes);
@@ -160,12 +164,30 @@ class DistributedTrainer {
   double loss_and_grad(float* grad);
   void backward(int epoch);
   void exchange_forward(int l, int epoch, float* x, int64_t cols);
+  void exchange_forward_eval(int l, int epoch, float* x, int64_t cols);
+  void exchange_backward(int l, int epoch, float* dlocal, const float* dz, const float* dy, int64_t fin, int64_t fout);
+  void measure_drift(int l, const float* x, int64_t cols);
+  void drain_pending();
+  static int tag_forward(int l) { return 4 * l; }
+  static int tag_backward(int l) { return 4 * l + 1; }
+  static int tag_eval(int l) { return 4 * l + 2; }
 
   const Shard& s_;
   Communicator& comm_;
   const TrainOptions& opt_;
+  std::unique_ptr<ProgressThread> progress_;
   HaloExchanger exch_;
   LocalStructure ls_;
+  BoundedStalenessAdapter adapter_;
+  StalenessTracker tracker_;
+  bool sync_epoch_ = true;
+  // Stale mode: the exchange in flight per layer and the epoch it carries.
+  std::vector<PendingExchange> pend_fwd_, pend_bwd_;
+  std::vector<int> pend_fwd_epoch_, pend_bwd_epoch_;
+  // Drift: the rows last sent per layer, and this epoch's sums ||H - H_last||^2, ||H||^2.
+  std::vector<Matrix<float>> last_sent_;
+  std::vector<double> drift_num_, drift_den_, prev_drift_;
+  bool drift_measured_ = false;  // this epoch compared against a previous send
   std::vector<int64_t> dims_;
   std::vector<LayerParams> lp_;
   HostBuffer<float> params_, grads_;
@@ -237,6 +259,13 @@ void DistributedTrainer::allocate() {
   dz_.reshape(owned(), max_dim);
   dlocal_.reshape(local(), max_dim);
   if (opt_.model == ModelKind::kSage && opt_.dropout > 0.0f) self0_.reshape(owned(), dims_[0]);
+  pend_fwd_.resize(static_cast<size_t>(L()));
+  pend_bwd_.resize(static_cast<size_t>(L()));
+  pend_fwd_epoch_.assign(static_cast<size_t>(L()), -1);
+  pend_bwd_epoch_.assign(static_cast<size_t>(L()), -1);
+  last_sent_.resize(static_cast<size_t>(L()));
+  drift_num_.assign(static_cast<size_t>(L()), 0.0);
+  drift_den_.assign(static_cast<size_t>(L()), 0.0);
 }
 
 void DistributedTrainer::aggregate_owned_part(const float* x, int64_t cols, float* out) {
@@ -317,18 +346,132 @@ void DistributedTrainer::precompute_input_aggregation() {
 }
 
 void DistributedTrainer::exchange_forward(int l, int epoch, float* x, int64_t cols) {
-  if (opt_.skip_exchange && epoch > 0) return;
-  quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
+  if (opt_.skip_exchange && epoch > 0) {  // benchmark floor: reuse epoch 0's halo rows
+    aggregate_owned_part(x, cols, z_[l].data());
+    aggregate_halo_part(x, cols, z_[l].data());
+    return;
+  }
+  const quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
   const int bits = opt_.bits_fwd_at(l);
-  auto pending = exch_.start_forward(x, cols, cols, bits, key);
-  if (opt_.mode == ExchangeMode::kOverlap) {
+  if (adapter_.drift_enabled()) measure_drift(l, x, cols);
+  if (opt_.mode == ExchangeMode::kStale && !sync_epoch_) {
+    // Harvest the exchange in flight once it has arrived, or when the halo we hold would be
+    // older than the bound; then send this epoch's rows and aggregate with what we hold.
+    PendingExchange& pending = pend_fwd_[l];
+    if (pending.active() && (pending.ready() || epoch - tracker_.forward_epoch(l) > tracker_.bound())) {
+      exch_.finish_forward(pending, x, cols);
+      tracker_.set_forward(l, pend_fwd_epoch_[l]);
+    }
+    if (s_.num_halo > 0) tracker_.use_forward(l, epoch);  // no halo rows, nothing stale
+    if (!pending.active()) {
+      pending = exch_.start_forward(x, cols, cols, bits, key, tag_forward(l));
+      pend_fwd_epoch_[l] = epoch;
+    }
     aggregate_owned_part(x, cols, z_[l].data());
-    exch_.finish_forward(pending, x, cols);
     aggregate_halo_part(x, cols, z_[l].data());
+    return;
+  }
+  // Fresh exchange. In stale mode a synchronous epoch first drains what is in flight.
+  if (pend_fwd_[l].active()) exch_.finish_forward(pend_fwd_[l], x, cols);
+  auto pending = exch_.start_forward(x, cols, cols, bits, key, tag_forward(l));
+  if (opt_.mode == ExchangeMode::kSync) {
+    exch_.finish_forward(pending, x, cols);
+    aggregate_owned_part(x, cols, z_[l].data());
   } else {
-    exch_.finish_forward(pending, x, cols);
     aggregate_owned_part(x, cols, z_[l].data());
-    aggregate_halo_part(x, cols, z_[l].data());
+    exch_.finish_forward(pending, x, cols);
+  }
+  aggregate_halo_part(x, cols, z_[l].data());
+  tracker_.set_forward(l, epoch);
+  tracker_.use_forward(l, epoch);
+}
+
+// Evaluation always sees fresh halos. In stale mode the training halo cache is kept aside and
+// restored, so evaluating does not change what training uses.
+void DistributedTrainer::exchange_forward_eval(int l, int epoch, float* x, int64_t cols) {
+  const quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
+  float* halo = x + owned() * cols;
+  const int64_t halo_values = static_cast<int64_t>(s_.num_halo) * cols;
+  HostBuffer<float> saved;
+  if (opt_.mode == ExchangeMode::kStale) {
+    saved.resize(static_cast<size_t>(halo_values));
+    std::copy_n(halo, halo_values, saved.data());
+  }
+  auto pending = exch_.start_forward(x, cols, cols, opt_.bits_fwd_at(l), key, tag_eval(l));
+  aggregate_owned_part(x, cols, z_[l].data());
+  exch_.finish_forward(pending, x, cols);
+  aggregate_halo_part(x, cols, z_[l].data());
+  if (opt_.mode == ExchangeMode::kStale) std::copy_n(saved.data(), halo_values, halo);
+}
+
+// Relative drift of the rows this rank sends in layer l since it last sent them.
+void DistributedTrainer::measure_drift(int l, const float* x, int64_t cols) {
+  const int64_t n = s_.send_offsets[s_.num_parts];
+  Matrix<float>& last = last_sent_[l];
+  const bool have_last = last.rows() == n && last.cols() == cols;
+  if (!have_last) last.reshape(n, cols);
+  double num = 0.0, den = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : num, den)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = x + static_cast<int64_t>(s_.send_indices[i]) * cols;
+    float* prev = last.row(i);
+    for (int64_t j = 0; j < cols; ++j) {
+      const double d = static_cast<double>(row[j]) - prev[j];
+      num += d * d;
+      den += static_cast<double>(row[j]) * row[j];
+      prev[j] = row[j];
+    }
+  }
+  drift_num_[l] = have_last ? num : 0.0;
+  drift_den_[l] = den;
+  drift_measured_ = have_last;
+}
+
+void DistributedTrainer::exchange_backward(int l, int epoch, float* dlocal, const float* dz, const float* dy, int64_t fin,
+                                           int64_t fout) {
+  const bool sage = opt_.model == ModelKind::kSage;
+  auto owned_rows = [&] {
+    aggregate_transpose(dz, fin, dlocal, /*halo_rows=*/false);
+    if (sage) gemm(false, true, owned(), fin, fout, 1.0f, dy, fout, params_.data() + lp_[l].w_self, fout, 1.0f, dlocal, fin);
+  };
+  if (opt_.skip_exchange && epoch > 0) {
+    owned_rows();
+    return;
+  }
+  const quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0, 0};
+  const int bits = opt_.bits_bwd_at(l);
+  if (opt_.mode == ExchangeMode::kStale && !sync_epoch_) {
+    // Send this epoch's halo gradients; add the ones that arrived from the previous epoch.
+    PendingExchange fresh = exch_.start_backward(dlocal, fin, fin, bits, key, tag_backward(l));
+    owned_rows();
+    if (pend_bwd_[l].active()) {
+      if (s_.send_offsets[s_.num_parts] > 0) tracker_.use_backward(l, pend_bwd_epoch_[l], epoch);
+      exch_.finish_backward(pend_bwd_[l], dlocal, fin);
+    }
+    pend_bwd_[l] = std::move(fresh);
+    pend_bwd_epoch_[l] = epoch;
+    return;
+  }
+  if (pend_bwd_[l].active()) {
+    // A synchronous epoch after stale ones: the previous epoch's halo gradients are dropped,
+    // so every epoch applies exactly one set of halo gradients.
+    Matrix<float> discard(local(), fin);
+    discard.zero();
+    exch_.finish_backward(pend_bwd_[l], discard.data(), fin);
+  }
+  auto pending = exch_.start_backward(dlocal, fin, fin, bits, key, tag_backward(l));
+  owned_rows();
+  exch_.finish_backward(pending, dlocal, fin);
+}
+
+void DistributedTrainer::drain_pending() {
+  for (int l = 0; l < L(); ++l) {
+    if (pend_fwd_[l].active()) exch_.finish_forward(pend_fwd_[l], in_[l].data(), dims_[l]);
+    if (pend_bwd_[l].active()) {
+      Matrix<float> discard(local(), dims_[l]);
+      discard.zero();
+      exch_.finish_backward(pend_bwd_[l], discard.data(), dims_[l]);
+    }
   }
 }
 
@@ -357,7 +500,11 @@ void DistributedTrainer::forward(int epoch, bool training) {
         self = input_features();
       }
     } else {
-      exchange_forward(l, epoch, in_[l].data(), fin);
+      if (training) {
+        exchange_forward(l, epoch, in_[l].data(), fin);
+      } else {
+        exchange_forward_eval(l, epoch, in_[l].data(), fin);
+      }
       z = z_[l].data();
       self = in_[l].data();
     }
@@ -397,13 +544,7 @@ void DistributedTrainer::backward(int epoch) {
     gemm(false, true, owned(), fin, fout, 1.0f, dy, fout, params_.data() + (sage ? lp.w_neigh : lp.w_self), fout, 0.0f, dz, fin);
     float* dlocal = dlocal_.data();
     aggregate_transpose(dz, fin, dlocal, /*halo_rows=*/true);
-    quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0, 0};
-    PendingExchange pending;
-    const bool exchange = !(opt_.skip_exchange && epoch > 0);
-    if (exchange) pending = exch_.start_backward(dlocal, fin, fin, opt_.bits_bwd_at(l), key);
-    aggregate_transpose(dz, fin, dlocal, /*halo_rows=*/false);
-    if (sage) gemm(false, true, owned(), fin, fout, 1.0f, dy, fout, params_.data() + lp.w_self, fout, 1.0f, dlocal, fin);
-    if (exchange) exch_.finish_backward(pending, dlocal, fin);
+    exchange_backward(l, epoch, dlocal, dz, dy, fin, fout);
     // Through the dropout and relu of the previous layer: dy_{l-1} = dlocal (owned) * mask * relu'.
     float* dprev = dy_.data();
     std::copy_n(dlocal, owned() * fin, dprev);
@@ -424,12 +565,28 @@ double DistributedTrainer::loss_and_grad(float* grad) {
 // on how the rows were split.
 void DistributedTrainer::allreduce_gradients(double& loss_sum) {
   Stopwatch ar;
-  HostBuffer<double> packed(grads_.size() + 1);
-  for (size_t i = 0; i < grads_.size(); ++i) packed[i] = grads_[i];
-  packed[grads_.size()] = loss_sum;
+  const size_t n = grads_.size();
+  const size_t layers = static_cast<size_t>(L());
+  // One message: gradients, the loss, and the drift sums of the adapter (no extra round trip).
+  HostBuffer<double> packed(n + 1 + 2 * layers);
+  for (size_t i = 0; i < n; ++i) packed[i] = grads_[i];
+  packed[n] = loss_sum;
+  for (size_t l = 0; l < layers; ++l) {
+    packed[n + 1 + l] = drift_num_[l];
+    packed[n + 1 + layers + l] = drift_den_[l];
+  }
   comm_.allreduce_sum(std::span<double>(packed.data(), packed.size()));
-  for (size_t i = 0; i < grads_.size(); ++i) grads_[i] = static_cast<float>(packed[i]);
-  loss_sum = packed[grads_.size()];
+  for (size_t i = 0; i < n; ++i) grads_[i] = static_cast<float>(packed[i]);
+  loss_sum = packed[n];
+  prev_drift_.clear();
+  if (adapter_.drift_enabled() && drift_measured_) {
+    for (size_t l = 1; l < layers; ++l) {
+      const double num = packed[n + 1 + l], den = packed[n + 1 + layers + l];
+      prev_drift_.push_back(den > 0.0 ? std::sqrt(num / den) : 0.0);
+    }
+  }
+  std::fill(drift_num_.begin(), drift_num_.end(), 0.0);
+  std::fill(drift_den_.begin(), drift_den_.end(), 0.0);
   allreduce_s_ += ar.seconds();
 }
 
@@ -460,6 +617,17 @@ TrainResult DistributedTrainer::run() {
     Stopwatch epoch_sw;
     exch_.stats().reset();
     allreduce_s_ = 0.0;
+    tracker_.reset_epoch();
+    const auto decision = adapter_.decide(epoch, prev_drift_);
+    sync_epoch_ = decision.sync;
+    if (opt_.mode == ExchangeMode::kStale && decision.sync && epoch > 0) {
+      if (decision.reason == SyncReason::kDrift) {
+        log::info("epoch {}: synchronous exchange forced by drift {:.4f} > threshold {:.4f}", epoch, decision.max_drift,
+                  opt_.staleness.drift_threshold);
+      } else {
+        log::info("epoch {}: synchronous exchange ({})", epoch, to_string(decision.reason));
+      }
+    }
     const uint64_t bytes_before = comm_.bytes_sent();
     forward(epoch, /*training=*/true);
     // Loss gradient w.r.t. the last layer's output.
@@ -505,7 +673,8 @@ TrainResult DistributedTrainer::run() {
     }
     const auto& st = exch_.stats();
     // Per-epoch figures: time is the slowest rank's, bytes the sum over ranks.
-    std::vector<double> mx = {epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s};
+    std::vector<double> mx = {epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s,
+                              static_cast<double>(tracker_.max_used()), st.transfer_s};
     std::vector<int64_t> bytes = {static_cast<int64_t>(comm_.bytes_sent() - bytes_before)};
     comm_.allreduce_max(mx.data(), mx.size());
     comm_.allreduce_sum(std::span<int64_t>(bytes));
@@ -516,7 +685,12 @@ TrainResult DistributedTrainer::run() {
     rec["compute_s"] = std::max(0.0, mx[0] - mx[1] - mx[2]);
     rec["bytes_sent"] = bytes[0];
     rec["mode"] = to_string(opt_.mode);
-    rec["max_staleness"] = 0;
+    rec["max_staleness"] = static_cast<int>(mx[4]);
+    rec["sync"] = decision.sync;
+    rec["sync_reason"] = to_string(decision.reason);
+    if (adapter_.drift_enabled()) rec["drift"] = decision.max_drift;
+    // Share of the transfer time that was hidden behind computation (slowest rank's view).
+    rec["overlap"] = mx[5] > 0.0 ? std::clamp(1.0 - mx[3] / mx[5], 0.0, 1.0) : 0.0;
     metrics.write(rec);
     if (opt_.progress && comm_.rank() == 0) {
       if (eval) {
@@ -529,6 +703,7 @@ TrainResult DistributedTrainer::run() {
     }
     result.epochs.push_back(std::move(rec));
   }
+  drain_pending();
   double rss = static_cast<double>(peak_rss_bytes());
   comm_.allreduce_max(&rss, 1);
   nlohmann::json summary;
@@ -541,6 +716,7 @@ TrainResult DistributedTrainer::run() {
   summary["peak_rss_bytes"] = static_cast<int64_t>(rss);
   summary["ranks"] = comm_.size();
   summary["model"] = to_string(opt_.model);
+  summary["mode"] = to_string(opt_.mode);
   metrics.write(summary);
   result.summary = summary;
   return result;

@@ -5,6 +5,7 @@
 // as bytes_sent.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,10 +44,11 @@ class Communicator {
   virtual std::string backend_name() const = 0;
 
   /// Posts all receives, then all sends, and returns without waiting. Messages between a
-  /// pair of ranks are matched in the order given; zero-byte messages are skipped (both
-  /// sides must agree on sizes, which the halo plan guarantees).
+  /// pair of ranks with the same `tag` are matched in the order posted; exchanges that may be
+  /// in flight together use different tags. Zero-byte messages are skipped (both sides must
+  /// agree on sizes, which the halo plan guarantees). Thread-safe (MPI_THREAD_MULTIPLE).
   virtual std::unique_ptr<CommRequest> start_exchange(std::span<const PeerBuffer> sends,
-                                                      std::span<const PeerBuffer> recvs) = 0;
+                                                      std::span<const PeerBuffer> recvs, int tag = 0) = 0;
   /// In-place sum over all ranks.
   virtual void allreduce_sum(void* data, size_t count, ReduceDtype dtype) = 0;
   virtual void allreduce_max(double* data, size_t count) = 0;
@@ -54,14 +56,14 @@ class Communicator {
   virtual void barrier() = 0;
 
   /// Payload bytes this rank has sent through start_exchange since construction.
-  uint64_t bytes_sent() const noexcept { return bytes_sent_; }
+  uint64_t bytes_sent() const noexcept { return bytes_sent_.load(std::memory_order_relaxed); }
 
   void allreduce_sum(std::span<float> v) { allreduce_sum(v.data(), v.size(), ReduceDtype::kFloat32); }
   void allreduce_sum(std::span<double> v) { allreduce_sum(v.data(), v.size(), ReduceDtype::kFloat64); }
   void allreduce_sum(std::span<int64_t> v) { allreduce_sum(v.data(), v.size(), ReduceDtype::kInt64); }
 
  protected:
-  uint64_t bytes_sent_ = 0;
+  std::atomic<uint64_t> bytes_sent_{0};
 };
 
 /// MPI backend over a duplicate of `comm` (so halogen's traffic never matches user
@@ -78,7 +80,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string backend_name() const override { return "mpi"; }
   std::unique_ptr<CommRequest> start_exchange(std::span<const PeerBuffer> sends,
-                                              std::span<const PeerBuffer> recvs) override;
+                                              std::span<const PeerBuffer> recvs, int tag = 0) override;
   void allreduce_sum(void* data, size_t count, ReduceDtype dtype) override;
   using Communicator::allreduce_sum;
   void allreduce_max(double* data, size_t count) override;

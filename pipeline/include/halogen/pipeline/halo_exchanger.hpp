@@ -13,9 +13,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <vector>
 
 #include "halogen/comm/communicator.hpp"
+#include "halogen/pipeline/progress_thread.hpp"
 #include "halogen/core/buffer.hpp"
 #include "halogen/partition/shard.hpp"
 #include "halogen/quant/quantize.hpp"
@@ -24,8 +26,9 @@ namespace halogen {
 
 /// Per-exchange timing and volume, accumulated by the exchanger.
 struct ExchangeStats {
-  double quant_s = 0.0;  // gather + quantize + dequantize + scatter
-  double wait_s = 0.0;   // time blocked waiting for transfers
+  double quant_s = 0.0;     // gather + quantize + dequantize + scatter
+  double wait_s = 0.0;      // time blocked waiting for transfers
+  double transfer_s = 0.0;  // posting to completion, summed over exchanges (with a progress thread)
   uint64_t bytes_sent = 0;
   uint64_t messages = 0;
 
@@ -39,11 +42,15 @@ class PendingExchange {
   PendingExchange(PendingExchange&&) noexcept = default;
   PendingExchange& operator=(PendingExchange&&) noexcept = default;
   ~PendingExchange();
-  bool active() const noexcept { return request_ != nullptr || finished_without_request_; }
+  bool active() const noexcept { return active_; }
+  /// True when the transfer has completed (finish() will not block).
+  bool ready() const;
 
  private:
   friend class HaloExchanger;
-  std::unique_ptr<CommRequest> request_;
+  bool active_ = false;
+  std::unique_ptr<CommRequest> request_;     // without a progress thread
+  std::shared_ptr<Completion> completion_;  // with a progress thread
   HostBuffer<uint32_t> send_words_;
   HostBuffer<uint32_t> recv_words_;
   std::vector<size_t> send_offsets_;  // per peer, in words
@@ -51,22 +58,25 @@ class PendingExchange {
   int64_t cols_ = 0;
   int bits_ = 32;
   bool backward_ = false;
-  bool finished_without_request_ = false;
 };
 
 class HaloExchanger {
  public:
-  HaloExchanger(const Shard& shard, Communicator& comm);
+  /// With `progress` the transfers are posted and driven by that thread; otherwise by the
+  /// calling thread (inside finish).
+  HaloExchanger(const Shard& shard, Communicator& comm, ProgressThread* progress = nullptr);
 
   /// Gathers the send rows of `local` (num_local x cols, row stride ld; only owned rows are
   /// read), quantizes them and posts the transfers.
-  PendingExchange start_forward(const float* local, int64_t cols, int64_t ld, int bits, const quant::QuantKey& key);
+  /// `tag` separates exchanges that may be in flight at the same time (see Communicator).
+  PendingExchange start_forward(const float* local, int64_t cols, int64_t ld, int bits, const quant::QuantKey& key,
+                                int tag = 0);
   /// Waits for a forward exchange and writes the halo rows of `local`.
   void finish_forward(PendingExchange& pending, float* local, int64_t ld);
 
   /// Quantizes the halo rows of `local_grad` and posts them back to their owners.
   PendingExchange start_backward(const float* local_grad, int64_t cols, int64_t ld, int bits,
-                                 const quant::QuantKey& key);
+                                 const quant::QuantKey& key, int tag = 0);
   /// Waits for a backward exchange and adds the received gradients into the owned rows.
   void finish_backward(PendingExchange& pending, float* local_grad, int64_t ld);
 
@@ -86,8 +96,14 @@ class HaloExchanger {
   uint64_t forward_bytes(int64_t cols, int bits) const;
 
  private:
+  // Quantizes the send rows (already contiguous per peer at `rows_of(q)`) and posts them.
+  PendingExchange post(bool backward, int64_t cols, int bits, const quant::QuantKey& key, int tag,
+                       const std::function<const float*(int q, int64_t& ld)>& rows_of);
+  void wait(PendingExchange& p);
+
   const Shard& shard_;
   Communicator& comm_;
+  ProgressThread* progress_;
   ExchangeStats stats_;
   HostBuffer<float> gather_;  // staging for gathered send rows / dequantized receive rows
 };

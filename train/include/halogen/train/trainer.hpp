@@ -15,6 +15,7 @@
 
 #include "halogen/comm/communicator.hpp"
 #include "halogen/partition/shard.hpp"
+#include "halogen/pipeline/staleness.hpp"
 
 namespace halogen {
 
@@ -22,13 +23,6 @@ enum class ModelKind { kGcn, kSage };
 ModelKind parse_model_kind(const std::string& name);
 std::string to_string(ModelKind k);
 
-/// How halo embeddings are exchanged each layer.
-enum class ExchangeMode {
-  kSync,     // exchange, wait, then aggregate
-  kOverlap,  // aggregate the owned part while the halo is in flight
-};
-ExchangeMode parse_exchange_mode(const std::string& name);
-std::string to_string(ExchangeMode m);
 
 struct TrainOptions {
   ModelKind model = ModelKind::kGcn;
@@ -45,6 +39,7 @@ struct TrainOptions {
   std::vector<int> bits_fwd{32};
   std::vector<int> bits_bwd{32};
   ExchangeMode mode = ExchangeMode::kSync;
+  StalenessOptions staleness;  // stale mode: bound S, sync every k, drift threshold
   /// Scale each node's input features to sum 1 (absolute values), as GCN's reference
   /// implementations do; row-local, so it does not depend on the partition.
   bool row_normalize_features = true;

@@ -1,0 +1,81 @@
+#include "halogen/pipeline/staleness.hpp"
+
+#include <algorithm>
+
+#include "halogen/core/error.hpp"
+
+namespace halogen {
+
+ExchangeMode parse_exchange_mode(const std::string& name) {
+  if (name == "sync") return ExchangeMode::kSync;
+  if (name == "overlap") return ExchangeMode::kOverlap;
+  if (name == "stale") return ExchangeMode::kStale;
+  HALOGEN_FAIL("unknown exchange mode '{}': expected 'sync', 'overlap' or 'stale'", name);
+}
+
+std::string to_string(ExchangeMode m) {
+  switch (m) {
+    case ExchangeMode::kSync: return "sync";
+    case ExchangeMode::kOverlap: return "overlap";
+    case ExchangeMode::kStale: return "stale";
+  }
+  return "?";
+}
+
+const char* to_string(SyncReason r) {
+  switch (r) {
+    case SyncReason::kNone: return "stale";
+    case SyncReason::kFirstEpoch: return "first-epoch";
+    case SyncReason::kPeriodic: return "every-k";
+    case SyncReason::kDrift: return "drift";
+    case SyncReason::kMode: return "mode";
+  }
+  return "?";
+}
+
+BoundedStalenessAdapter::BoundedStalenessAdapter(ExchangeMode mode, const StalenessOptions& options)
+    : mode_(mode), options_(options) {
+  if (mode == ExchangeMode::kStale) {
+    HALOGEN_EXPECTS(options.staleness >= 1, "--staleness must be at least 1 in stale mode, got {}", options.staleness);
+  }
+  HALOGEN_EXPECTS(options.sync_every >= 0, "--sync-every must be non-negative, got {}", options.sync_every);
+  HALOGEN_EXPECTS(options.drift_threshold >= 0.0, "--drift-threshold must be non-negative, got {}", options.drift_threshold);
+}
+
+BoundedStalenessAdapter::Decision BoundedStalenessAdapter::decide(int epoch, std::span<const double> previous_drift) const {
+  Decision d;
+  for (double x : previous_drift) d.max_drift = std::max(d.max_drift, x);
+  if (mode_ != ExchangeMode::kStale) return d;  // sync and overlap are always fresh
+  if (epoch == 0) {
+    d.reason = SyncReason::kFirstEpoch;
+  } else if (options_.sync_every > 0 && epoch % options_.sync_every == 0) {
+    d.reason = SyncReason::kPeriodic;
+  } else if (drift_enabled() && (previous_drift.empty() || d.max_drift > options_.drift_threshold)) {
+    // No measurement yet (drift compares two consecutive sends), or too much drift.
+    d.reason = SyncReason::kDrift;
+  } else {
+    d.sync = false;
+    d.reason = SyncReason::kNone;
+  }
+  return d;
+}
+
+StalenessTracker::StalenessTracker(int layers, int bound) : forward_(static_cast<size_t>(layers), -1), bound_(bound) {}
+
+int StalenessTracker::check(const char* what, int layer, int produced, int epoch) {
+  HALOGEN_EXPECTS(produced >= 0, "layer {}: {} used in epoch {} before any was received", layer, what, epoch);
+  const int age = epoch - produced;
+  HALOGEN_EXPECTS(age >= 0 && age <= bound_,
+                  "staleness bound violated: layer {} {} used in epoch {} were produced in epoch {} ({} epochs old, bound {})",
+                  layer, what, epoch, produced, age, bound_);
+  max_used_ = std::max(max_used_, age);
+  return age;
+}
+
+int StalenessTracker::use_forward(int layer, int epoch) { return check("halo embeddings", layer, forward_[layer], epoch); }
+
+int StalenessTracker::use_backward(int layer, int produced, int epoch) {
+  return check("halo gradients", layer, produced, epoch);
+}
+
+}  // namespace halogen

@@ -1,0 +1,126 @@
+// Units of the pipeline: the bounded-staleness adapter's decisions, the staleness tracker's
+// bound, and the progress thread handing a job's error to the waiting thread.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <vector>
+
+#include "halogen/core/error.hpp"
+#include "halogen/pipeline/progress_thread.hpp"
+#include "halogen/pipeline/staleness.hpp"
+
+namespace halogen {
+namespace {
+
+TEST(Adapter, FirstEpochAndEveryK) {
+  StalenessOptions o;
+  o.staleness = 1;
+  o.sync_every = 3;
+  BoundedStalenessAdapter a(ExchangeMode::kStale, o);
+  std::vector<bool> sync;
+  for (int e = 0; e < 10; ++e) sync.push_back(a.decide(e, {}).sync);
+  EXPECT_EQ(sync, (std::vector<bool>{true, false, false, true, false, false, true, false, false, true}));
+  EXPECT_EQ(a.decide(0, {}).reason, SyncReason::kFirstEpoch);
+  EXPECT_EQ(a.decide(6, {}).reason, SyncReason::kPeriodic);
+  EXPECT_EQ(a.decide(7, {}).reason, SyncReason::kNone);
+}
+
+TEST(Adapter, DriftAboveThresholdForcesSync) {
+  StalenessOptions o;
+  o.drift_threshold = 0.05;
+  BoundedStalenessAdapter a(ExchangeMode::kStale, o);
+  const std::vector<double> calm = {0.01, 0.049}, drifting = {0.01, 0.051};
+  EXPECT_FALSE(a.decide(5, calm).sync);
+  EXPECT_TRUE(a.decide(1, {}).sync);  // nothing measured yet
+  const auto d = a.decide(5, drifting);
+  EXPECT_TRUE(d.sync);
+  EXPECT_EQ(d.reason, SyncReason::kDrift);
+  EXPECT_DOUBLE_EQ(d.max_drift, 0.051);
+  // Without a threshold, drift never forces.
+  BoundedStalenessAdapter off(ExchangeMode::kStale, StalenessOptions{});
+  EXPECT_FALSE(off.drift_enabled());
+  EXPECT_FALSE(off.decide(5, std::vector<double>{10.0}).sync);
+}
+
+TEST(Adapter, SyncAndOverlapAreAlwaysFresh) {
+  for (auto m : {ExchangeMode::kSync, ExchangeMode::kOverlap}) {
+    BoundedStalenessAdapter a(m, StalenessOptions{});
+    for (int e = 0; e < 5; ++e) EXPECT_TRUE(a.decide(e, {}).sync);
+  }
+  StalenessOptions bad;
+  bad.staleness = 0;
+  EXPECT_THROW(BoundedStalenessAdapter(ExchangeMode::kStale, bad), Error);
+}
+
+TEST(Tracker, EnforcesBound) {
+  StalenessTracker t(3, 2);
+  EXPECT_THROW(t.use_forward(1, 0), Error);  // nothing received yet
+  t.set_forward(1, 4);
+  EXPECT_EQ(t.use_forward(1, 5), 1);
+  EXPECT_EQ(t.use_forward(1, 6), 2);
+  EXPECT_EQ(t.max_used(), 2);
+  try {
+    t.use_forward(1, 7);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 epochs old, bound 2"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(t.use_backward(2, 9, 10), 1);
+  EXPECT_THROW(t.use_backward(2, 5, 10), Error);
+}
+
+class FailingRequest : public CommRequest {
+ public:
+  explicit FailingRequest(int polls) : polls_(polls) {}
+  void wait() override {}
+  bool test() override {
+    if (--polls_ == 0) throw Error("injected transfer failure");
+    return false;
+  }
+
+ private:
+  int polls_;
+};
+
+class DoneRequest : public CommRequest {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
+TEST(ProgressThread, ErrorsSurfaceOnTheWaitingThread) {
+  ProgressThread progress;
+  // An error while posting...
+  auto posting = progress.submit([]() -> std::unique_ptr<CommRequest> { throw Error("cannot post"); });
+  EXPECT_THROW(posting->wait(), Error);
+  // ...and one while the transfer is in flight.
+  auto in_flight = progress.submit([] { return std::make_unique<FailingRequest>(3); });
+  try {
+    in_flight->wait();
+    FAIL() << "expected the injected failure";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("injected transfer failure"), std::string::npos);
+  }
+  // The thread keeps serving jobs after a failure.
+  auto ok = progress.submit([] { return std::make_unique<DoneRequest>(); });
+  EXPECT_NO_THROW(ok->wait());
+  EXPECT_TRUE(ok->ready());
+}
+
+TEST(ProgressThread, RunsJobsInSubmissionOrder) {
+  ProgressThread progress;
+  std::vector<int> order;
+  std::vector<std::shared_ptr<Completion>> done;
+  for (int i = 0; i < 50; ++i) {
+    done.push_back(progress.submit([&order, i] {
+      order.push_back(i);  // only the progress thread touches `order` until all are done
+      return std::make_unique<DoneRequest>();
+    }));
+  }
+  for (auto& d : done) d->wait();
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(order[i], i);
+}
+
+}  // namespace
+}  // namespace halogen
