@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -22,7 +23,15 @@ constexpr unsigned kGzipInputBytes = 1u << 20;
 
 gzFile as_gz(void* p) { return static_cast<gzFile>(p); }
 
+std::atomic<size_t> g_default_block_bytes{TextInput::kDefaultBlockBytes};
+
 }  // namespace
+
+size_t TextInput::default_block_bytes() noexcept { return g_default_block_bytes.load(std::memory_order_relaxed); }
+
+void TextInput::set_default_block_bytes(size_t bytes) noexcept {
+  g_default_block_bytes.store(bytes > 0 ? bytes : kDefaultBlockBytes, std::memory_order_relaxed);
+}
 
 std::string quote_line(std::string_view line) {
   constexpr size_t kMax = 60;
@@ -34,7 +43,8 @@ std::string quote_line(std::string_view line) {
 }
 
 TextInput::TextInput(std::filesystem::path path, size_t block_bytes)
-    : path_(std::move(path)), block_bytes_(std::max<size_t>(block_bytes, 16)) {
+    : path_(std::move(path)),
+      block_bytes_(std::max<size_t>(block_bytes > 0 ? block_bytes : default_block_bytes(), 16)) {
   // Allocate first, so that nothing below can fail with the file left open.
   for (size_t i = 0; i < kBlockCount; ++i) {
     Block b;

@@ -29,9 +29,16 @@ class TextInput {
   static constexpr size_t kDefaultBlockBytes = size_t{4} << 20;
 
   /// Opens `path`; gzip is recognised by its magic bytes (1f 8b), not by the file name.
-  /// `block_bytes` is the read granularity; a line longer than a block grows that block.
-  /// Throws halogen::Error when the file cannot be opened.
-  explicit TextInput(std::filesystem::path path, size_t block_bytes = kDefaultBlockBytes);
+  /// `block_bytes` is the read granularity (0: default_block_bytes()); a line longer than a
+  /// block grows that block. Throws halogen::Error when the file cannot be opened.
+  explicit TextInput(std::filesystem::path path, size_t block_bytes = 0);
+
+  /// The block size of readers that do not choose one (kDefaultBlockBytes unless set).
+  /// Fuzzers and tests lower it process-wide so that the readers cross block boundaries on
+  /// small inputs (and do not allocate 3 x 4 MiB per file).
+  static size_t default_block_bytes() noexcept;
+  static void set_default_block_bytes(size_t bytes) noexcept;
+
   /// Stops and joins the reading thread (also when parsing failed half-way).
   ~TextInput();
   TextInput(const TextInput&) = delete;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,5 +47,16 @@ nlohmann::json partition_report(const Dataset& ds, std::span<const int32_t> part
                                 int hidden, int layers);
 /// Human-readable table of a report.
 std::string format_partition_report(const nlohmann::json& report);
+
+/// Writes every shard (shard_path) and DIR/partition.json (the report plus "format",
+/// "version", "partition_id" as 16 hex digits, the options and the shard file names) for the
+/// assignment `part_of` into `out_dir`. Everything is written into a temporary sibling
+/// directory that is renamed into place, so `out_dir` never holds a half-written partition.
+/// If `out_dir` already holds this very partition (same fingerprint and part count), its
+/// shards are left alone and its report is returned (rewritten only if hidden/layers
+/// differ). A directory holding anything else is an error naming it, unless `overwrite`,
+/// in which case it is replaced atomically. Returns the report.
+nlohmann::json write_partition(const Dataset& ds, std::span<const int32_t> part_of, const PartitionOptions& options,
+                               const std::filesystem::path& out_dir, int hidden, int layers, bool overwrite);
 
 }  // namespace halogen

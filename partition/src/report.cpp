@@ -1,0 +1,239 @@
+// The partition report: balance, edge cut, halo sizes per peer and the bytes the halo
+// exchange moves per epoch at each bit width.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "halogen/core/error.hpp"
+#include "halogen/partition/partitioner.hpp"
+
+namespace halogen {
+
+namespace {
+
+constexpr int kReportBits[] = {32, 16, 8, 4, 2, 1};
+
+// 32-bit words of one rows x cols message, exactly as halogen::quant::packed_words counts
+// them (quant/include/halogen/quant/quantize.hpp); repeated here so that the offline stage
+// does not depend on the quantization library.
+int64_t message_words(int bits, int64_t rows, int64_t cols) {
+  if (rows == 0) return 0;
+  if (bits == 32) return rows * cols;
+  if (bits == 16) return rows * ((cols + 1) / 2);
+  // One exponent word per message; per row one metadata word (fp16 min | fp16 scale) and
+  // the packed codes.
+  return 1 + rows * (1 + (cols * bits + 31) / 32);
+}
+
+double max_over_avg(const std::vector<int64_t>& v) {
+  int64_t total = 0, mx = 0;
+  for (int64_t x : v) {
+    total += x;
+    mx = std::max(mx, x);
+  }
+  if (total == 0) return 1.0;
+  return static_cast<double>(mx) * static_cast<double>(v.size()) / static_cast<double>(total);
+}
+
+}  // namespace
+
+nlohmann::json partition_report(const Dataset& ds, std::span<const int32_t> part_of, int num_parts, int hidden,
+                                int layers) {
+  const CsrGraph& g = ds.graph;
+  const int64_t n = g.num_nodes();
+  const int P = num_parts;
+  HALOGEN_EXPECTS(P >= 1, "number of parts must be at least 1, got {}", P);
+  HALOGEN_EXPECTS(static_cast<int64_t>(part_of.size()) == n, "assignment has {} entries, dataset '{}' has {} nodes",
+                  part_of.size(), ds.name, n);
+  HALOGEN_EXPECTS(hidden >= 1 && layers >= 1, "report needs hidden >= 1 and layers >= 1, got hidden {} layers {}",
+                  hidden, layers);
+  for (int64_t v = 0; v < n; ++v) {
+    HALOGEN_EXPECTS(part_of[static_cast<size_t>(v)] >= 0 && part_of[static_cast<size_t>(v)] < P,
+                    "node {} is assigned to part {}, expected [0, {})", v, part_of[static_cast<size_t>(v)], P);
+  }
+  const bool has_split = static_cast<int64_t>(ds.split.size()) == n;
+
+  // Owned lists (counting sort) and per-part node, training-node and edge counts.
+  std::vector<int64_t> owned(static_cast<size_t>(P), 0), train(static_cast<size_t>(P), 0),
+      edges(static_cast<size_t>(P), 0);
+  for (int64_t v = 0; v < n; ++v) {
+    const size_t p = static_cast<size_t>(part_of[static_cast<size_t>(v)]);
+    owned[p]++;
+    if (has_split && ds.split[v] == static_cast<uint8_t>(SplitRole::kTrain)) train[p]++;
+    edges[p] += g.degree(static_cast<NodeId>(v));
+  }
+  std::vector<int64_t> owned_begin(static_cast<size_t>(P) + 1, 0);
+  for (int p = 0; p < P; ++p)
+    owned_begin[static_cast<size_t>(p) + 1] = owned_begin[static_cast<size_t>(p)] + owned[static_cast<size_t>(p)];
+  std::vector<NodeId> owned_nodes(static_cast<size_t>(n));
+  {
+    std::vector<int64_t> fill(owned_begin.begin(), owned_begin.end() - 1);
+    for (int64_t v = 0; v < n; ++v) {
+      owned_nodes[static_cast<size_t>(fill[static_cast<size_t>(part_of[static_cast<size_t>(v)])]++)] =
+          static_cast<NodeId>(v);
+    }
+  }
+
+  // halo_from[p][q]: nodes owned by q that p needs. A node counts once per part: the first
+  // thread to stamp it with p counts it.
+  std::vector<std::vector<int64_t>> halo_from(static_cast<size_t>(P), std::vector<int64_t>(static_cast<size_t>(P), 0));
+  std::vector<int32_t> stamp(static_cast<size_t>(n), -1);
+  for (int p = 0; p < P; ++p) {
+    std::vector<int64_t>& row = halo_from[static_cast<size_t>(p)];
+#pragma omp parallel
+    {
+      std::vector<int64_t> mine(static_cast<size_t>(P), 0);
+#pragma omp for schedule(dynamic, 1024) nowait
+      for (int64_t i = owned_begin[static_cast<size_t>(p)]; i < owned_begin[static_cast<size_t>(p) + 1]; ++i) {
+        for (NodeId u : g.neighbors(owned_nodes[static_cast<size_t>(i)])) {
+          const int32_t q = part_of[static_cast<size_t>(u)];
+          if (q == p) continue;
+          if (std::atomic_ref<int32_t>(stamp[static_cast<size_t>(u)]).exchange(p, std::memory_order_relaxed) != p) {
+            mine[static_cast<size_t>(q)]++;
+          }
+        }
+      }
+#pragma omp critical(halogen_report_merge)
+      for (int q = 0; q < P; ++q) row[static_cast<size_t>(q)] += mine[static_cast<size_t>(q)];
+    }
+  }
+
+  // Edge cut: unordered pairs {u, v} (u != v) with an entry in either direction whose ends
+  // lie in different parts; `cut_entries` counts stored directed entries.
+  int64_t cut = 0, cut_entries = 0, undirected = 0;
+#pragma omp parallel for schedule(dynamic, 4096) reduction(+ : cut, cut_entries, undirected)
+  for (int64_t v = 0; v < n; ++v) {
+    const int32_t pv = part_of[static_cast<size_t>(v)];
+    for (NodeId u : g.neighbors(static_cast<NodeId>(v))) {
+      if (u == v) continue;
+      // A pair is counted from its smaller end, or from the larger one when the reverse
+      // entry is missing (directed graphs).
+      bool counts = u < v;
+      if (!counts) {
+        auto nu = g.neighbors(u);
+        counts = !std::binary_search(nu.begin(), nu.end(), static_cast<NodeId>(v));
+      }
+      undirected += counts;
+      if (part_of[static_cast<size_t>(u)] != pv) {
+        cut_entries++;
+        cut += counts;
+      }
+    }
+  }
+
+  nlohmann::json parts = nlohmann::json::array();
+  int64_t total_halo = 0, messages = 0;
+  for (int p = 0; p < P; ++p) {
+    int64_t halo = 0, send_rows = 0;
+    int recv_peers = 0, send_peers = 0;
+    for (int q = 0; q < P; ++q) {
+      const int64_t in = halo_from[static_cast<size_t>(p)][static_cast<size_t>(q)];
+      const int64_t out = halo_from[static_cast<size_t>(q)][static_cast<size_t>(p)];
+      halo += in;
+      send_rows += out;
+      recv_peers += in > 0;
+      send_peers += out > 0;
+      messages += in > 0;
+    }
+    total_halo += halo;
+    parts.push_back({{"part", p},
+                     {"owned", owned[static_cast<size_t>(p)]},
+                     {"train", train[static_cast<size_t>(p)]},
+                     {"local_edges", edges[static_cast<size_t>(p)]},
+                     {"halo", halo},
+                     {"send_rows", send_rows},
+                     {"peers", recv_peers},
+                     {"send_peers", send_peers},
+                     {"halo_from", halo_from[static_cast<size_t>(p)]}});
+  }
+
+  // Per-epoch exchange volume: layers 1..L-1 exchange `hidden`-wide embeddings forward and
+  // their gradients backward, one message per (sender, receiver) pair with rows.
+  nlohmann::json layer_list = nlohmann::json::array();
+  nlohmann::json per_epoch = nlohmann::json::object();
+  for (int bits : kReportBits) per_epoch[std::to_string(bits)] = {{"forward", 0}, {"backward", 0}, {"total", 0}};
+  for (int layer = 1; layer < layers; ++layer) {
+    nlohmann::json by_bits = nlohmann::json::object();
+    for (int bits : kReportBits) {
+      int64_t bytes = 0;
+      for (int p = 0; p < P; ++p) {
+        for (int q = 0; q < P; ++q) {
+          bytes += 4 * message_words(bits, halo_from[static_cast<size_t>(p)][static_cast<size_t>(q)], hidden);
+        }
+      }
+      // Backward messages mirror the forward ones: same pairs reversed, same row counts.
+      by_bits[std::to_string(bits)] = {{"forward", bytes}, {"backward", bytes}};
+      nlohmann::json& e = per_epoch[std::to_string(bits)];
+      e["forward"] = e["forward"].get<int64_t>() + bytes;
+      e["backward"] = e["backward"].get<int64_t>() + bytes;
+      e["total"] = e["total"].get<int64_t>() + 2 * bytes;
+    }
+    layer_list.push_back({{"layer", layer}, {"cols", hidden}, {"bytes", by_bits}});
+  }
+
+  nlohmann::json report;
+  report["dataset"] = ds.name;
+  report["num_nodes"] = n;
+  report["num_edges"] = g.num_edges();
+  report["num_undirected_edges"] = undirected;
+  report["num_parts"] = P;
+  report["hidden"] = hidden;
+  report["layers"] = layers;
+  report["parts"] = parts;
+  report["edge_cut"] = cut;
+  report["cut_entries"] = cut_entries;
+  report["edge_cut_fraction"] = undirected > 0 ? static_cast<double>(cut) / static_cast<double>(undirected) : 0.0;
+  report["total_halo"] = total_halo;
+  report["messages_per_exchange"] = messages;
+  report["imbalance"] = {
+      {"nodes", max_over_avg(owned)}, {"train", max_over_avg(train)}, {"edges", max_over_avg(edges)}};
+  report["exchange"] = {{"bits", kReportBits}, {"layers", layer_list}, {"per_epoch_bytes", per_epoch}};
+  report["notes"] =
+      "Imbalance is max/avg over parts (1.0 when a quantity is zero everywhere); local_edges counts the stored entries "
+      "of owned rows. Exchange bytes: layer 0 input features are aggregated once before training and never exchanged "
+      "per epoch, so each epoch exchanges layers 1..L-1 with `hidden` columns: forward embeddings and backward "
+      "gradients, one message per (sender, receiver) pair with rows. Message size in 32-bit words: fp32 rows*cols, "
+      "fp16 rows*ceil(cols/2), b in {1,2,4,8}: 1 exponent word + rows*(1 metadata word + ceil(cols*b/32)).";
+  return report;
+}
+
+std::string format_partition_report(const nlohmann::json& r) {
+  std::string out;
+  auto line = [&](const std::string& s) {
+    out += s;
+    out += '\n';
+  };
+  line(fmt::format("partition of '{}': {} nodes, {} undirected edges, {} parts", r.value("dataset", "?"),
+                   r.value("num_nodes", int64_t{0}), r.value("num_undirected_edges", int64_t{0}),
+                   r.value("num_parts", 0)));
+  line(fmt::format("{:>6} {:>12} {:>10} {:>14} {:>12} {:>12} {:>6}", "part", "owned", "train", "local_edges", "halo",
+                   "send_rows", "peers"));
+  for (const auto& p : r.at("parts")) {
+    line(fmt::format("{:>6} {:>12} {:>10} {:>14} {:>12} {:>12} {:>6}", p.at("part").get<int>(),
+                     p.at("owned").get<int64_t>(), p.at("train").get<int64_t>(), p.at("local_edges").get<int64_t>(),
+                     p.at("halo").get<int64_t>(), p.at("send_rows").get<int64_t>(), p.at("peers").get<int>()));
+  }
+  const auto& imb = r.at("imbalance");
+  line(fmt::format("edge cut: {} ({:.2f}% of undirected edges); total halo: {}", r.at("edge_cut").get<int64_t>(),
+                   100.0 * r.at("edge_cut_fraction").get<double>(), r.at("total_halo").get<int64_t>()));
+  line(fmt::format("imbalance (max/avg): nodes {:.3f}, train {:.3f}, edges {:.3f}", imb.at("nodes").get<double>(),
+                   imb.at("train").get<double>(), imb.at("edges").get<double>()));
+  line(fmt::format("halo exchange per epoch (layers 1..{}, {} columns, forward + backward):",
+                   r.at("layers").get<int>() - 1, r.at("hidden").get<int>()));
+  line(fmt::format("{:>6} {:>16} {:>16} {:>16} {:>12}", "bits", "forward B", "backward B", "total B", "vs fp32"));
+  const auto& per_epoch = r.at("exchange").at("per_epoch_bytes");
+  const int64_t fp32_total = per_epoch.at("32").at("total").get<int64_t>();
+  for (int bits : kReportBits) {
+    const auto& e = per_epoch.at(std::to_string(bits));
+    const int64_t total = e.at("total").get<int64_t>();
+    line(fmt::format("{:>6} {:>16} {:>16} {:>16} {:>12}", bits, e.at("forward").get<int64_t>(),
+                     e.at("backward").get<int64_t>(), total,
+                     total > 0 ? fmt::format("{:.2f}x", static_cast<double>(fp32_total) / static_cast<double>(total))
+                               : std::string("-")));
+  }
+  return out;
+}
+
+}  // namespace halogen

@@ -1,0 +1,536 @@
+// Partitioners, shards, the shard file format, the partition report and write_partition.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "halogen/core/error.hpp"
+#include "halogen/core/io.hpp"
+#include "halogen/partition/dataset.hpp"
+#include "halogen/partition/generate.hpp"
+#include "halogen/partition/partitioner.hpp"
+#include "halogen/partition/readers.hpp"
+#include "halogen/partition/shard.hpp"
+#include "partition_checks.hpp"
+#include "test_data.hpp"
+
+namespace halogen {
+namespace {
+
+namespace fs = std::filesystem;
+using test::expect_reassembles;
+using test::expect_send_lists_mirror_halos;
+
+template <typename T>
+std::vector<T> vec(const ArrayRef<T>& a) {
+  return {a.begin(), a.end()};
+}
+
+// 8 nodes, undirected edges 0-1 0-2 1-2 2-3 3-4 4-5 5-6 6-7 7-4 1-6; 3 features per node
+// (10 v + j), labels v % 3, split: 0 3 5 train, 1 4 valid, the rest test.
+Dataset tiny_dataset() {
+  EdgeList e;
+  e.num_nodes = 8;
+  for (auto [u, v] : std::vector<std::pair<int, int>>{
+           {0, 1}, {0, 2}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 4}, {1, 6}}) {
+    e.add(u, v);
+  }
+  Dataset ds;
+  ds.name = "tiny";
+  ds.graph = build_csr(e);
+  ds.feature_dim = 3;
+  HostBuffer<float> f(24);
+  for (int v = 0; v < 8; ++v) {
+    for (int j = 0; j < 3; ++j) f[static_cast<size_t>(v * 3 + j)] = static_cast<float>(10 * v + j);
+  }
+  ds.features = ArrayRef<float>(std::move(f));
+  HostBuffer<int32_t> labels(8);
+  for (int v = 0; v < 8; ++v) labels[static_cast<size_t>(v)] = v % 3;
+  ds.labels = ArrayRef<int32_t>(std::move(labels));
+  ds.num_classes = 3;
+  HostBuffer<uint8_t> split(8, static_cast<uint8_t>(SplitRole::kTest));
+  for (int v : {0, 3, 5}) split[static_cast<size_t>(v)] = static_cast<uint8_t>(SplitRole::kTrain);
+  for (int v : {1, 4}) split[static_cast<size_t>(v)] = static_cast<uint8_t>(SplitRole::kValid);
+  ds.split = ArrayRef<uint8_t>(std::move(split));
+  ds.validate();
+  return ds;
+}
+
+const std::vector<int32_t> kTinyParts = {0, 0, 1, 1, 2, 2, 1, 0};  // {0,1,7} {2,3,6} {4,5}
+
+// Shared datasets are read once per test binary.
+const Dataset& shared_dataset(const fs::path& dir) {
+  static std::map<std::string, Dataset> cache;
+  auto it = cache.find(dir.string());
+  if (it == cache.end()) it = cache.emplace(dir.string(), read_ogb_dataset(dir)).first;
+  return it->second;
+}
+
+std::vector<int32_t> metis_parts(const Dataset& ds, int parts) {
+  PartitionOptions o;
+  o.num_parts = parts;
+  o.method = PartitionMethod::kMetis;
+  return partition_graph(ds, o);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// ------------------------------------------------------------------------------------------
+
+TEST(Shards, TinyLayoutFollowsTheNumberingRules) {
+  const Dataset ds = tiny_dataset();
+  const auto shards = build_shards(ds, kTinyParts, 3);
+  ASSERT_EQ(shards.size(), 3u);
+  const Shard& s = shards[0];
+  EXPECT_EQ(vec(s.owned_global), (std::vector<NodeId>{0, 1, 7}));
+  // Halo grouped by owner (part 1: 2, 6; part 2: 4), ascending within the owner.
+  EXPECT_EQ(vec(s.halo_global), (std::vector<NodeId>{2, 6, 4}));
+  EXPECT_EQ(vec(s.halo_offsets), (std::vector<int32_t>{0, 0, 2, 3}));
+  // Local ids: 0->0 1->1 7->2 | 2->3 6->4 4->5. Row of 7 = {4, 6} in global order -> {5, 4}.
+  EXPECT_EQ(vec(s.row_offsets), (std::vector<EdgeIdx>{0, 2, 5, 7}));
+  EXPECT_EQ(vec(s.col_indices), (std::vector<int32_t>{1, 3, 0, 3, 4, 5, 4}));
+  EXPECT_EQ(vec(s.t_offsets), (std::vector<EdgeIdx>{0, 1, 2, 2, 4, 6, 7}));
+  EXPECT_EQ(vec(s.t_indices), (std::vector<int32_t>{1, 0, 0, 1, 1, 2, 2}));
+  EXPECT_EQ(vec(s.in_degree), (std::vector<int32_t>{2, 3, 2, 3, 3, 3}));
+  EXPECT_EQ(vec(s.out_degree), vec(s.in_degree));
+  // Part 1 needs 0, 1, 7 from part 0; part 2 needs 7.
+  EXPECT_EQ(vec(s.send_offsets), (std::vector<int32_t>{0, 0, 3, 4}));
+  EXPECT_EQ(vec(s.send_indices), (std::vector<int32_t>{0, 1, 2, 2}));
+  EXPECT_EQ(vec(s.features), (std::vector<float>{0, 1, 2, 10, 11, 12, 70, 71, 72}));
+  EXPECT_EQ(vec(s.labels), (std::vector<int32_t>{0, 1, 1}));
+  EXPECT_EQ(s.global_train_count, 3);
+  EXPECT_EQ(s.global_valid_count, 2);
+  EXPECT_EQ(s.global_test_count, 3);
+  EXPECT_EQ(shards[2].num_owned, 2);
+  EXPECT_EQ(vec(shards[2].halo_global), (std::vector<NodeId>{7, 3, 6}));
+  expect_reassembles(ds, shards);
+  expect_send_lists_mirror_halos(shards);
+}
+
+TEST(Shards, ValidateCatchesBrokenOrderingAndStructure) {
+  const Dataset ds = tiny_dataset();
+  const Shard good = build_shards(ds, kTinyParts, 3)[0];
+  ASSERT_NO_THROW(good.validate());
+
+  Shard swapped = good;  // row of node 7 in local order {4, 5} instead of global order
+  swapped.col_indices = copy_to_array<int32_t>(std::vector<int32_t>{1, 3, 0, 3, 4, 4, 5});
+  EXPECT_NE(error_of([&] { swapped.validate(); }).find("ascending global id"), std::string::npos);
+
+  Shard halo_unsorted = good;
+  halo_unsorted.halo_global = copy_to_array<NodeId>(std::vector<NodeId>{6, 2, 4});
+  EXPECT_NE(error_of([&] { halo_unsorted.validate(); }).find("halo_global"), std::string::npos);
+
+  Shard bad_transpose = good;
+  bad_transpose.t_indices = copy_to_array<int32_t>(std::vector<int32_t>{1, 0, 1, 0, 1, 2, 2});
+  EXPECT_NE(error_of([&] { bad_transpose.validate(); }).find("transposed"), std::string::npos);
+
+  Shard bad_send = good;
+  bad_send.send_indices = copy_to_array<int32_t>(std::vector<int32_t>{1, 0, 2, 2});
+  EXPECT_NE(error_of([&] { bad_send.validate(); }).find("send list"), std::string::npos);
+
+  Shard bad_offsets = good;  // in range at both ends, but not monotone
+  bad_offsets.halo_offsets = copy_to_array<int32_t>(std::vector<int32_t>{0, 100, 2, 3});
+  EXPECT_NE(error_of([&] { bad_offsets.validate(); }).find("halo_offsets decrease"), std::string::npos);
+
+  Shard bad_degree = good;
+  bad_degree.in_degree = copy_to_array<int32_t>(std::vector<int32_t>{2, 2, 2, 3, 3, 3});
+  EXPECT_NE(error_of([&] { bad_degree.validate(); }).find("in_degree"), std::string::npos);
+}
+
+TEST(Shards, SelfLoopsAndIsolatedNodesSurvive) {
+  EdgeList e;
+  e.num_nodes = 6;
+  e.add(0, 1);
+  e.add(1, 2);
+  e.add(3, 4);
+  Dataset ds;
+  ds.name = "loops";
+  ds.graph = build_csr(e, {.symmetrize = true, .self_loops = SelfLoops::kAdd});  // node 5 only has its loop
+  ds.labels = ArrayRef<int32_t>(HostBuffer<int32_t>(6, -1));
+  ds.split = ArrayRef<uint8_t>(HostBuffer<uint8_t>(6, 0));
+  for (int parts : {1, 2, 3}) {
+    PartitionOptions o;
+    o.num_parts = parts;
+    const auto part_of = partition_graph(ds, o);  // METIS on a copy without the loops
+    const auto shards = build_shards(ds, part_of, parts);
+    expect_reassembles(ds, shards);
+    expect_send_lists_mirror_halos(shards);
+  }
+}
+
+TEST(Partitioner, BadPartCountsAreClearErrors) {
+  const Dataset ds = tiny_dataset();
+  for (PartitionMethod m : {PartitionMethod::kMetis, PartitionMethod::kRandom}) {
+    PartitionOptions o;
+    o.method = m;
+    o.num_parts = 0;
+    EXPECT_NE(error_of([&] { partition_graph(ds, o); }).find("at least 1"), std::string::npos);
+    o.num_parts = 9;
+    EXPECT_NE(error_of([&] { partition_graph(ds, o); }).find("8 nodes into 9 parts"), std::string::npos);
+    o.num_parts = 1;
+    EXPECT_EQ(partition_graph(ds, o), std::vector<int32_t>(8, 0));
+  }
+  EXPECT_THROW(parse_partition_method("kahip"), Error);
+  EXPECT_EQ(parse_partition_method("ptscotch"), PartitionMethod::kPtScotch);
+  EXPECT_EQ(parse_partition_objective("cut"), PartitionObjective::kCut);
+  EXPECT_THROW(build_shards(ds, std::vector<int32_t>{0, 0, 1, 1, 2, 2, 1, 3}, 3), Error);
+  EXPECT_THROW(build_shards(ds, std::vector<int32_t>{0, 0, 1}, 3), Error);
+}
+
+TEST(Partitioner, RandomIsBalancedAndDeterministic) {
+  SbmOptions so;
+  so.num_nodes = 1001;
+  const Dataset ds = generate_sbm(so);
+  PartitionOptions o;
+  o.method = PartitionMethod::kRandom;
+  o.num_parts = 4;
+  const auto a = partition_graph(ds, o);
+  EXPECT_EQ(a, partition_graph(ds, o));
+  std::vector<int> sizes(4, 0);
+  for (int32_t p : a) sizes[static_cast<size_t>(p)]++;
+  EXPECT_EQ(*std::max_element(sizes.begin(), sizes.end()) - *std::min_element(sizes.begin(), sizes.end()), 1);
+  o.seed = 2;
+  EXPECT_NE(a, partition_graph(ds, o));
+}
+
+TEST(Partitioner, MetisBalancesConstraintsAndIsDeterministic) {
+  SbmOptions so;
+  so.num_nodes = 20000;
+  so.train_fraction = 0.2;
+  so.test_fraction = 0.65;
+  so.power_law = true;
+  const Dataset ds = generate_sbm(so);
+  PartitionOptions o;
+  o.num_parts = 4;
+  const auto a = partition_graph(ds, o);
+  EXPECT_EQ(a, partition_graph(ds, o));
+  const nlohmann::json r = partition_report(ds, a, 4, 16, 2);
+  EXPECT_LE(r["imbalance"]["nodes"].get<double>(), 1.06);
+  EXPECT_LE(r["imbalance"]["train"].get<double>(), 1.1);
+  EXPECT_LE(r["imbalance"]["edges"].get<double>(), 1.1);
+  PartitionOptions random = o;
+  random.method = PartitionMethod::kRandom;
+  EXPECT_LT(r["edge_cut"].get<int64_t>(),
+            partition_report(ds, partition_graph(ds, random), 4, 16, 2)["edge_cut"].get<int64_t>());
+  // Without training nodes the train constraint is dropped instead of failing.
+  Dataset no_train = ds;
+  no_train.split = ArrayRef<uint8_t>(HostBuffer<uint8_t>(static_cast<size_t>(ds.num_nodes()), 0));
+  const auto b = partition_graph(no_train, o);
+  EXPECT_EQ(b.size(), static_cast<size_t>(ds.num_nodes()));
+  o.objective = PartitionObjective::kCut;
+  EXPECT_NO_THROW(partition_graph(ds, o));
+}
+
+TEST(Report, TinyNumbersByHand) {
+  const Dataset ds = tiny_dataset();
+  const nlohmann::json r = partition_report(ds, kTinyParts, 3, 5, 3);
+  EXPECT_EQ(r["edge_cut"].get<int64_t>(), 7);  // all but 0-1, 2-3, 4-5
+  EXPECT_EQ(r["cut_entries"].get<int64_t>(), 14);
+  EXPECT_EQ(r["num_undirected_edges"].get<int64_t>(), 10);
+  EXPECT_EQ(r["total_halo"].get<int64_t>(), 11);
+  EXPECT_EQ(r["messages_per_exchange"].get<int64_t>(), 6);
+  EXPECT_EQ(r["parts"][0]["halo_from"], nlohmann::json::parse("[0, 2, 1]"));
+  EXPECT_EQ(r["parts"][1]["halo"].get<int64_t>(), 5);
+  EXPECT_EQ(r["parts"][0]["send_rows"].get<int64_t>(), 4);
+  EXPECT_EQ(r["parts"][0]["train"].get<int64_t>(), 1);
+  EXPECT_EQ(r["parts"][0]["local_edges"].get<int64_t>(), 7);
+  EXPECT_DOUBLE_EQ(r["imbalance"]["nodes"].get<double>(), 9.0 / 8.0);
+  // 11 halo rows in 6 messages, 5 columns, 2 exchanged layers (layers 1 and 2).
+  const auto& layers = r["exchange"]["layers"];
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_EQ(layers[0]["bytes"]["32"]["forward"].get<int64_t>(), 11 * 5 * 4);
+  EXPECT_EQ(layers[0]["bytes"]["16"]["forward"].get<int64_t>(), 11 * 3 * 4);
+  EXPECT_EQ(layers[0]["bytes"]["8"]["forward"].get<int64_t>(), (6 + 11 * (1 + 2)) * 4);
+  EXPECT_EQ(layers[0]["bytes"]["1"]["backward"].get<int64_t>(), (6 + 11 * (1 + 1)) * 4);
+  EXPECT_EQ(r["exchange"]["per_epoch_bytes"]["1"]["total"].get<int64_t>(), 4 * (6 + 11 * 2) * 4);
+  EXPECT_TRUE(r.contains("notes"));
+  const std::string table = format_partition_report(r);
+  EXPECT_NE(table.find("edge cut: 7"), std::string::npos) << table;
+  // One layer: nothing is exchanged per epoch.
+  EXPECT_EQ(partition_report(ds, kTinyParts, 3, 5, 1)["exchange"]["per_epoch_bytes"]["32"]["total"].get<int64_t>(), 0);
+}
+
+// ------------------------------------------------------------------------------------------
+
+class SharedDatasets : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SharedDatasets, ShardsReassembleForOneToEightParts) {
+  HALOGEN_SHARED_DATASET(dir, GetParam());
+  const Dataset& ds = shared_dataset(dir);
+  for (int parts : {1, 2, 4, 8}) {
+    SCOPED_TRACE(testing::Message() << GetParam() << " P=" << parts);
+    const auto part_of = metis_parts(ds, parts);
+    const auto shards = build_shards(ds, part_of, parts);
+    ASSERT_EQ(shards.size(), static_cast<size_t>(parts));
+    expect_reassembles(ds, shards);
+    expect_send_lists_mirror_halos(shards);
+    if (parts == 1) {
+      EXPECT_EQ(shards[0].num_halo, 0);
+      EXPECT_EQ(shards[0].send_indices.size(), 0u);
+      EXPECT_EQ(shards[0].num_owned, ds.num_nodes());
+    } else {
+      for (const Shard& s : shards) EXPECT_GT(s.num_owned, 0);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Partition, SharedDatasets, ::testing::Values("cora", "coauthor-cs"));
+
+class MetisVsRandom : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MetisVsRandom, MetisCutsFewerEdges) {
+  HALOGEN_SHARED_DATASET(dir, GetParam());
+  const Dataset& ds = shared_dataset(dir);
+  for (int parts : {2, 8}) {
+    PartitionOptions o;
+    o.num_parts = parts;
+    const auto metis = partition_graph(ds, o);
+    o.method = PartitionMethod::kRandom;
+    const auto random = partition_graph(ds, o);
+    const int64_t metis_cut = partition_report(ds, metis, parts, 64, 2)["edge_cut"].get<int64_t>();
+    const int64_t random_cut = partition_report(ds, random, parts, 64, 2)["edge_cut"].get<int64_t>();
+    EXPECT_LT(metis_cut, random_cut) << GetParam() << " P=" << parts;
+    // Not just marginally: on these graphs METIS cuts well under half of what random does.
+    EXPECT_LT(2 * metis_cut, random_cut) << GetParam() << " P=" << parts;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Partition, MetisVsRandom,
+                         ::testing::Values("cora", "citeseer", "amazon-photo", "coauthor-cs"));
+
+// ------------------------------------------------------------------------------------------
+
+void expect_same_shard(const Shard& a, const Shard& b) {
+  EXPECT_EQ(a.part, b.part);
+  EXPECT_EQ(a.num_parts, b.num_parts);
+  EXPECT_EQ(a.partition_id, b.partition_id);
+  EXPECT_EQ(a.dataset_name, b.dataset_name);
+  EXPECT_EQ(a.global_num_nodes, b.global_num_nodes);
+  EXPECT_EQ(a.global_num_edges, b.global_num_edges);
+  EXPECT_EQ(a.feature_dim, b.feature_dim);
+  EXPECT_EQ(a.num_classes, b.num_classes);
+  EXPECT_EQ(a.global_train_count, b.global_train_count);
+  EXPECT_EQ(a.global_valid_count, b.global_valid_count);
+  EXPECT_EQ(a.global_test_count, b.global_test_count);
+  EXPECT_EQ(a.num_owned, b.num_owned);
+  EXPECT_EQ(a.num_halo, b.num_halo);
+  EXPECT_EQ(vec(a.owned_global), vec(b.owned_global));
+  EXPECT_EQ(vec(a.halo_global), vec(b.halo_global));
+  EXPECT_EQ(vec(a.halo_offsets), vec(b.halo_offsets));
+  EXPECT_EQ(vec(a.in_degree), vec(b.in_degree));
+  EXPECT_EQ(vec(a.out_degree), vec(b.out_degree));
+  EXPECT_EQ(vec(a.row_offsets), vec(b.row_offsets));
+  EXPECT_EQ(vec(a.col_indices), vec(b.col_indices));
+  EXPECT_EQ(vec(a.t_offsets), vec(b.t_offsets));
+  EXPECT_EQ(vec(a.t_indices), vec(b.t_indices));
+  EXPECT_EQ(vec(a.send_offsets), vec(b.send_offsets));
+  EXPECT_EQ(vec(a.send_indices), vec(b.send_indices));
+  EXPECT_EQ(vec(a.features), vec(b.features));
+  EXPECT_EQ(vec(a.labels), vec(b.labels));
+  EXPECT_EQ(vec(a.split), vec(b.split));
+}
+
+TEST(ShardFormat, SerializeDeserializeRoundTrip) {
+  SbmOptions so;
+  so.num_nodes = 3000;
+  so.feature_dim = 7;
+  const Dataset ds = generate_sbm(so);
+  const auto part_of = metis_parts(ds, 3);
+  for (const Shard& s : build_shards(ds, part_of, 3)) {
+    auto bytes = std::make_shared<std::string>(serialize_shard(s));
+    EXPECT_EQ(bytes->size() % 64, 0u);
+    const Shard back =
+        deserialize_shard(reinterpret_cast<const std::byte*>(bytes->data()), bytes->size(), bytes, "mem");
+    expect_same_shard(s, back);
+    // A buffer that is not 64-byte aligned still parses (the reader realigns by copying).
+    std::vector<std::byte> shifted(bytes->size() + 1);
+    std::memcpy(shifted.data() + 1, bytes->data(), bytes->size());
+    expect_same_shard(s, deserialize_shard(shifted.data() + 1, bytes->size(), nullptr, "shifted"));
+  }
+}
+
+TEST(ShardFormat, ReadShardPointsIntoTheMappingAndRejectsDamage) {
+  test::ScratchDir scratch("shard");
+  const Dataset ds = tiny_dataset();
+  const auto shards = build_shards(ds, kTinyParts, 3);
+  write_shard(shards[1], scratch.path());
+  const fs::path file = shard_path(scratch.path(), 1, 3);
+  EXPECT_EQ(file.filename().string(), "part-1-of-3.shard");
+  {
+    const Shard back = read_shard(file);
+    expect_same_shard(shards[1], back);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(back.col_indices.data()) % 64, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(back.row_offsets.data()) % 64, 0u);
+  }
+  const std::string good = read_text_file(file);
+  auto damaged = [&](const std::string& tag, std::string bytes) {
+    const fs::path f = scratch / (tag + ".shard");
+    write_file_atomic(f, bytes);
+    return std::make_pair(f.string(), error_of([&] { read_shard(f); }));
+  };
+  {
+    auto [f, err] = damaged("truncated", good.substr(0, good.size() - 100));
+    EXPECT_NE(err.find(f), std::string::npos) << err;
+    EXPECT_NE(err.find("truncated"), std::string::npos) << err;
+  }
+  {
+    auto [f, err] = damaged("tiny", good.substr(0, 50));
+    EXPECT_NE(err.find(f), std::string::npos) << err;
+    EXPECT_NE(err.find("truncated"), std::string::npos) << err;
+  }
+  {
+    // Flip a bit of feature value 21.0 (node 2, column 1; node 2 is owned by part 1).
+    std::string bytes = good;
+    const float value = 21.0f;
+    const size_t pos = bytes.find(std::string(reinterpret_cast<const char*>(&value), 4));
+    ASSERT_NE(pos, std::string::npos);
+    bytes[pos + 2] ^= 0x10;
+    auto [f, err] = damaged("flipped", bytes);
+    EXPECT_NE(err.find(f), std::string::npos) << err;
+    EXPECT_NE(err.find("checksum mismatch in section 'features'"), std::string::npos) << err;
+    // Without checksum verification the damaged value loads as it is.
+    EXPECT_NO_THROW(read_shard(f, false));
+  }
+  {
+    std::string bytes = good;
+    bytes[40] ^= 0x01;  // inside the header's counts
+    auto [f, err] = damaged("header", bytes);
+    EXPECT_NE(err.find(f), std::string::npos) << err;
+    EXPECT_NE(err.find("'header'"), std::string::npos) << err;
+  }
+  {
+    std::string bytes = good;
+    bytes[0] = 'X';
+    auto [f, err] = damaged("magic", bytes);
+    EXPECT_NE(err.find("not a halogen shard file"), std::string::npos) << err;
+    EXPECT_NE(err.find(f), std::string::npos) << err;
+  }
+  {
+    std::string bytes = good;
+    const uint32_t v2 = 2;
+    std::memcpy(bytes.data() + 8, &v2, 4);
+    auto [f, err] = damaged("version", bytes);
+    EXPECT_NE(err.find("version 2"), std::string::npos) << err;
+  }
+  {
+    std::string bytes = good;
+    bytes[bytes.size() - 1] = 1;  // padding after the last section
+    auto [f, err] = damaged("padding", bytes);
+    EXPECT_NE(err.find("padding"), std::string::npos) << err;
+  }
+  EXPECT_NE(error_of([&] { read_shard(scratch / "missing.shard"); }).find("missing.shard"), std::string::npos);
+}
+
+// ------------------------------------------------------------------------------------------
+
+struct DirState {
+  std::map<std::string, std::string> files;  // name -> contents
+};
+
+DirState snapshot(const fs::path& dir) {
+  DirState s;
+  for (const auto& e : fs::directory_iterator(dir)) s.files[e.path().filename().string()] = read_text_file(e.path());
+  return s;
+}
+
+size_t entries_in(const fs::path& dir) {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++n;
+  return n;
+}
+
+TEST(WritePartition, WritesReadsAndRefusesToClobber) {
+  test::ScratchDir scratch("writepart");
+  const Dataset ds = tiny_dataset();
+  PartitionOptions o;
+  o.num_parts = 3;
+  const fs::path out = scratch / "tiny.parts";
+  const nlohmann::json report = write_partition(ds, kTinyParts, o, out, 16, 2, false);
+  EXPECT_EQ(report["format"], "halogen-partition");
+  EXPECT_EQ(report["partition_id"].get<std::string>(),
+            fmt::format("{:016x}", partition_fingerprint(ds, kTinyParts, 3)));
+  EXPECT_EQ(report["shards"][2], "part-2-of-3.shard");
+  EXPECT_EQ(nlohmann::json::parse(read_text_file(out / "partition.json")), report);
+  const auto built = build_shards(ds, kTinyParts, 3);
+  for (int p = 0; p < 3; ++p) expect_same_shard(built[static_cast<size_t>(p)], read_shard(shard_path(out, p, 3)));
+  EXPECT_EQ(entries_in(out), 4u);
+  EXPECT_EQ(entries_in(scratch.path()), 1u);  // no temporaries left beside it
+
+  // Same partition again: left alone, same report back.
+  struct stat before {
+  }, after{};
+  ASSERT_EQ(::stat(shard_path(out, 0, 3).c_str(), &before), 0);
+  EXPECT_EQ(write_partition(ds, kTinyParts, o, out, 16, 2, false), report);
+  ASSERT_EQ(::stat(shard_path(out, 0, 3).c_str(), &after), 0);
+  EXPECT_EQ(before.st_ino, after.st_ino);
+  // Other model shape: only the report is rewritten.
+  const nlohmann::json wider = write_partition(ds, kTinyParts, o, out, 32, 3, false);
+  EXPECT_EQ(wider["hidden"], 32);
+  ASSERT_EQ(::stat(shard_path(out, 0, 3).c_str(), &after), 0);
+  EXPECT_EQ(before.st_ino, after.st_ino);
+
+  // A different partition into the same directory: an error naming it, nothing touched.
+  const DirState state = snapshot(out);
+  const std::vector<int32_t> other = {0, 1, 1, 1, 2, 2, 1, 0};
+  const std::string err = error_of([&] { write_partition(ds, other, o, out, 16, 2, false); });
+  EXPECT_NE(err.find(out.string()), std::string::npos) << err;
+  EXPECT_NE(err.find("different partition"), std::string::npos) << err;
+  EXPECT_EQ(snapshot(out).files, state.files);
+  EXPECT_EQ(entries_in(scratch.path()), 1u);
+
+  // With overwrite it is replaced as a whole.
+  const nlohmann::json replaced = write_partition(ds, other, o, out, 16, 2, true);
+  EXPECT_NE(replaced["partition_id"], report["partition_id"]);
+  expect_same_shard(build_shards(ds, other, 3)[1], read_shard(shard_path(out, 1, 3)));
+  EXPECT_EQ(entries_in(scratch.path()), 1u);
+
+  // Fewer parts with overwrite: no stale shards of the old partition remain.
+  o.num_parts = 2;
+  const std::vector<int32_t> two = {0, 0, 0, 0, 1, 1, 1, 1};
+  write_partition(ds, two, o, out, 16, 2, true);
+  EXPECT_EQ(entries_in(out), 3u);
+}
+
+TEST(WritePartition, BadInputWritesNothing) {
+  test::ScratchDir scratch("writepart-bad");
+  const Dataset ds = tiny_dataset();
+  const fs::path out = scratch / "p";
+  PartitionOptions o;
+  o.num_parts = 0;
+  EXPECT_NE(error_of([&] { write_partition(ds, std::vector<int32_t>(8, 0), o, out, 16, 2, false); }).find("at least 1"),
+            std::string::npos);
+  o.num_parts = 9;
+  EXPECT_NE(error_of([&] { write_partition(ds, std::vector<int32_t>(8, 0), o, out, 16, 2, false); }).find("9 parts"),
+            std::string::npos);
+  o.num_parts = 3;
+  EXPECT_THROW(write_partition(ds, std::vector<int32_t>{0, 0, 1, 1, 2, 2, 1, 5}, o, out, 16, 2, false), Error);
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_EQ(entries_in(scratch.path()), 0u);
+
+  // A directory with unrelated content, and a plain file, are refused.
+  fs::create_directories(out);
+  write_file_atomic(out / "notes.txt", "mine");
+  const std::string err = error_of([&] { write_partition(ds, kTinyParts, o, out, 16, 2, false); });
+  EXPECT_NE(err.find("not a halogen partition"), std::string::npos) << err;
+  EXPECT_EQ(read_text_file(out / "notes.txt"), "mine");
+  write_file_atomic(scratch / "file", "x");
+  EXPECT_NE(
+      error_of([&] { write_partition(ds, kTinyParts, o, scratch / "file", 16, 2, false); }).find("not a directory"),
+      std::string::npos);
+  EXPECT_EQ(entries_in(scratch.path()), 2u);
+}
+
+}  // namespace
+}  // namespace halogen
