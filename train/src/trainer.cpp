@@ -18,6 +18,7 @@
 #include "halogen/quant/quantize.hpp"
 #include "halogen/train/aggregate.hpp"
 #include "halogen/train/dense.hpp"
+#include "input_matrix.hpp"
 
 namespace halogen {
 
@@ -148,7 +149,6 @@ class DistributedTrainer {
  private:
   void allreduce_gradients(double& loss_sum);
   int L() const { return opt_.layers; }
-  const float* input_features() const { return input_.size() ? input_.data() : s_.features.data(); }
   int64_t owned() const { return s_.num_owned; }
   int64_t local() const { return s_.num_local(); }
 
@@ -193,11 +193,10 @@ class DistributedTrainer {
   HostBuffer<float> params_, grads_;
   AdamState adam_;
 
-  Matrix<float> agg0_;                // precomputed aggregation of the input features
+  InputMatrix agg0_;                  // precomputed aggregation of the input features (layer 0)
+  InputMatrix x0_;                    // SAGE: the (normalised) input features, self term of layer 0
   std::vector<Matrix<float>> in_;     // in_[l]: input of layer l on local nodes (l >= 1)
   std::vector<Matrix<float>> z_;      // z_[l]: aggregated (GCN) / neighbour mean (SAGE), owned rows
-  Matrix<float> self0_;               // SAGE layer 0 self input after dropout
-  Matrix<float> input_;               // normalised input features (SAGE self term), if normalised
   std::vector<Matrix<float>> y_;      // y_[l]: layer output (relu applied for hidden layers), owned
   Matrix<float> dy_, dz_, dlocal_;
   double comm_wait_ = 0.0, allreduce_s_ = 0.0;
@@ -251,14 +250,13 @@ void DistributedTrainer::allocate() {
       in_[l].reshape(local(), dims_[l]);
       in_[l].zero();
     }
-    if (l >= 1 || opt_.dropout > 0.0f) z_[l].reshape(owned(), dims_[l]);
+    if (l >= 1) z_[l].reshape(owned(), dims_[l]);
     y_[l].reshape(owned(), dims_[l + 1]);
   }
   int64_t max_dim = *std::max_element(dims_.begin(), dims_.end());
   dy_.reshape(owned(), max_dim);
   dz_.reshape(owned(), max_dim);
   dlocal_.reshape(local(), max_dim);
-  if (opt_.model == ModelKind::kSage && opt_.dropout > 0.0f) self0_.reshape(owned(), dims_[0]);
   pend_fwd_.resize(static_cast<size_t>(L()));
   pend_bwd_.resize(static_cast<size_t>(L()));
   pend_fwd_epoch_.assign(static_cast<size_t>(L()), -1);
@@ -331,17 +329,22 @@ void DistributedTrainer::precompute_input_aggregation() {
       if (sum > 0.0)
         for (int64_t j = 0; j < F; ++j) x_local(r, j) = static_cast<float>(x_local(r, j) / sum);
     }
-    // The SAGE self term reads the owned input rows every epoch: keep the normalised copy.
-    if (opt_.model == ModelKind::kSage) {
-      input_.reshape(owned(), F);
-      std::copy_n(x_local.data(), input_.size(), input_.data());
-    }
   }
   quant::QuantKey key{opt_.seed, 0, 0, quant::Direction::kForward, 0, 0};
   exch_.forward(x_local.data(), F, F, 32, key);
-  agg0_.reshape(owned(), F);
-  aggregate_owned_part(x_local.data(), F, agg0_.data());
-  aggregate_halo_part(x_local.data(), F, agg0_.data());
+  Matrix<float> agg(owned(), F);
+  aggregate_owned_part(x_local.data(), F, agg.data());
+  aggregate_halo_part(x_local.data(), F, agg.data());
+  // Sparse storage when the inputs are sparse enough; decided from global counts so every
+  // rank takes the same path.
+  std::vector<int64_t> counts = {InputMatrix::count_nonzeros(agg.data(), owned() * F),
+                                 InputMatrix::count_nonzeros(x_local.data(), owned() * F), owned() * F};
+  comm_.allreduce_sum(std::span<int64_t>(counts));
+  constexpr double kSparseBelow = 0.3;  // density under which CSR beats dense GEMM here
+  const double total = static_cast<double>(std::max<int64_t>(counts[2], 1));
+  agg0_.assign(agg.data(), owned(), F, static_cast<double>(counts[0]) / total < kSparseBelow);
+  if (opt_.model == ModelKind::kSage)
+    x0_.assign(x_local.data(), owned(), F, static_cast<double>(counts[1]) / total < kSparseBelow);
   exch_.stats().reset();
 }
 
@@ -481,23 +484,16 @@ void DistributedTrainer::forward(int epoch, bool training) {
   for (int l = 0; l < L(); ++l) {
     const auto& lp = lp_[l];
     const int64_t fin = lp.in, fout = lp.out;
-    const float* z;     // aggregated input (GCN) / neighbour mean (SAGE)
-    const float* self;  // SAGE self input
+    const bool sage = opt_.model == ModelKind::kSage;
+    float* y = y_[l].data();
+    for (int64_t i = 0; i < owned(); ++i) std::copy_n(params_.data() + lp.bias, fout, y + i * fout);
     if (l == 0) {
-      if (p > 0.0f) {
-        std::copy_n(agg0_.data(), agg0_.size(), z_[0].data());
-        dropout_apply(z_[0].data(), owned(), fin, fin, gid, p, {opt_.seed, static_cast<uint32_t>(epoch), 0});
-        z = z_[0].data();
-        if (opt_.model == ModelKind::kSage) {
-          std::copy_n(input_features(), self0_.size(), self0_.data());
-          dropout_apply(self0_.data(), owned(), fin, fin, gid, p, {opt_.seed, static_cast<uint32_t>(epoch), 1});
-          self = self0_.data();
-        } else {
-          self = nullptr;
-        }
-      } else {
-        z = agg0_.data();
-        self = input_features();
+      // Layer 0: the constant aggregated input (and SAGE's self input), dropout per epoch.
+      agg0_.prepare(p, {opt_.seed, static_cast<uint32_t>(epoch), 0}, gid);
+      agg0_.multiply(params_.data() + (sage ? lp.w_neigh : lp.w_self), fout, 1.0f, y);
+      if (sage) {
+        x0_.prepare(p, {opt_.seed, static_cast<uint32_t>(epoch), 1}, gid);
+        x0_.multiply(params_.data() + lp.w_self, fout, 1.0f, y);
       }
     } else {
       if (training) {
@@ -505,13 +501,9 @@ void DistributedTrainer::forward(int epoch, bool training) {
       } else {
         exchange_forward_eval(l, epoch, in_[l].data(), fin);
       }
-      z = z_[l].data();
-      self = in_[l].data();
+      gemm(false, false, owned(), fout, fin, 1.0f, z_[l].data(), fin, params_.data() + (sage ? lp.w_neigh : lp.w_self), fout, 1.0f, y, fout);
+      if (sage) gemm(false, false, owned(), fout, fin, 1.0f, in_[l].data(), fin, params_.data() + lp.w_self, fout, 1.0f, y, fout);
     }
-    float* y = y_[l].data();
-    for (int64_t i = 0; i < owned(); ++i) std::copy_n(params_.data() + lp.bias, fout, y + i * fout);
-    gemm(false, false, owned(), fout, fin, 1.0f, z, fin, params_.data() + (opt_.model == ModelKind::kSage ? lp.w_neigh : lp.w_self), fout, 1.0f, y, fout);
-    if (opt_.model == ModelKind::kSage) gemm(false, false, owned(), fout, fin, 1.0f, self, fin, params_.data() + lp.w_self, fout, 1.0f, y, fout);
     if (l + 1 < L()) {
       relu_inplace(y, owned() * fout);
       float* next = in_[l + 1].data();
@@ -530,14 +522,18 @@ void DistributedTrainer::backward(int epoch) {
     const int64_t fin = lp.in, fout = lp.out;
     const float* dy = dy_.data();  // owned x fout
     const bool sage = opt_.model == ModelKind::kSage;
-    const float* z = (l == 0) ? (opt_.dropout > 0.0f ? z_[0].data() : agg0_.data()) : z_[l].data();
-    const float* self = (l == 0) ? (opt_.dropout > 0.0f && sage ? self0_.data() : input_features()) : in_[l].data();
     // Bias and weight gradients (local partial sums, all-reduced later).
     float* gb = grads_.data() + lp.bias;
     for (int64_t i = 0; i < owned(); ++i)
       for (int64_t j = 0; j < fout; ++j) gb[j] += dy[i * fout + j];
-    gemm(true, false, fin, fout, owned(), 1.0f, z, fin, dy, fout, 0.0f, grads_.data() + (sage ? lp.w_neigh : lp.w_self), fout);
-    if (sage) gemm(true, false, fin, fout, owned(), 1.0f, self, fin, dy, fout, 0.0f, grads_.data() + lp.w_self, fout);
+    float* gw_main = grads_.data() + (sage ? lp.w_neigh : lp.w_self);
+    if (l == 0) {
+      agg0_.multiply_transposed(dy, fout, gw_main);
+      if (sage) x0_.multiply_transposed(dy, fout, grads_.data() + lp.w_self);
+    } else {
+      gemm(true, false, fin, fout, owned(), 1.0f, z_[l].data(), fin, dy, fout, 0.0f, gw_main, fout);
+      if (sage) gemm(true, false, fin, fout, owned(), 1.0f, in_[l].data(), fin, dy, fout, 0.0f, grads_.data() + lp.w_self, fout);
+    }
     if (l == 0) break;  // input features need no gradient
     // dz = dy W^T (owned x fin); dlocal = transpose aggregation of dz over [owned | halo].
     float* dz = dz_.data();

@@ -71,8 +71,9 @@ void dropout_apply(float* x, int64_t rows, int64_t cols, int64_t ld, const int32
         w[4 * b + 3] = r.v[3];
       }
       const uint16_t* u16 = reinterpret_cast<const uint16_t*>(w);
+      // Branch-free (a data-dependent branch mispredicts half the time at p = 0.5).
 #pragma omp simd
-      for (int64_t j = 0; j < cols; ++j) xi[j] = u16[j] < threshold ? 0.0f : xi[j] * keep_scale;
+      for (int64_t j = 0; j < cols; ++j) xi[j] *= static_cast<float>(u16[j] >= threshold) * keep_scale;
     }
   }
 }

@@ -1,0 +1,47 @@
+// The input of layer 0 (the aggregated features, and the raw features for GraphSAGE's self
+// term): constant across epochs except for dropout. Stored as CSR when sparse enough (node
+// features usually are: bag-of-words, one-hot), so that dropout and the layer-0 products
+// touch only the non-zeros; dense otherwise. Both forms apply exactly the same keyed
+// dropout mask (core/rng.hpp), so the choice never changes which values are dropped.
+#pragma once
+
+#include <cstdint>
+
+#include "halogen/core/buffer.hpp"
+#include "halogen/train/dense.hpp"
+
+namespace halogen {
+
+class InputMatrix {
+ public:
+  /// Takes rows x cols values (row-major). Stored sparse when `sparse` is set.
+  void assign(const float* values, int64_t rows, int64_t cols, bool sparse);
+  /// Fraction of non-zeros of a dense matrix.
+  static int64_t count_nonzeros(const float* values, int64_t n);
+
+  /// Applies dropout for this epoch (p = 0: the stored values as they are). Global ids key
+  /// the mask by node.
+  void prepare(float p, const DropoutKey& key, const int32_t* global_ids);
+  /// Y = beta * Y + D W, D the prepared matrix (rows x cols), W cols x n.
+  void multiply(const float* w, int64_t n, float beta, float* y) const;
+  /// dW = D^T dY (cols x n), dY rows x n.
+  void multiply_transposed(const float* dy, int64_t n, float* dw) const;
+
+  int64_t rows() const noexcept { return rows_; }
+  int64_t cols() const noexcept { return cols_; }
+  bool sparse() const noexcept { return sparse_; }
+  int64_t nonzeros() const noexcept { return static_cast<int64_t>(val_.size()); }
+
+ private:
+  int64_t rows_ = 0, cols_ = 0;
+  bool sparse_ = false;
+  bool dropped_ = false;  // prepare() applied a mask this epoch
+  // Dense form.
+  HostBuffer<float> dense_, dense_dropped_;
+  // Sparse form.
+  HostBuffer<int64_t> off_;
+  HostBuffer<int32_t> col_;
+  HostBuffer<float> val_, val_dropped_;
+};
+
+}  // namespace halogen
