@@ -68,6 +68,9 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       ("sync-every", po::value(&t.staleness.sync_every)->default_value(0), "stale mode: force a synchronous epoch every k epochs (0 = never)")
       ("drift-threshold", po::value<double>(), "stale mode: force a synchronous epoch when the senders' relative embedding drift exceeds this")
       ("feature-norm", po::value<std::string>()->default_value("row"), "input feature normalisation: row (rows sum to 1) | none")
+      ("checkpoint-dir", po::value<std::string>(), "write checkpoints into this directory")
+      ("checkpoint-every", po::value(&t.checkpoint_every)->default_value(0), "checkpoint every N epochs (0: only after the last)")
+      ("resume", po::value<std::string>(), "continue from the newest checkpoint in this directory")
       ("skip-exchange", po::bool_switch(&t.skip_exchange), "benchmark floor: exchange halos in epoch 0 only")
       ("device", po::value(&device)->default_value(device), "cpu | cuda")
       ("log-level", po::value(&log_level)->default_value(log_level), "trace|debug|info|warn|error")
@@ -85,6 +88,8 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     t.bits_bwd = parse_int_list(bits_bwd, "--bits-bwd");
     t.mode = parse_exchange_mode(mode);
     t.metrics_path = metrics;
+    if (vm.count("checkpoint-dir")) t.checkpoint_dir = vm["checkpoint-dir"].as<std::string>();
+    if (vm.count("resume")) t.resume_dir = vm["resume"].as<std::string>();
     if (vm.count("drift-threshold")) t.staleness.drift_threshold = vm["drift-threshold"].as<double>();
     const std::string norm = vm["feature-norm"].as<std::string>();
     HALOGEN_EXPECTS(norm == "row" || norm == "none", "--feature-norm must be 'row' or 'none', got '{}'", norm);

@@ -23,6 +23,38 @@ bool PendingExchange::ready() const {
   return request_ ? request_->test() : true;
 }
 
+std::string PendingExchange::save() const {
+  HALOGEN_EXPECTS(active_ && !request_ && !completion_, "only a completed exchange can be saved");
+  std::string out;
+  auto put = [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
+  const int64_t header[4] = {cols_, bits_, backward_ ? 1 : 0, static_cast<int64_t>(recv_offsets_.size())};
+  put(header, sizeof(header));
+  put(recv_offsets_.data(), recv_offsets_.size() * sizeof(size_t));
+  put(recv_words_.data(), recv_words_.size() * sizeof(uint32_t));
+  return out;
+}
+
+PendingExchange PendingExchange::restore(const std::string& bytes) {
+  int64_t header[4];
+  HALOGEN_EXPECTS(bytes.size() >= sizeof(header), "saved exchange is truncated ({} bytes)", bytes.size());
+  std::memcpy(header, bytes.data(), sizeof(header));
+  PendingExchange p;
+  p.active_ = true;
+  p.cols_ = header[0];
+  p.bits_ = static_cast<int>(header[1]);
+  p.backward_ = header[2] != 0;
+  const size_t n_off = static_cast<size_t>(header[3]);
+  HALOGEN_EXPECTS(bytes.size() >= sizeof(header) + n_off * sizeof(size_t), "saved exchange is truncated");
+  p.recv_offsets_.resize(n_off);
+  std::memcpy(p.recv_offsets_.data(), bytes.data() + sizeof(header), n_off * sizeof(size_t));
+  const size_t words = n_off ? p.recv_offsets_.back() : 0;
+  HALOGEN_EXPECTS(bytes.size() == sizeof(header) + n_off * sizeof(size_t) + words * 4,
+                  "saved exchange has {} bytes, expected {}", bytes.size(), sizeof(header) + n_off * sizeof(size_t) + words * 4);
+  p.recv_words_.resize(words);
+  std::memcpy(p.recv_words_.data(), bytes.data() + sizeof(header) + n_off * sizeof(size_t), words * 4);
+  return p;
+}
+
 HaloExchanger::HaloExchanger(const Shard& shard, Communicator& comm, ProgressThread* progress)
     : shard_(shard), comm_(comm), progress_(progress) {
   HALOGEN_EXPECTS(shard.num_parts == comm.size(), "shard {} belongs to a partition into {} parts but {} ranks are running",

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <thread>
 
 #include "halogen/core/error.hpp"
@@ -17,7 +18,10 @@
 #include "halogen/pipeline/staleness.hpp"
 #include "halogen/quant/quantize.hpp"
 #include "halogen/train/aggregate.hpp"
+#include "halogen/train/checkpoint.hpp"
 #include "halogen/train/dense.hpp"
+#include "halogen/core/io.hpp"
+#include "halogen/comm/collective_error.hpp"
 #include "input_matrix.hpp"
 
 namespace halogen {
@@ -145,6 +149,8 @@ class DistributedTrainer {
 
   TrainResult run();
   LossAndGradient probe(const std::vector<float>& params);
+  void save_checkpoint(int epoch);
+  void load_checkpoint(const std::filesystem::path& dir);
 
  private:
   void allreduce_gradients(double& loss_sum);
@@ -181,13 +187,21 @@ class DistributedTrainer {
   BoundedStalenessAdapter adapter_;
   StalenessTracker tracker_;
   bool sync_epoch_ = true;
-  // Stale mode: the exchange in flight per layer and the epoch it carries.
-  std::vector<PendingExchange> pend_fwd_, pend_bwd_;
-  std::vector<int> pend_fwd_epoch_, pend_bwd_epoch_;
+  // Stale mode: per layer, the exchanges in flight (oldest first) and the epoch each carries.
+  // Epoch t consumes exactly those started at epoch <= t - S: deterministic, whatever the
+  // network's timing.
+  using InFlight = std::deque<std::pair<int, PendingExchange>>;
+  std::vector<InFlight> pend_fwd_, pend_bwd_;
   // Drift: the rows last sent per layer, and this epoch's sums ||H - H_last||^2, ||H||^2.
   std::vector<Matrix<float>> last_sent_;
   std::vector<double> drift_num_, drift_den_, prev_drift_;
   bool drift_measured_ = false;  // this epoch compared against a previous send
+  // Run state that a checkpoint carries besides the arrays.
+  int start_epoch_ = 0;
+  double best_val_ = -1.0, test_at_best_ = 0.0;
+  int best_epoch_ = -1;
+  nlohmann::json model_description() const;
+  nlohmann::json training_description() const;
   std::vector<int64_t> dims_;
   std::vector<LayerParams> lp_;
   HostBuffer<float> params_, grads_;
@@ -259,8 +273,6 @@ void DistributedTrainer::allocate() {
   dlocal_.reshape(local(), max_dim);
   pend_fwd_.resize(static_cast<size_t>(L()));
   pend_bwd_.resize(static_cast<size_t>(L()));
-  pend_fwd_epoch_.assign(static_cast<size_t>(L()), -1);
-  pend_bwd_epoch_.assign(static_cast<size_t>(L()), -1);
   last_sent_.resize(static_cast<size_t>(L()));
   drift_num_.assign(static_cast<size_t>(L()), 0.0);
   drift_den_.assign(static_cast<size_t>(L()), 0.0);
@@ -357,25 +369,25 @@ void DistributedTrainer::exchange_forward(int l, int epoch, float* x, int64_t co
   const quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
   const int bits = opt_.bits_fwd_at(l);
   if (adapter_.drift_enabled()) measure_drift(l, x, cols);
+  InFlight& in_flight = pend_fwd_[l];
   if (opt_.mode == ExchangeMode::kStale && !sync_epoch_) {
-    // Harvest the exchange in flight once it has arrived, or when the halo we hold would be
-    // older than the bound; then send this epoch's rows and aggregate with what we hold.
-    PendingExchange& pending = pend_fwd_[l];
-    if (pending.active() && (pending.ready() || epoch - tracker_.forward_epoch(l) > tracker_.bound())) {
-      exch_.finish_forward(pending, x, cols);
-      tracker_.set_forward(l, pend_fwd_epoch_[l]);
+    // Take in what was sent S or more epochs ago (waiting for it if it has not arrived),
+    // send this epoch's rows, and aggregate with the halo we hold.
+    const int S = tracker_.bound();
+    while (!in_flight.empty() && in_flight.front().first <= epoch - S) {
+      exch_.finish_forward(in_flight.front().second, x, cols);
+      tracker_.set_forward(l, in_flight.front().first);
+      in_flight.pop_front();
     }
     if (s_.num_halo > 0) tracker_.use_forward(l, epoch);  // no halo rows, nothing stale
-    if (!pending.active()) {
-      pending = exch_.start_forward(x, cols, cols, bits, key, tag_forward(l));
-      pend_fwd_epoch_[l] = epoch;
-    }
+    in_flight.emplace_back(epoch, exch_.start_forward(x, cols, cols, bits, key, tag_forward(l)));
     aggregate_owned_part(x, cols, z_[l].data());
     aggregate_halo_part(x, cols, z_[l].data());
     return;
   }
   // Fresh exchange. In stale mode a synchronous epoch first drains what is in flight.
-  if (pend_fwd_[l].active()) exch_.finish_forward(pend_fwd_[l], x, cols);
+  for (auto& [e, p] : in_flight) exch_.finish_forward(p, x, cols);
+  in_flight.clear();
   auto pending = exch_.start_forward(x, cols, cols, bits, key, tag_forward(l));
   if (opt_.mode == ExchangeMode::kSync) {
     exch_.finish_forward(pending, x, cols);
@@ -443,24 +455,27 @@ void DistributedTrainer::exchange_backward(int l, int epoch, float* dlocal, cons
   }
   const quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0, 0};
   const int bits = opt_.bits_bwd_at(l);
+  InFlight& in_flight = pend_bwd_[l];
   if (opt_.mode == ExchangeMode::kStale && !sync_epoch_) {
-    // Send this epoch's halo gradients; add the ones that arrived from the previous epoch.
+    // Send this epoch's halo gradients; add the ones sent to us S epochs ago.
     PendingExchange fresh = exch_.start_backward(dlocal, fin, fin, bits, key, tag_backward(l));
     owned_rows();
-    if (pend_bwd_[l].active()) {
-      if (s_.send_offsets[s_.num_parts] > 0) tracker_.use_backward(l, pend_bwd_epoch_[l], epoch);
-      exch_.finish_backward(pend_bwd_[l], dlocal, fin);
+    const int S = tracker_.bound();
+    while (!in_flight.empty() && in_flight.front().first <= epoch - S) {
+      if (s_.send_offsets[s_.num_parts] > 0) tracker_.use_backward(l, in_flight.front().first, epoch);
+      exch_.finish_backward(in_flight.front().second, dlocal, fin);
+      in_flight.pop_front();
     }
-    pend_bwd_[l] = std::move(fresh);
-    pend_bwd_epoch_[l] = epoch;
+    in_flight.emplace_back(epoch, std::move(fresh));
     return;
   }
-  if (pend_bwd_[l].active()) {
-    // A synchronous epoch after stale ones: the previous epoch's halo gradients are dropped,
+  if (!in_flight.empty()) {
+    // A synchronous epoch after stale ones: the halo gradients still in flight are dropped,
     // so every epoch applies exactly one set of halo gradients.
     Matrix<float> discard(local(), fin);
     discard.zero();
-    exch_.finish_backward(pend_bwd_[l], discard.data(), fin);
+    for (auto& [e, p] : in_flight) exch_.finish_backward(p, discard.data(), fin);
+    in_flight.clear();
   }
   auto pending = exch_.start_backward(dlocal, fin, fin, bits, key, tag_backward(l));
   owned_rows();
@@ -469,11 +484,13 @@ void DistributedTrainer::exchange_backward(int l, int epoch, float* dlocal, cons
 
 void DistributedTrainer::drain_pending() {
   for (int l = 0; l < L(); ++l) {
-    if (pend_fwd_[l].active()) exch_.finish_forward(pend_fwd_[l], in_[l].data(), dims_[l]);
-    if (pend_bwd_[l].active()) {
+    for (auto& [e, p] : pend_fwd_[l]) exch_.finish_forward(p, in_[l].data(), dims_[l]);
+    pend_fwd_[l].clear();
+    if (!pend_bwd_[l].empty()) {
       Matrix<float> discard(local(), dims_[l]);
       discard.zero();
-      exch_.finish_backward(pend_bwd_[l], discard.data(), dims_[l]);
+      for (auto& [e, p] : pend_bwd_[l]) exch_.finish_backward(p, discard.data(), dims_[l]);
+      pend_bwd_[l].clear();
     }
   }
 }
@@ -602,14 +619,150 @@ LossAndGradient DistributedTrainer::probe(const std::vector<float>& params) {
   return r;
 }
 
+nlohmann::json DistributedTrainer::model_description() const {
+  return {{"model", to_string(opt_.model)}, {"layers", opt_.layers}, {"hidden", opt_.hidden},
+          {"feature_dim", s_.feature_dim}, {"classes", s_.num_classes}, {"parameters", params_.size()}};
+}
+
+nlohmann::json DistributedTrainer::training_description() const {
+  return {{"mode", to_string(opt_.mode)}, {"staleness", opt_.staleness.staleness}, {"bits_fwd", opt_.bits_fwd},
+          {"bits_bwd", opt_.bits_bwd}, {"seed", opt_.seed}, {"dropout", opt_.dropout}, {"lr", opt_.lr},
+          {"weight_decay", opt_.weight_decay}, {"feature_norm", opt_.row_normalize_features ? "row" : "none"}};
+}
+
+// Everything the next epoch depends on: parameters, Adam moments, each layer's halo cache
+// and its epoch, the exchanges still in flight (completed and stored, not applied), the
+// drift state, and the best-validation record. Random streams are keyed by epoch, so they
+// need no state.
+void DistributedTrainer::save_checkpoint(int epoch) {
+  const auto dir = opt_.checkpoint_dir;
+  run_collectively(MPI_COMM_WORLD, fmt::format("writing the checkpoint of epoch {}", epoch), [&] {
+    std::filesystem::create_directories(checkpoint_epoch_dir(dir, epoch));
+    CheckpointWriter w;
+    nlohmann::json meta = {{"format", "halogen-checkpoint"}, {"epoch", epoch}, {"rank", s_.part},
+                           {"num_parts", s_.num_parts}, {"partition_id", fmt::format("{:016x}", s_.partition_id)},
+                           {"model", model_description()}, {"training", training_description()},
+                           {"adam_step", adam_.step}, {"best_val", best_val_}, {"best_epoch", best_epoch_},
+                           {"test_at_best", test_at_best_}, {"prev_drift", prev_drift_}, {"drift_measured", drift_measured_}};
+    w.add_array("params", params_.span());
+    w.add_array("adam_m", adam_.m.span());
+    w.add_array("adam_v", adam_.v.span());
+    std::vector<int> tracker_epochs, last_rows, last_cols;
+    for (int l = 0; l < L(); ++l) {
+      tracker_epochs.push_back(tracker_.forward_epoch(l));
+      if (l >= 1) {
+        const float* halo = in_[l].data() + owned() * dims_[l];
+        w.add(fmt::format("halo/{}", l), halo, static_cast<size_t>(s_.num_halo * dims_[l]) * sizeof(float));
+      }
+      last_rows.push_back(static_cast<int>(last_sent_[l].rows()));
+      last_cols.push_back(static_cast<int>(last_sent_[l].cols()));
+      if (last_sent_[l].size()) w.add(fmt::format("last_sent/{}", l), last_sent_[l].data(), last_sent_[l].size() * sizeof(float));
+      for (int dir_i = 0; dir_i < 2; ++dir_i) {
+        auto& q = dir_i == 0 ? pend_fwd_[l] : pend_bwd_[l];
+        std::vector<int> epochs;
+        for (size_t i = 0; i < q.size(); ++i) {
+          exch_.complete(q[i].second);
+          w.add_string(fmt::format("{}/{}/{}", dir_i == 0 ? "fwd" : "bwd", l, i), q[i].second.save());
+          epochs.push_back(q[i].first);
+        }
+        meta[dir_i == 0 ? "pending_fwd" : "pending_bwd"].push_back(epochs);
+      }
+    }
+    meta["tracker_forward"] = tracker_epochs;
+    meta["last_sent_rows"] = last_rows;
+    meta["last_sent_cols"] = last_cols;
+    w.add_json("meta", meta);
+    w.write(checkpoint_rank_file(dir, epoch, s_.part));
+  });
+  // Every rank's file is complete: publish the manifest, then point latest.json at it.
+  run_collectively(MPI_COMM_WORLD, "publishing the checkpoint", [&] {
+    if (s_.part != 0) return;
+    nlohmann::json manifest = {{"format", "halogen-checkpoint"}, {"epoch", epoch}, {"num_parts", s_.num_parts},
+                               {"partition_id", fmt::format("{:016x}", s_.partition_id)}, {"dataset", s_.dataset_name},
+                               {"model", model_description()}, {"training", training_description()}};
+    for (int r = 0; r < s_.num_parts; ++r) manifest["files"].push_back(fmt::format("rank-{}.ckpt", r));
+    write_file_atomic(checkpoint_epoch_dir(dir, epoch) / "manifest.json", manifest.dump(2));
+    write_file_atomic(dir / "latest.json",
+                      nlohmann::json{{"directory", checkpoint_epoch_dir(dir, epoch).filename().string()}, {"epoch", epoch}}.dump());
+    // Keep the newest two checkpoints.
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("epoch-", 0) != 0) continue;
+      const int e = std::atoi(name.c_str() + 6);
+      if (e < epoch && e != epoch - std::max(opt_.checkpoint_every, 1)) std::filesystem::remove_all(entry.path());
+    }
+  });
+}
+
+void DistributedTrainer::load_checkpoint(const std::filesystem::path& dir) {
+  run_collectively(MPI_COMM_WORLD, fmt::format("resuming from '{}'", dir.string()), [&] {
+    const auto manifest = read_latest_manifest(dir);
+    const int epoch = manifest.at("epoch").get<int>();
+    HALOGEN_EXPECTS(manifest.at("num_parts").get<int>() == s_.num_parts,
+                    "checkpoint in '{}' was written by {} ranks, this run has {}", dir.string(),
+                    manifest.at("num_parts").get<int>(), s_.num_parts);
+    HALOGEN_EXPECTS(manifest.at("partition_id").get<std::string>() == fmt::format("{:016x}", s_.partition_id),
+                    "checkpoint in '{}' belongs to partition {}, these shards to partition {:016x}", dir.string(),
+                    manifest.at("partition_id").get<std::string>(), s_.partition_id);
+    const auto mine = model_description();
+    for (const auto& [key, value] : mine.items()) {
+      HALOGEN_EXPECTS(manifest.at("model").contains(key) && manifest.at("model").at(key) == value,
+                      "checkpoint in '{}' is of another model: {} is {} there, {} in this run", dir.string(), key,
+                      manifest.at("model").value(key, nlohmann::json()).dump(), value.dump());
+    }
+    const auto training = training_description();
+    for (const auto& [key, value] : training.items()) {
+      if (manifest.at("training").value(key, nlohmann::json()) != value && s_.part == 0)
+        log::warn("resuming with {} = {} (the checkpoint was trained with {}): later epochs will differ from the original run",
+                  key, value.dump(), manifest.at("training").value(key, nlohmann::json()).dump());
+    }
+    CheckpointReader r(checkpoint_rank_file(dir, epoch, s_.part));
+    const auto meta = r.json("meta");
+    HALOGEN_EXPECTS(meta.at("rank").get<int>() == s_.part && meta.at("epoch").get<int>() == epoch,
+                    "checkpoint file '{}' is rank {} epoch {}, expected rank {} epoch {}", r.path().string(),
+                    meta.at("rank").get<int>(), meta.at("epoch").get<int>(), s_.part, epoch);
+    r.read_array("params", params_.span());
+    adam_.m.resize(params_.size());
+    adam_.v.resize(params_.size());
+    r.read_array("adam_m", adam_.m.span());
+    r.read_array("adam_v", adam_.v.span());
+    adam_.step = meta.at("adam_step").get<int64_t>();
+    best_val_ = meta.at("best_val").get<double>();
+    best_epoch_ = meta.at("best_epoch").get<int>();
+    test_at_best_ = meta.at("test_at_best").get<double>();
+    prev_drift_ = meta.at("prev_drift").get<std::vector<double>>();
+    drift_measured_ = meta.at("drift_measured").get<bool>();
+    const auto tracker_epochs = meta.at("tracker_forward").get<std::vector<int>>();
+    const auto last_rows = meta.at("last_sent_rows").get<std::vector<int>>();
+    const auto last_cols = meta.at("last_sent_cols").get<std::vector<int>>();
+    for (int l = 0; l < L(); ++l) {
+      tracker_.set_forward(l, tracker_epochs[l]);
+      if (l >= 1) {
+        float* halo = in_[l].data() + owned() * dims_[l];
+        r.read_into(fmt::format("halo/{}", l), halo, static_cast<size_t>(s_.num_halo * dims_[l]) * sizeof(float));
+      }
+      if (last_rows[l] > 0) {
+        last_sent_[l].reshape(last_rows[l], last_cols[l]);
+        r.read_into(fmt::format("last_sent/{}", l), last_sent_[l].data(), last_sent_[l].size() * sizeof(float));
+      }
+      for (int dir_i = 0; dir_i < 2; ++dir_i) {
+        auto& q = dir_i == 0 ? pend_fwd_[l] : pend_bwd_[l];
+        const auto epochs = meta.at(dir_i == 0 ? "pending_fwd" : "pending_bwd").at(l).get<std::vector<int>>();
+        for (size_t i = 0; i < epochs.size(); ++i)
+          q.emplace_back(epochs[i], PendingExchange::restore(r.bytes(fmt::format("{}/{}/{}", dir_i == 0 ? "fwd" : "bwd", l, i))));
+      }
+    }
+    start_epoch_ = epoch + 1;
+  });
+  if (s_.part == 0) log::info("resumed from {} at epoch {}", dir.string(), start_epoch_);
+}
+
 TrainResult DistributedTrainer::run() {
   TrainResult result;
   MetricsWriter metrics(comm_.rank() == 0 ? opt_.metrics_path : std::filesystem::path());
   const int64_t C = dims_.back();
-  double best_val = -1.0, test_at_best = 0.0;
-  int best_epoch = -1;
   Stopwatch total;
-  for (int epoch = 0; epoch < opt_.epochs; ++epoch) {
+  for (int epoch = start_epoch_; epoch < opt_.epochs; ++epoch) {
     Stopwatch epoch_sw;
     exch_.stats().reset();
     allreduce_s_ = 0.0;
@@ -661,10 +814,10 @@ TrainResult DistributedTrainer::run() {
       rec["train_acc"] = train_acc;
       rec["val_acc"] = val_acc;
       rec["test_acc"] = test_acc;
-      if (val_acc > best_val) {
-        best_val = val_acc;
-        test_at_best = test_acc;
-        best_epoch = epoch;
+      if (val_acc > best_val_) {
+        best_val_ = val_acc;
+        test_at_best_ = test_acc;
+        best_epoch_ = epoch;
       }
     }
     const auto& st = exch_.stats();
@@ -698,6 +851,12 @@ TrainResult DistributedTrainer::run() {
       std::fflush(stdout);
     }
     result.epochs.push_back(std::move(rec));
+    if (!opt_.checkpoint_dir.empty() &&
+        ((opt_.checkpoint_every > 0 && (epoch + 1) % opt_.checkpoint_every == 0) || epoch + 1 == opt_.epochs)) {
+      save_checkpoint(epoch);
+      // Test hook: die right after this epoch's checkpoint, as a crashed job would.
+      if (const char* f = std::getenv("HALOGEN_FAULT_EXIT_AFTER_EPOCH"); f && std::atoi(f) == epoch) std::_Exit(3);
+    }
   }
   drain_pending();
   double rss = static_cast<double>(peak_rss_bytes());
@@ -705,14 +864,15 @@ TrainResult DistributedTrainer::run() {
   nlohmann::json summary;
   summary["summary"] = true;
   summary["epochs"] = opt_.epochs;
-  summary["best_val_acc"] = best_val;
-  summary["best_epoch"] = best_epoch;
-  summary["test_acc_at_best_val"] = test_at_best;
+  summary["best_val_acc"] = best_val_;
+  summary["best_epoch"] = best_epoch_;
+  summary["test_acc_at_best_val"] = test_at_best_;
   summary["total_s"] = total.seconds();
   summary["peak_rss_bytes"] = static_cast<int64_t>(rss);
   summary["ranks"] = comm_.size();
   summary["model"] = to_string(opt_.model);
   summary["mode"] = to_string(opt_.mode);
+  summary["start_epoch"] = start_epoch_;
   metrics.write(summary);
   result.summary = summary;
   return result;
@@ -745,6 +905,7 @@ TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& op
     set_compute_threads(std::max(1, cores / info.local_size));
   }
   DistributedTrainer trainer(shard, comm, options);
+  if (!options.resume_dir.empty()) trainer.load_checkpoint(options.resume_dir);
   return trainer.run();
 }
 

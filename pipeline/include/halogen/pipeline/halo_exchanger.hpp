@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "halogen/comm/communicator.hpp"
@@ -45,6 +46,10 @@ class PendingExchange {
   bool active() const noexcept { return active_; }
   /// True when the transfer has completed (finish() will not block).
   bool ready() const;
+  /// Checkpointing: the received payload of a completed exchange (HaloExchanger::complete),
+  /// and an exchange restored from it, which finish() then applies exactly as the original.
+  std::string save() const;
+  static PendingExchange restore(const std::string& bytes);
 
  private:
   friend class HaloExchanger;
@@ -92,6 +97,9 @@ class HaloExchanger {
 
   const ExchangeStats& stats() const noexcept { return stats_; }
   ExchangeStats& stats() noexcept { return stats_; }
+  /// Waits for the transfer without applying it (the payload stays in `pending`).
+  void complete(PendingExchange& pending) { wait(pending); }
+
   /// Halo bytes one forward exchange of `cols` columns at `bits` sends from this rank.
   uint64_t forward_bytes(int64_t cols, int bits) const;
 

@@ -3,8 +3,11 @@
 //
 // Modes: `sync` waits for every exchange before aggregating; `overlap` aggregates the owned
 // part of each row while the halo is in flight (no staleness; same arithmetic as sync);
-// `stale` uses the newest halo received that is at most S epochs old while the next exchange
-// runs in the background, and adds halo gradients one epoch late.
+// `stale` keeps S exchanges per layer in flight: the halo embeddings sent in epoch t are used
+// in epochs t+S .. (until the next ones arrive), the halo gradients sent in epoch t are added
+// in epoch t+S. Which data is used never depends on network timing, so stale runs are
+// reproducible bit for bit (and resumable from checkpoints); stale epochs use halos exactly
+// S epochs old.
 //
 // The bounded-staleness adapter decides per epoch whether the exchange must be fresh
 // (a synchronous epoch): epoch 0 always; every k epochs (Sylvie's rule, --sync-every k); and,

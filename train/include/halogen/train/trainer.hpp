@@ -43,6 +43,11 @@ struct TrainOptions {
   /// Scale each node's input features to sum 1 (absolute values), as GCN's reference
   /// implementations do; row-local, so it does not depend on the partition.
   bool row_normalize_features = true;
+  /// Checkpoints: every N epochs (0 = only at the end) into checkpoint_dir (empty = none);
+  /// resume_dir continues from the newest complete checkpoint there.
+  int checkpoint_every = 0;
+  std::filesystem::path checkpoint_dir;
+  std::filesystem::path resume_dir;
   bool skip_exchange = false;  // benchmark floor: compute only, halos left stale from epoch 0
   bool progress = true;        // one line per epoch on rank 0
 

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Checkpoint and resume: a 2-rank run killed right after epoch 7's checkpoint and resumed
+# reproduces epochs 8-19 of the uninterrupted run bit for bit (sync and stale modes, 1-bit
+# exchange); checkpoints of another model or partition, truncated or corrupted ones, are
+# refused with a clear error.
+# usage: resume_test.sh HALOGEN MPIEXEC [MPI FLAGS...]
+set -uo pipefail
+halogen=$1; mpiexec=$2; shift 2; mpi_flags=("$@")
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+failures=0
+pass() { echo "ok: $1"; }
+fail() { echo "FAILED: $1"; failures=$((failures + 1)); }
+expect_error() {
+  local name=$1 pattern=$2; shift 2
+  timeout 120 "$@" >"$work/out" 2>&1; local rc=$?
+  if [ $rc -eq 124 ]; then fail "$name: hung"; return; fi
+  if [ $rc -eq 0 ]; then fail "$name: exited 0"; return; fi
+  if grep -qE "$pattern" "$work/out"; then pass "$name"; else fail "$name: output lacks /$pattern/"; cat "$work/out"; fi
+}
+# The fault hook reaches every rank through mpirun -x; -1 = never.
+export HALOGEN_FAULT_EXIT_AFTER_EPOCH=-1
+train=(timeout 300 "$mpiexec" -np 2 "${mpi_flags[@]}" -x HALOGEN_FAULT_EXIT_AFTER_EPOCH "$halogen" train --epochs 20 --layers 3 -q)
+
+"$halogen" generate sbm --nodes 2000 --classes 4 --feature-dim 16 --seed 4 --out "$work/ds" >/dev/null
+"$halogen" partition "$work/ds" --parts 2 --out "$work/p" --hidden 16 >/dev/null
+for mode in sync stale; do
+  common=(--mode "$mode" --bits-fwd 1 --bits-bwd 1 --seed 9)
+  "${train[@]}" --parts "$work/p" "${common[@]}" --metrics "$work/full.jsonl" >/dev/null 2>&1 || fail "$mode: full run"
+  rm -rf "$work/ck"
+  HALOGEN_FAULT_EXIT_AFTER_EPOCH=7 "${train[@]}" --parts "$work/p" "${common[@]}" --checkpoint-dir "$work/ck" \
+    --checkpoint-every 1 >/dev/null 2>&1 && fail "$mode: the interrupted run exited 0"
+  [ -f "$work/ck/latest.json" ] && grep -q '"epoch":7' "$work/ck/latest.json" && pass "$mode: checkpoint at epoch 7" \
+    || fail "$mode: no checkpoint of epoch 7"
+  "${train[@]}" --parts "$work/p" "${common[@]}" --resume "$work/ck" --metrics "$work/resumed.jsonl" >/dev/null 2>&1 \
+    || fail "$mode: resume run"
+  python3 - "$work/full.jsonl" "$work/resumed.jsonl" <<'PY' && pass "$mode: epochs 8-19 bit-identical" || fail "$mode: resumed run differs"
+import json, sys
+full = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' not in l]
+res = [json.loads(l) for l in open(sys.argv[2]) if '"summary"' not in l]
+assert [r["epoch"] for r in res] == list(range(8, 20)), [r["epoch"] for r in res]
+for a, b in zip(full[8:], res):
+    for k in ("loss", "train_acc", "val_acc", "test_acc"):
+        assert a[k] == b[k], (a["epoch"], k, a[k], b[k])
+PY
+done
+expect_error "checkpoint of another model" "another model: hidden" "${train[@]}" --parts "$work/p" --resume "$work/ck" --hidden 32
+"$halogen" partition "$work/ds" --parts 2 --out "$work/p-random" --method random --hidden 16 >/dev/null
+expect_error "checkpoint of another partition" "belongs to partition" \
+  "${train[@]}" --parts "$work/p-random" --resume "$work/ck"
+ckpt="$work/ck/epoch-7/rank-1.ckpt"  # latest.json names epoch 7
+cp "$ckpt" "$work/saved.ckpt"
+head -c 1000 "$work/saved.ckpt" > "$ckpt"
+expect_error "truncated checkpoint" "truncated" "${train[@]}" --parts "$work/p" --resume "$work/ck" --mode stale --bits-fwd 1 --bits-bwd 1 --seed 9
+cp "$work/saved.ckpt" "$ckpt"
+size=$(stat -c %s "$ckpt"); printf '\xff' | dd of="$ckpt" bs=1 seek=$((size - 5)) conv=notrunc 2>/dev/null
+expect_error "corrupted checkpoint" "checksum" "${train[@]}" --parts "$work/p" --resume "$work/ck" --mode stale --bits-fwd 1 --bits-bwd 1 --seed 9
+expect_error "no checkpoint" "no checkpoint in" "${train[@]}" --parts "$work/p" --resume "$work/nothing"
+echo "$failures failed"
+[ $failures -eq 0 ]
