@@ -1,8 +1,12 @@
+#include <fmt/ranges.h>
+
 #include <algorithm>
+#include <thread>
 #include <vector>
 
 #include "halogen/comm/communicator.hpp"
 #include "halogen/core/error.hpp"
+#include "halogen/core/timer.hpp"
 
 namespace halogen {
 
@@ -13,30 +17,67 @@ constexpr int kExchangeTag = 10000;  // halo traffic uses tags [10000, 14096)
 
 class MpiRequest final : public CommRequest {
  public:
-  explicit MpiRequest(std::vector<MPI_Request> reqs) : reqs_(std::move(reqs)) {}
+  MpiRequest(std::vector<MPI_Request> reqs, std::vector<int> peers, std::vector<bool> is_recv, double timeout_s)
+      : reqs_(std::move(reqs)), peers_(std::move(peers)), is_recv_(std::move(is_recv)), timeout_s_(timeout_s) {}
   ~MpiRequest() override {
-    if (!done_) {
-      // Never free buffers under an in-flight transfer; errors here cannot be thrown.
+    if (!done_ && !abandoned_) {
+      // Never free buffers under an in-flight transfer: cancel what can be cancelled (a
+      // failed exchange), then complete.
+      for (auto& r : reqs_)
+        if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
       MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE);
     }
   }
   void wait() override {
-    if (done_) return;
-    done_ = true;
-    HALOGEN_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE));
+    while (!test()) std::this_thread::yield();
   }
   bool test() override {
     if (done_) return true;
     int flag = 0;
     HALOGEN_CHECK_MPI(MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, MPI_STATUSES_IGNORE));
-    if (flag) done_ = true;
-    return done_;
+    if (flag) {
+      done_ = true;
+      return true;
+    }
+    if (sw_.seconds() > timeout_s_) {
+      std::vector<int> missing;
+      for (size_t i = 0; i < reqs_.size(); ++i) {
+        if (reqs_[i] == MPI_REQUEST_NULL) continue;
+        int one = 0;
+        MPI_Test(&reqs_[i], &one, MPI_STATUS_IGNORE);
+        if (!one && (missing.empty() || missing.back() != peers_[i])) missing.push_back(peers_[i]);
+      }
+      // The job is going down: never wait for these transfers again (not even when destroyed).
+      abandoned_ = true;
+      HALOGEN_FAIL("no progress for {:.0f} s: transfers with rank(s) {} did not complete (that rank died, hung or is "
+                   "unreachable)",
+                   timeout_s_, fmt::join(missing, ", "));
+    }
+    return false;
   }
 
  private:
   std::vector<MPI_Request> reqs_;
+  std::vector<int> peers_;
+  std::vector<bool> is_recv_;
+  double timeout_s_;
+  Stopwatch sw_;
   bool done_ = false;
+  bool abandoned_ = false;
 };
+
+// Completes a non-blocking collective within the timeout.
+void wait_collective(MPI_Request& req, double timeout_s, const char* what) {
+  Stopwatch sw;
+  for (;;) {
+    int flag = 0;
+    HALOGEN_CHECK_MPI(MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
+    if (flag) return;
+    HALOGEN_EXPECTS(sw.seconds() <= timeout_s,
+                    "no progress for {:.0f} s in {}: another rank died, hung or is unreachable", timeout_s, what);
+    std::this_thread::yield();
+  }
+}
 
 MPI_Datatype to_mpi(ReduceDtype t) {
   switch (t) {
@@ -66,6 +107,8 @@ std::unique_ptr<CommRequest> MpiCommunicator::start_exchange(std::span<const Pee
                                                              std::span<const PeerBuffer> recvs, int tag) {
   HALOGEN_EXPECTS(tag >= 0 && tag < 4096, "exchange tag {} outside [0, 4096)", tag);
   std::vector<MPI_Request> reqs;
+  std::vector<int> peers;
+  std::vector<bool> is_recv;
   auto post = [&](const PeerBuffer& b, bool is_send) {
     HALOGEN_EXPECTS(b.peer >= 0 && b.peer < size_, "exchange peer {} outside [0, {})", b.peer, size_);
     char* p = static_cast<char*>(b.data);
@@ -78,6 +121,8 @@ std::unique_ptr<CommRequest> MpiCommunicator::start_exchange(std::span<const Pee
         HALOGEN_CHECK_MPI(MPI_Irecv(p + off, n, MPI_BYTE, b.peer, kExchangeTag + tag, comm_, &r));
       }
       reqs.push_back(r);
+      peers.push_back(b.peer);
+      is_recv.push_back(!is_send);
     }
   };
   for (const auto& r : recvs) post(r, false);
@@ -85,16 +130,20 @@ std::unique_ptr<CommRequest> MpiCommunicator::start_exchange(std::span<const Pee
     post(s, true);
     bytes_sent_.fetch_add(s.bytes, std::memory_order_relaxed);
   }
-  return std::make_unique<MpiRequest>(std::move(reqs));
+  return std::make_unique<MpiRequest>(std::move(reqs), std::move(peers), std::move(is_recv), timeout_s_);
 }
 
 void MpiCommunicator::allreduce_sum(void* data, size_t count, ReduceDtype dtype) {
   HALOGEN_EXPECTS(count <= static_cast<size_t>(INT32_MAX), "all-reduce of {} elements exceeds the MPI count limit", count);
-  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), to_mpi(dtype), MPI_SUM, comm_));
+  MPI_Request req;
+  HALOGEN_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), to_mpi(dtype), MPI_SUM, comm_, &req));
+  wait_collective(req, timeout_s_, "an all-reduce");
 }
 
 void MpiCommunicator::allreduce_max(double* data, size_t count) {
-  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_DOUBLE, MPI_MAX, comm_));
+  MPI_Request req;
+  HALOGEN_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_DOUBLE, MPI_MAX, comm_, &req));
+  wait_collective(req, timeout_s_, "an all-reduce");
 }
 
 void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
@@ -105,7 +154,11 @@ void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
   }
 }
 
-void MpiCommunicator::barrier() { HALOGEN_CHECK_MPI(MPI_Barrier(comm_)); }
+void MpiCommunicator::barrier() {
+  MPI_Request req;
+  HALOGEN_CHECK_MPI(MPI_Ibarrier(comm_, &req));
+  wait_collective(req, timeout_s_, "a barrier");
+}
 
 LocalRankInfo local_rank_info(MPI_Comm comm) {
   MPI_Comm local;

@@ -1,5 +1,7 @@
 #include "halogen/core/mpi.hpp"
 
+#include <exception>
+
 #include "halogen/core/error.hpp"
 
 namespace halogen {
@@ -20,6 +22,9 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 }
 
 MpiSession::~MpiSession() {
+  // While an error unwinds, MPI_Finalize could wait forever for a dead or hung rank; the
+  // error handler in main decides between MPI_Finalize and MPI_Abort instead.
+  if (std::uncaught_exceptions() > 0) return;
   if (owns_) {
     int finalized = 0;
     MPI_Finalized(&finalized);

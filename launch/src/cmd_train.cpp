@@ -71,6 +71,8 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       ("checkpoint-dir", po::value<std::string>(), "write checkpoints into this directory")
       ("checkpoint-every", po::value(&t.checkpoint_every)->default_value(0), "checkpoint every N epochs (0: only after the last)")
       ("resume", po::value<std::string>(), "continue from the newest checkpoint in this directory")
+      ("timeout", po::value(&t.timeout_s)->default_value(60.0), "seconds a transfer may take before the run fails (dead or hung rank)")
+      ("on-nonfinite", po::value<std::string>()->default_value("stop"), "non-finite loss or gradients: stop | skip-step")
       ("skip-exchange", po::bool_switch(&t.skip_exchange), "benchmark floor: exchange halos in epoch 0 only")
       ("device", po::value(&device)->default_value(device), "cpu | cuda")
       ("log-level", po::value(&log_level)->default_value(log_level), "trace|debug|info|warn|error")
@@ -88,6 +90,10 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     t.bits_bwd = parse_int_list(bits_bwd, "--bits-bwd");
     t.mode = parse_exchange_mode(mode);
     t.metrics_path = metrics;
+    const std::string nonfinite = vm["on-nonfinite"].as<std::string>();
+    HALOGEN_EXPECTS(nonfinite == "stop" || nonfinite == "skip-step", "--on-nonfinite must be 'stop' or 'skip-step', got '{}'", nonfinite);
+    t.skip_nonfinite_steps = nonfinite == "skip-step";
+    HALOGEN_EXPECTS(t.timeout_s > 0, "--timeout must be positive, got {}", t.timeout_s);
     if (vm.count("checkpoint-dir")) t.checkpoint_dir = vm["checkpoint-dir"].as<std::string>();
     if (vm.count("resume")) t.resume_dir = vm["resume"].as<std::string>();
     if (vm.count("drift-threshold")) t.staleness.drift_threshold = vm["drift-threshold"].as<double>();

@@ -14,7 +14,14 @@ PendingExchange::~PendingExchange() {
     try {
       completion_->wait();
     } catch (...) {
+      failed_ = true;
     }
+  }
+  if (failed_) {
+    // A failed (timed-out) transfer may still write into these buffers until the job is
+    // torn down: leak them on purpose rather than free memory MPI might touch.
+    new HostBuffer<uint32_t>(std::move(send_words_));
+    new HostBuffer<uint32_t>(std::move(recv_words_));
   }
 }
 
@@ -80,6 +87,8 @@ PendingExchange HaloExchanger::post(bool backward, int64_t cols, int bits, const
   p.cols_ = cols;
   p.bits_ = bits;
   p.backward_ = backward;
+  p.epoch_ = static_cast<int>(key.epoch);
+  p.layer_ = static_cast<int>(key.layer);
   p.send_offsets_.assign(static_cast<size_t>(P) + 1, 0);
   p.recv_offsets_.assign(static_cast<size_t>(P) + 1, 0);
   for (int q = 0; q < P; ++q) {
@@ -120,6 +129,17 @@ PendingExchange HaloExchanger::post(bool backward, int64_t cols, int bits, const
 
 void HaloExchanger::wait(PendingExchange& p) {
   Stopwatch wait;
+  try {
+    wait_unchecked(p);
+  } catch (const Error& e) {
+    p.failed_ = true;
+    HALOGEN_FAIL("epoch {}, layer {}, {} halo exchange: {}", p.epoch_, p.layer_,
+                 p.backward_ ? "backward (gradients)" : "forward (embeddings)", e.what());
+  }
+  stats_.wait_s += wait.seconds();
+}
+
+void HaloExchanger::wait_unchecked(PendingExchange& p) {
   if (p.completion_) {
     p.completion_->wait();
     stats_.transfer_s += p.completion_->transfer_seconds();
@@ -128,7 +148,6 @@ void HaloExchanger::wait(PendingExchange& p) {
     p.request_->wait();
     p.request_.reset();
   }
-  stats_.wait_s += wait.seconds();
 }
 
 PendingExchange HaloExchanger::start_forward(const float* local, int64_t cols, int64_t ld, int bits,

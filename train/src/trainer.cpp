@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <csignal>
 #include <cstdlib>
 #include <deque>
+#include <limits>
 #include <thread>
 
 #include "halogen/core/error.hpp"
@@ -148,6 +150,7 @@ class DistributedTrainer {
   }
 
   TrainResult run();
+  TrainResult run_epochs();
   LossAndGradient probe(const std::vector<float>& params);
   void save_checkpoint(int epoch);
   void load_checkpoint(const std::filesystem::path& dir);
@@ -174,6 +177,7 @@ class DistributedTrainer {
   void exchange_backward(int l, int epoch, float* dlocal, const float* dz, const float* dy, int64_t fin, int64_t fout);
   void measure_drift(int l, const float* x, int64_t cols);
   void drain_pending();
+  void inject_faults(int epoch);
   static int tag_forward(int l) { return 4 * l; }
   static int tag_backward(int l) { return 4 * l + 1; }
   static int tag_eval(int l) { return 4 * l + 2; }
@@ -482,6 +486,23 @@ void DistributedTrainer::exchange_backward(int l, int epoch, float* dlocal, cons
   exch_.finish_backward(pending, dlocal, fin);
 }
 
+// Test hooks for the failure tests (environment, all unset in normal runs):
+// HALOGEN_FAULT_RANK=r with HALOGEN_FAULT_EPOCH=e and HALOGEN_FAULT=kill|hang|nan makes rank
+// r, at the first exchanged layer of epoch e, die (SIGKILL), hang, or put a NaN into the
+// embeddings it is about to send.
+void DistributedTrainer::inject_faults(int epoch) {
+  static const char* rank = std::getenv("HALOGEN_FAULT_RANK");
+  static const char* at = std::getenv("HALOGEN_FAULT_EPOCH");
+  static const char* what = std::getenv("HALOGEN_FAULT");
+  if (!rank || !at || !what || std::atoi(rank) != s_.part || std::atoi(at) != epoch) return;
+  const std::string fault = what;
+  if (fault == "kill") std::raise(SIGKILL);
+  if (fault == "hang")
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  if (fault == "nan" && s_.send_offsets[s_.num_parts] > 0)
+    in_[1](s_.send_indices[0], 0) = std::numeric_limits<float>::quiet_NaN();
+}
+
 void DistributedTrainer::drain_pending() {
   for (int l = 0; l < L(); ++l) {
     for (auto& [e, p] : pend_fwd_[l]) exch_.finish_forward(p, in_[l].data(), dims_[l]);
@@ -513,6 +534,7 @@ void DistributedTrainer::forward(int epoch, bool training) {
         x0_.multiply(params_.data() + lp.w_self, fout, 1.0f, y);
       }
     } else {
+      if (training && l == 1) inject_faults(epoch);
       if (training) {
         exchange_forward(l, epoch, in_[l].data(), fin);
       } else {
@@ -758,6 +780,23 @@ void DistributedTrainer::load_checkpoint(const std::filesystem::path& dir) {
 }
 
 TrainResult DistributedTrainer::run() {
+  try {
+    return run_epochs();
+  } catch (const CollectiveError&) {
+    throw;  // every rank knows and exits on its own
+  } catch (const std::exception& e) {
+    // An error on this rank leaves the others waiting for it: report it and take the whole
+    // job down now, before destructors wait for transfers that cannot complete.
+    if (comm_.size() > 1) {
+      std::fprintf(stderr, "halogen train: error: %s\n", e.what());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    throw;
+  }
+}
+
+TrainResult DistributedTrainer::run_epochs() {
   TrainResult result;
   MetricsWriter metrics(comm_.rank() == 0 ? opt_.metrics_path : std::filesystem::path());
   const int64_t C = dims_.back();
@@ -783,7 +822,21 @@ TrainResult DistributedTrainer::run() {
     double loss_sum = loss_and_grad(dy_.data());
     backward(epoch);
     allreduce_gradients(loss_sum);
-    {
+    const double loss = loss_sum / static_cast<double>(std::max<int64_t>(s_.global_train_count, 1));
+    // Loss and gradients are identical on every rank after the all-reduce, so every rank
+    // takes the same decision here.
+    bool finite = std::isfinite(loss);
+    size_t bad = 0;
+    for (size_t i = 0; finite && i < grads_.size(); ++i)
+      if (!std::isfinite(grads_[i])) finite = false, bad = i;
+    bool skipped = false;
+    if (!finite) {
+      HALOGEN_EXPECTS(opt_.skip_nonfinite_steps,
+                      "epoch {}: non-finite {} (loss {}); stopping (--on-nonfinite skip-step would skip such steps)",
+                      epoch, std::isfinite(loss) ? fmt::format("gradient of parameter {}", bad) : "loss", loss);
+      if (s_.part == 0) log::warn("epoch {}: non-finite loss or gradients, step skipped", epoch);
+      skipped = true;
+    } else {
       // One Adam state over all parameters; decay applies to weights, not biases.
       HostBuffer<float> decay_grads(grads_.size());
       for (int l = 0; l < L(); ++l) {
@@ -793,12 +846,10 @@ TrainResult DistributedTrainer::run() {
       }
       adam_step(params_.span(), decay_grads.span(), adam_, opt_.lr, 0.0f);
     }
-    const double loss = loss_sum / static_cast<double>(std::max<int64_t>(s_.global_train_count, 1));
-    HALOGEN_EXPECTS(std::isfinite(loss), "epoch {}: loss is not finite ({})", epoch, loss);
-
     nlohmann::json rec;
     rec["epoch"] = epoch;
     rec["loss"] = loss;
+    if (skipped) rec["skipped_step"] = true;
     const bool eval = (epoch + 1) % opt_.eval_every == 0 || epoch + 1 == opt_.epochs;
     if (eval) {
       forward(epoch, /*training=*/false);
@@ -904,6 +955,7 @@ TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& op
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     set_compute_threads(std::max(1, cores / info.local_size));
   }
+  comm.set_timeout(options.timeout_s);
   DistributedTrainer trainer(shard, comm, options);
   if (!options.resume_dir.empty()) trainer.load_checkpoint(options.resume_dir);
   return trainer.run();

@@ -30,7 +30,8 @@ class CommRequest {
  public:
   virtual ~CommRequest() = default;
   virtual void wait() = 0;
-  /// Non-blocking completion check.
+  /// Non-blocking completion check. Throws halogen::Error once the communicator's timeout has
+  /// passed without completion, naming the peers whose messages are missing.
   virtual bool test() = 0;
 };
 
@@ -55,6 +56,11 @@ class Communicator {
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
 
+  /// Seconds a transfer or collective may take before it fails with an error naming the
+  /// ranks that did not deliver (a dead or hung rank then ends the job instead of hanging it).
+  void set_timeout(double seconds) noexcept { timeout_s_ = seconds; }
+  double timeout() const noexcept { return timeout_s_; }
+
   /// Payload bytes this rank has sent through start_exchange since construction.
   uint64_t bytes_sent() const noexcept { return bytes_sent_.load(std::memory_order_relaxed); }
 
@@ -64,6 +70,7 @@ class Communicator {
 
  protected:
   std::atomic<uint64_t> bytes_sent_{0};
+  double timeout_s_ = 60.0;
 };
 
 /// MPI backend over a duplicate of `comm` (so halogen's traffic never matches user

@@ -63,6 +63,8 @@ class PendingExchange {
   int64_t cols_ = 0;
   int bits_ = 32;
   bool backward_ = false;
+  int epoch_ = 0, layer_ = 0;  // for error messages
+  bool failed_ = false;
 };
 
 class HaloExchanger {
@@ -108,6 +110,7 @@ class HaloExchanger {
   PendingExchange post(bool backward, int64_t cols, int bits, const quant::QuantKey& key, int tag,
                        const std::function<const float*(int q, int64_t& ld)>& rows_of);
   void wait(PendingExchange& p);
+  void wait_unchecked(PendingExchange& p);
 
   const Shard& shard_;
   Communicator& comm_;

@@ -40,4 +40,15 @@ struct AggregateArgs {
 template <Device D>
 void aggregate(const AggregateArgs& args, void* stream = nullptr);
 
+#if HALOGEN_HAVE_CUDA
+/// CUDA (train/src/cuda/aggregate.cu): every pointer is a device pointer and `stream` a
+/// cudaStream_t; asynchronous. Groups of lanes per row, float4 loads when the shapes and
+/// pointers allow, fp64 accumulation of the entries in row order as on the CPU, so the
+/// result is the CPU's by construction (the products are exact in fp64 and the sums run in
+/// the same order; the tests allow 1e-5 relative). The backward pass is the same call on the transposed structure. The
+/// half-precision variant with chunked long rows is aggregate_half (train/gpu_ops.hpp).
+template <>
+void aggregate<kDevCuda>(const AggregateArgs& args, void* stream);
+#endif
+
 }  // namespace halogen

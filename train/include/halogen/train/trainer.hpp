@@ -48,6 +48,10 @@ struct TrainOptions {
   int checkpoint_every = 0;
   std::filesystem::path checkpoint_dir;
   std::filesystem::path resume_dir;
+  /// Non-finite loss or gradients: stop the run (naming epoch and rank) or skip the step.
+  bool skip_nonfinite_steps = false;
+  /// Seconds any transfer or collective may take before the run fails (dead or hung rank).
+  double timeout_s = 60.0;
   bool skip_exchange = false;  // benchmark floor: compute only, halos left stale from epoch 0
   bool progress = true;        // one line per epoch on rank 0
 
