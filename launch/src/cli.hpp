@@ -32,5 +32,10 @@ int cmd_convert(const std::vector<std::string>& args);
 int cmd_info(const std::vector<std::string>& args);
 int cmd_partition(int argc, char** argv, const std::vector<std::string>& args);
 int cmd_train(int argc, char** argv, const std::vector<std::string>& args);
+// Cluster launch, batch scripts, sweeps and the cost model (docs/launch.md).
+int cmd_launch(const std::vector<std::string>& args);
+int cmd_slurm(const std::vector<std::string>& args);
+int cmd_sweep(const std::vector<std::string>& args);
+int cmd_plan(const std::vector<std::string>& args);
 
 }  // namespace halogen::cli

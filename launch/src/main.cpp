@@ -1,6 +1,7 @@
 // The `halogen` program: one executable, one subcommand per step of the data flow.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -21,13 +22,26 @@ void print_usage() {
       "  convert             convert an OGB / edge list / Matrix Market / METIS graph\n"
       "  info                describe a dataset\n"
       "  partition           cut a dataset into one shard per rank (METIS, PT-Scotch, random)\n"
-      "  train               train a GNN (run under mpirun -np P)\n",
+      "  train               train a GNN (run under mpirun -np P)\n"
+      "  launch              run train on a cluster: mpirun or srun with a cluster config (also: halogen-run)\n"
+      "  slurm               write an sbatch script: partition + train job steps, arrays for sweeps\n"
+      "  sweep               run a grid of trainings; CSV and plots\n"
+      "  plan                predict bytes and epoch time per bit width and mode on a cluster\n",
       HALOGEN_VERSION);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `halogen-run ARGS` (a link to halogen) is `halogen launch ARGS`.
+  if (std::filesystem::path(argv[0]).filename() == "halogen-run") {
+    try {
+      return halogen::cli::cmd_launch(std::vector<std::string>(argv + 1, argv + argc));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "halogen-run: error: %s\n", e.what());
+      return 1;
+    }
+  }
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     print_usage();
     return argc < 2 ? 2 : 0;
@@ -40,6 +54,10 @@ int main(int argc, char** argv) {
     if (command == "info") return halogen::cli::cmd_info(args);
     if (command == "partition") return halogen::cli::cmd_partition(argc, argv, args);
     if (command == "train") return halogen::cli::cmd_train(argc, argv, args);
+    if (command == "launch") return halogen::cli::cmd_launch(args);
+    if (command == "slurm") return halogen::cli::cmd_slurm(args);
+    if (command == "sweep") return halogen::cli::cmd_sweep(args);
+    if (command == "plan") return halogen::cli::cmd_plan(args);
     if (command == "--version") {
       std::printf("halogen %s\n", HALOGEN_VERSION);
       return 0;

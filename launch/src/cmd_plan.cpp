@@ -1,0 +1,121 @@
+// halogen plan: predict bytes and epoch time per bit width and exchange mode for a partition
+// on a described cluster, before paying for the runs (cost model: cost_model.hpp,
+// docs/launch.md).
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "cli.hpp"
+#include "cluster_config.hpp"
+#include "cost_model.hpp"
+#include "halogen/core/error.hpp"
+#include "halogen/core/io.hpp"
+#include "halogen/partition/shard.hpp"
+
+namespace halogen::cli {
+
+int cmd_plan(const std::vector<std::string>& args) {
+  po::options_description opts("plan options");
+  std::string report_arg, cluster_name, metrics, bits = "32,16,8,4,2,1", modes = "sync,overlap", model = "gcn",
+                                                 json_out;
+  double compute_s = 0.0;
+  int calib_ranks = 0, hidden = 0, layers = 0;
+  int64_t features = 0, classes = 0;
+  plan::CostOptions co;
+  // clang-format off
+  opts.add_options()
+      ("report", po::value(&report_arg)->required(), "partition.json of `halogen partition` (or its directory)")
+      ("cluster,c", po::value(&cluster_name)->required(), "cluster config: a YAML file or a name in cluster_configs/")
+      ("metrics", po::value(&metrics), "calibrate from a metrics file of a real run (compute_s and comm_s per epoch)")
+      ("compute-rate", po::value(&metrics), "same as --metrics")
+      ("compute-s", po::value(&compute_s), "calibrate compute from this many seconds per epoch (with --calib-ranks)")
+      ("wait-s", po::value<double>(), "with --compute-s: synchronisation slack per epoch of that run (default 0)")
+      ("calib-ranks", po::value(&calib_ranks), "ranks of the calibration run (default: from the metrics summary)")
+      ("gflops", po::value(&co.gflops), "no calibration run: a nominal rate in GFLOP/s per rank")
+      ("features", po::value(&features), "input features (default: from the shards beside the report)")
+      ("classes", po::value(&classes), "classes (default: from the shards beside the report)")
+      ("model", po::value(&model)->default_value(model), "gcn | sage")
+      ("hidden", po::value(&hidden), "hidden size (default: the report's)")
+      ("layers", po::value(&layers), "layers (default: the report's)")
+      ("bits", po::value(&bits)->default_value(bits), "bit widths to predict")
+      ("modes", po::value(&modes)->default_value(modes), "exchange modes to predict: sync,overlap")
+      ("eval-every", po::value(&co.eval_every)->default_value(co.eval_every), "as train --eval-every")
+      ("sparse-cost", po::value(&co.sparse_flop_cost)->default_value(co.sparse_flop_cost), "cost of an aggregation flop relative to a GEMM flop")
+      ("quant-ns", po::value(&co.quant_ns_per_value), "quantize ns per value at the sender, bits < 16 (default: CPU 2.5, GPU 0.01)")
+      ("dequant-ns", po::value(&co.dequant_ns_per_value), "dequantize ns per value at the receiver (default: CPU 1.0, GPU 0.01)")
+      ("copy-ns", po::value(&co.copy_ns_per_value), "gather/scatter ns per value at 32 bits, twice that at 16 (default: CPU 0.5, GPU 0.01)")
+      ("json", po::value(&json_out), "also write the plan as JSON to this file");
+  // clang-format on
+  po::positional_options_description pos;
+  pos.add("report", 1);
+  po::variables_map vm;
+  if (!parse("plan", "PARTITION_REPORT --cluster CONFIG (--metrics FILE | --compute-s S --calib-ranks P | --gflops G)",
+             opts, pos, args, vm)) {
+    return 0;
+  }
+  std::filesystem::path report_path(report_arg);
+  if (std::filesystem::is_directory(report_path)) report_path /= "partition.json";
+  HALOGEN_EXPECTS(std::filesystem::exists(report_path), "partition report '{}' does not exist", report_path.string());
+  nlohmann::json report;
+  try {
+    report = nlohmann::json::parse(read_text_file(report_path));
+  } catch (const nlohmann::json::exception& e) {
+    HALOGEN_FAIL("{}: not valid JSON: {}", report_path.string(), e.what());
+  }
+  const cluster::ClusterConfig cluster = cluster::load_cluster_config(cluster_name);
+
+  plan::ModelShape shape;
+  HALOGEN_EXPECTS(model == "gcn" || model == "sage", "--model must be gcn or sage, got '{}'", model);
+  shape.sage = model == "sage";
+  shape.hidden = hidden > 0 ? hidden : report.value("hidden", 0);
+  shape.layers = layers > 0 ? layers : report.value("layers", 0);
+  shape.feature_dim = features;
+  shape.num_classes = classes;
+  if (features == 0 || classes == 0) {
+    const int P = report.value("num_parts", 0);
+    const auto shard = shard_path(report_path.parent_path(), 0, P);
+    HALOGEN_EXPECTS(std::filesystem::exists(shard),
+                    "features and classes come from the shards beside the report, but '{}' is missing: give --features "
+                    "and --classes",
+                    shard.string());
+    const Shard s = read_shard(shard, /*verify_checksums=*/false);
+    if (features == 0) shape.feature_dim = s.feature_dim;
+    if (classes == 0) shape.num_classes = s.num_classes;
+  }
+
+  plan::Calibration calib;
+  if (!metrics.empty()) {
+    calib = plan::calibration_from_metrics(metrics, calib_ranks);
+    if (calib_ranks > 0) calib.ranks = calib_ranks;
+  } else if (compute_s > 0.0) {
+    HALOGEN_EXPECTS(calib_ranks > 0, "--compute-s needs --calib-ranks (the ranks of the measured run)");
+    calib.compute_s = compute_s;
+    calib.ranks = calib_ranks;
+    if (vm.count("wait-s")) calib.wait_s = vm["wait-s"].as<double>();
+    calib.epochs_used = 1;
+    calib.source = "--compute-s";
+  }
+  co.bits = parse_int_list(bits, "--bits");
+  co.modes.clear();
+  for (size_t start = 0; start <= modes.size();) {
+    const size_t end = std::min(modes.find(',', start), modes.size());
+    co.modes.push_back(modes.substr(start, end - start));
+    start = end + 1;
+  }
+  const plan::Plan p = plan::predict(report, shape, cluster, calib, co);
+  std::cout << plan::format_plan(p, report, cluster, calib);
+  if (!json_out.empty()) {
+    nlohmann::json j = plan::plan_to_json(p);
+    j["report"] = report_path.string();
+    j["cluster"] = cluster.name;
+    j["calibration"] = {{"source", calib.source},
+                        {"compute_s", calib.compute_s},
+                        {"ranks", calib.ranks},
+                        {"measured_epoch_s", calib.measured_epoch_s},
+                        {"wait_s", calib.wait_s}};
+    write_file_atomic(json_out, j.dump(2) + "\n");
+  }
+  return 0;
+}
+
+}  // namespace halogen::cli

@@ -1,0 +1,405 @@
+#include "cost_model.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <tuple>
+
+#include "halogen/core/error.hpp"
+
+namespace halogen::plan {
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+int64_t get_int(const nlohmann::json& j, const char* key, const std::string& where) {
+  HALOGEN_EXPECTS(j.contains(key) && j.at(key).is_number_integer(), "partition report: {} has no integer '{}'", where,
+                  key);
+  return j.at(key).get<int64_t>();
+}
+
+// Per-rank quantities of one epoch that the model needs.
+struct RankWork {
+  double work = 0.0;           // flop-equivalents per epoch
+  double hide_forward = 0.0;   // per forward exchange of a layer >= 1: owned-only aggregation
+  double hide_backward = 0.0;  // per backward exchange: transposed aggregation of owned rows
+  int64_t send_rows = 0;
+  int64_t recv_rows = 0;
+};
+
+}  // namespace
+
+int64_t message_bytes(int bits, int64_t rows, int64_t cols) {
+  // Mirrors quant::packed_words (and the partition report): fp32 rows*cols words, fp16
+  // rows*ceil(cols/2), b in {1,2,4,8}: one exponent word + per row one metadata word and
+  // ceil(cols*b/32) code words.
+  if (rows == 0) return 0;
+  if (bits == 32) return 4 * rows * cols;
+  if (bits == 16) return 4 * rows * ((cols + 1) / 2);
+  HALOGEN_EXPECTS(bits == 8 || bits == 4 || bits == 2 || bits == 1, "{} bits not supported (1, 2, 4, 8, 16, 32)", bits);
+  return 4 * (1 + rows * (1 + (cols * bits + 31) / 32));
+}
+
+double exchange_seconds(const std::vector<Message>& messages, const cluster::ClusterConfig& c) {
+  // Resource key: (kind, id, direction). Kinds: 0 a rank's intra-node port, 1 a node's shared
+  // intra-node link, 2 a rank's inter-node port, 3 a node's shared NIC.
+  std::map<std::tuple<int, int, int>, double> busy;
+  for (const Message& m : messages) {
+    if (m.bytes <= 0 || m.src == m.dst) continue;
+    const int src_node = c.node_of(m.src), dst_node = c.node_of(m.dst);
+    const bool same_node = src_node == dst_node;
+    const cluster::Link& link = same_node ? c.intra_node : c.inter_node;
+    const double t = link.latency_us * 1e-6 + static_cast<double>(m.bytes) / (link.bandwidth_GBps * 1e9);
+    if (same_node && link.shared) {
+      busy[{1, src_node, 0}] += t;  // one device carries every message of the node once
+    } else if (same_node) {
+      busy[{0, m.src, 0}] += t;
+      busy[{0, m.dst, 1}] += t;
+    } else if (link.shared) {
+      busy[{3, src_node, 0}] += t;
+      busy[{3, dst_node, 1}] += t;
+    } else {
+      busy[{2, m.src, 0}] += t;
+      busy[{2, m.dst, 1}] += t;
+    }
+  }
+  double worst = 0.0;
+  for (const auto& [key, t] : busy) worst = std::max(worst, t);
+  return worst;
+}
+
+std::vector<Message> forward_messages(const std::vector<std::vector<int64_t>>& halo_from, int bits, int64_t cols) {
+  std::vector<Message> out;
+  const int P = static_cast<int>(halo_from.size());
+  for (int p = 0; p < P; ++p) {
+    for (int q = 0; q < P; ++q) {
+      const int64_t rows = halo_from[static_cast<size_t>(p)][static_cast<size_t>(q)];
+      if (p != q && rows > 0) out.push_back({q, p, message_bytes(bits, rows, cols)});
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> halo_matrix(const nlohmann::json& report) {
+  const int P = static_cast<int>(get_int(report, "num_parts", "the report"));
+  HALOGEN_EXPECTS(
+      report.contains("parts") && report.at("parts").is_array() && static_cast<int>(report.at("parts").size()) == P,
+      "partition report: 'parts' must list {} parts", P);
+  std::vector<std::vector<int64_t>> m(static_cast<size_t>(P));
+  for (int p = 0; p < P; ++p) {
+    const auto& part = report.at("parts").at(static_cast<size_t>(p));
+    HALOGEN_EXPECTS(part.contains("halo_from") && part.at("halo_from").is_array() &&
+                        static_cast<int>(part.at("halo_from").size()) == P,
+                    "partition report: part {} has no 'halo_from' list of {} counts", p, P);
+    m[static_cast<size_t>(p)] = part.at("halo_from").get<std::vector<int64_t>>();
+  }
+  return m;
+}
+
+Calibration calibration_from_metrics(const std::filesystem::path& metrics, int fallback_ranks) {
+  std::ifstream in(metrics);
+  HALOGEN_EXPECTS(in.good(), "cannot open metrics file '{}'", metrics.string());
+  std::vector<double> compute, epoch, quant, comm;
+  std::string mode;
+  std::vector<int> epochs;
+  int ranks = 0;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json rec;
+    try {
+      rec = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      HALOGEN_FAIL("metrics file {}:{}: not a JSON object: {}", metrics.string(), line_no, e.what());
+    }
+    if (rec.value("summary", false)) {
+      ranks = rec.value("ranks", 0);
+      continue;
+    }
+    HALOGEN_EXPECTS(rec.contains("compute_s") && rec.contains("epoch_s") && rec.contains("epoch"),
+                    "metrics file {}:{}: an epoch record needs epoch, epoch_s and compute_s", metrics.string(),
+                    line_no);
+    epochs.push_back(rec.at("epoch").get<int>());
+    compute.push_back(rec.at("compute_s").get<double>());
+    epoch.push_back(rec.at("epoch_s").get<double>());
+    quant.push_back(rec.value("quant_s", 0.0));
+    comm.push_back(rec.value("comm_s", 0.0));
+    if (mode.empty()) mode = rec.value("mode", std::string());
+  }
+  HALOGEN_EXPECTS(!compute.empty(), "metrics file '{}' holds no epoch records", metrics.string());
+  if (ranks == 0) ranks = fallback_ranks;
+  HALOGEN_EXPECTS(ranks > 0, "metrics file '{}' has no summary line with 'ranks'; give the rank count of that run",
+                  metrics.string());
+  // Epoch 0 pays for first touches and warm-up: leave it out when there is more.
+  if (compute.size() > 1 && epochs.front() == 0) {
+    compute.erase(compute.begin());
+    epoch.erase(epoch.begin());
+    quant.erase(quant.begin());
+    comm.erase(comm.begin());
+  }
+  Calibration c;
+  c.compute_s = median(compute);
+  c.measured_epoch_s = median(epoch);
+  c.measured_quant_s = median(quant);
+  c.wait_s = median(comm);
+  if (!mode.empty()) c.mode = mode;
+  c.epochs_used = static_cast<int>(compute.size());
+  c.ranks = ranks;
+  c.source = metrics.string();
+  return c;
+}
+
+const Prediction& Plan::fastest() const {
+  HALOGEN_EXPECTS(!predictions.empty(), "the plan holds no predictions");
+  return *std::min_element(predictions.begin(), predictions.end(),
+                           [](const Prediction& a, const Prediction& b) { return a.epoch_s < b.epoch_s; });
+}
+
+const Prediction* Plan::find(int bits, const std::string& mode) const {
+  for (const auto& p : predictions)
+    if (p.bits == bits && p.mode == mode) return &p;
+  return nullptr;
+}
+
+namespace {
+
+// Everything about the partition and the model that does not depend on the cluster.
+struct Model {
+  std::vector<std::vector<int64_t>> halo_from;
+  std::vector<RankWork> work;
+  size_t busiest = 0;
+  int P = 0;
+  int L = 0;
+  int64_t H = 0;
+  double evals = 1.0;
+  int64_t parameters = 0;
+  double work_total = 0.0;
+};
+
+Model build_model(const nlohmann::json& report, const ModelShape& shape, const CostOptions& options) {
+  Model m;
+  m.halo_from = halo_matrix(report);
+  m.P = static_cast<int>(m.halo_from.size());
+  m.L = shape.layers;
+  m.H = shape.hidden;
+  HALOGEN_EXPECTS(m.L >= 1 && m.H >= 1 && shape.feature_dim >= 1 && shape.num_classes >= 1,
+                  "model shape needs layers, hidden, features and classes >= 1 (got {}, {}, {}, {})", m.L, m.H,
+                  shape.feature_dim, shape.num_classes);
+  HALOGEN_EXPECTS(options.eval_every >= 1, "--eval-every must be at least 1, got {}", options.eval_every);
+  m.evals = 1.0 / static_cast<double>(options.eval_every);
+  std::vector<int64_t> dims{shape.feature_dim};
+  for (int l = 1; l < m.L; ++l) dims.push_back(m.H);
+  dims.push_back(shape.num_classes);
+  const int mats = shape.sage ? 2 : 1;
+  for (int l = 0; l < m.L; ++l) m.parameters += mats * dims[l] * dims[l + 1] + dims[l + 1];
+
+  // Work per rank: dense GEMMs (forward, weight gradient, input gradient for l >= 1, the
+  // evaluation forward) and aggregations of layers >= 1 (forward, transposed backward,
+  // evaluation); layer 0's aggregation is computed once before training.
+  const double kappa = options.sparse_flop_cost;
+  m.work.resize(static_cast<size_t>(m.P));
+  for (int p = 0; p < m.P; ++p) {
+    const auto& part = report.at("parts").at(static_cast<size_t>(p));
+    const std::string where = fmt::format("part {}", p);
+    const double n = static_cast<double>(get_int(part, "owned", where));
+    const double e = static_cast<double>(get_int(part, "local_edges", where));
+    RankWork& w = m.work[static_cast<size_t>(p)];
+    for (int l = 0; l < m.L; ++l) {
+      const double in = static_cast<double>(dims[l]), out = static_cast<double>(dims[l + 1]);
+      w.work += mats * 2.0 * n * in * out * (2.0 + m.evals + (l >= 1 ? 1.0 : 0.0));
+      if (l >= 1) {
+        const double agg = kappa * 2.0 * (e + n) * in;
+        w.work += agg * (2.0 + m.evals);
+        w.hide_forward = agg;
+        w.hide_backward = agg + (shape.sage ? 2.0 * n * in * out : 0.0);
+      }
+    }
+    for (int q = 0; q < m.P; ++q) {
+      w.recv_rows += m.halo_from[static_cast<size_t>(p)][static_cast<size_t>(q)];
+      w.send_rows += m.halo_from[static_cast<size_t>(q)][static_cast<size_t>(p)];
+    }
+    m.work_total += w.work;
+  }
+  m.busiest =
+      static_cast<size_t>(std::max_element(m.work.begin(), m.work.end(),
+                                           [](const RankWork& a, const RankWork& b) { return a.work < b.work; }) -
+                          m.work.begin());
+  return m;
+}
+
+// One bit width and mode on one cluster, with compute at `seconds_per_work`.
+Prediction evaluate(const Model& m, const cluster::ClusterConfig& cluster, const CostOptions& options, int bits,
+                    const std::string& mode, double seconds_per_work, double slack_s) {
+  HALOGEN_EXPECTS(mode == "sync" || mode == "overlap", "unknown mode '{}' (sync | overlap)", mode);
+  HALOGEN_EXPECTS(m.P <= cluster.max_ranks(),
+                  "the partition has {} parts (one rank each) but cluster '{}' holds {} ranks ({} nodes x {} per node)",
+                  m.P, cluster.name, cluster.max_ranks(), cluster.nodes, cluster.ranks_per_node);
+  Prediction pr;
+  pr.bits = bits;
+  pr.mode = mode;
+  const RankWork& crit = m.work[m.busiest];
+  pr.compute_s = crit.work * seconds_per_work;
+
+  // All-reduce of the weight gradients and the loss (fp64) as a ring, plus the accuracy
+  // counts of each evaluation (latency-bound).
+  if (m.P > 1) {
+    const int64_t values = m.parameters + 1;
+    const int64_t chunk = 8 * ((values + m.P - 1) / m.P);
+    std::vector<Message> step;
+    for (int r = 0; r < m.P; ++r) step.push_back({r, (r + 1) % m.P, chunk});
+    pr.allreduce_s = 2.0 * (m.P - 1) * exchange_seconds(step, cluster);
+    pr.allreduce_bytes_per_epoch = 2LL * (m.P - 1) * m.P * chunk;
+    for (auto& msg : step) msg.bytes = 24;
+    pr.allreduce_s += m.evals * 2.0 * std::ceil(std::log2(static_cast<double>(m.P))) * exchange_seconds(step, cluster);
+  }
+
+  const auto msgs = forward_messages(m.halo_from, bits, m.H);
+  int64_t bytes_one_way = 0;
+  for (const auto& msg : msgs) bytes_one_way += msg.bytes;
+  std::vector<Message> back = msgs;
+  for (auto& msg : back) std::swap(msg.src, msg.dst);
+  const double t_forward = exchange_seconds(msgs, cluster);
+  const double t_backward = exchange_seconds(back, cluster);
+  const int exchanged_layers = m.L - 1;
+  pr.halo_bytes_per_epoch =
+      static_cast<int64_t>(std::llround(exchanged_layers * (2.0 + m.evals) * static_cast<double>(bytes_one_way)));
+  pr.halo_comm_s = exchanged_layers * ((1.0 + m.evals) * t_forward + t_backward);
+  const double hide_forward_s = crit.hide_forward * seconds_per_work;
+  const double hide_backward_s = crit.hide_backward * seconds_per_work;
+  const double exposed_forward = mode == "overlap" ? std::max(0.0, t_forward - hide_forward_s) : t_forward;
+  const double exposed_backward = std::max(0.0, t_backward - hide_backward_s);
+  pr.exposed_comm_s = exchanged_layers * ((1.0 + m.evals) * exposed_forward + exposed_backward);
+
+  // Quantization: each exchange quantizes (or copies) the sent rows and dequantizes the
+  // received ones; the slowest rank counts.
+  const bool gpu = cluster.has_gpus();
+  auto pick = [&](double given, double cpu, double gpu_ns) { return given >= 0.0 ? given : (gpu ? gpu_ns : cpu); };
+  const double q_ns = pick(options.quant_ns_per_value, 2.5, 0.01);
+  const double dq_ns = pick(options.dequant_ns_per_value, 1.0, 0.01);
+  const double copy_ns = pick(options.copy_ns_per_value, 0.5, 0.01);
+  const int ranks_here = std::min(m.P, cluster.ranks_per_node);
+  const double slowdown = gpu ? 1.0 : std::max(1.0, static_cast<double>(ranks_here) / cluster.cores_per_node);
+  const double send_ns = bits < 16 ? q_ns : (bits == 16 ? 2.0 * copy_ns : copy_ns);
+  const double recv_ns = bits < 16 ? dq_ns : (bits == 16 ? 2.0 * copy_ns : copy_ns);
+  double quant_ns_per_col = 0.0;
+  for (const RankWork& r : m.work) {
+    quant_ns_per_col = std::max(
+        quant_ns_per_col, static_cast<double>(r.send_rows) * send_ns + static_cast<double>(r.recv_rows) * recv_ns);
+  }
+  pr.quant_s = exchanged_layers * (2.0 + m.evals) * quant_ns_per_col * static_cast<double>(m.H) * slowdown * 1e-9;
+  pr.wait_s = std::max(0.0, slack_s - pr.exposed_comm_s - pr.allreduce_s);
+  pr.epoch_s = pr.compute_s + pr.quant_s + pr.exposed_comm_s + pr.allreduce_s + pr.wait_s;
+  return pr;
+}
+
+}  // namespace
+
+Plan predict(const nlohmann::json& report, const ModelShape& shape, const cluster::ClusterConfig& cluster,
+             const Calibration& calibration, const CostOptions& options) {
+  const Model m = build_model(report, shape, options);
+  Plan plan;
+  plan.ranks = m.P;
+  plan.nodes = cluster.nodes_for(m.P);
+  plan.parameters = m.parameters;
+  plan.work_max = m.work[m.busiest].work;
+  if (calibration.compute_s > 0.0) {
+    HALOGEN_EXPECTS(calibration.ranks >= 1, "calibration needs the rank count of the measured run");
+    // Same part count: the measured slowest rank is the busiest part. Otherwise assume the
+    // measured run was balanced (exact for 1 rank, which holds the whole graph).
+    const double reference = calibration.ranks == m.P ? plan.work_max : m.work_total / calibration.ranks;
+    plan.seconds_per_work = calibration.compute_s / reference;
+    if (calibration.ranks == m.P) plan.slack_s = calibration.wait_s;
+  } else {
+    HALOGEN_EXPECTS(options.gflops > 0.0,
+                    "the cost model needs a compute calibration: a metrics file of a real run (--metrics) or a rate "
+                    "(--compute-s with --calib-ranks, or --gflops)");
+    plan.seconds_per_work = 1.0 / (options.gflops * 1e9);
+  }
+  for (const std::string& mode : options.modes) {
+    for (int bits : options.bits) {
+      plan.predictions.push_back(evaluate(m, cluster, options, bits, mode, plan.seconds_per_work, plan.slack_s));
+    }
+  }
+  return plan;
+}
+
+std::string format_plan(const Plan& plan, const nlohmann::json& report, const cluster::ClusterConfig& cluster,
+                        const Calibration& calibration) {
+  std::string out;
+  auto line = [&](const std::string& s) {
+    out += s;
+    out += '\n';
+  };
+  line(fmt::format("plan for '{}' ({} nodes, {} undirected edges) on {} ranks = {} node{} of cluster {}",
+                   report.value("dataset", "?"), report.value("num_nodes", int64_t{0}),
+                   report.value("num_undirected_edges", int64_t{0}), plan.ranks, plan.nodes, plan.nodes == 1 ? "" : "s",
+                   describe(cluster)));
+  if (calibration.compute_s > 0.0) {
+    line(fmt::format(
+        "compute calibrated from {}: {:.4f} s/epoch on {} ranks (median of {} epochs) -> {:.4f} s/epoch here",
+        calibration.source, calibration.compute_s, calibration.ranks, calibration.epochs_used,
+        plan.work_max * plan.seconds_per_work));
+    line(fmt::format("synchronisation slack: {:.4f} s/epoch{}", plan.slack_s,
+                     calibration.ranks == plan.ranks ? " (median comm_s of that run; communication hides in it)"
+                                                     : " (the calibration ran on another part count)"));
+  } else {
+    line(fmt::format("compute from a nominal rate: {:.4f} s/epoch", plan.work_max * plan.seconds_per_work));
+  }
+  line(fmt::format(
+      "{} parameters: gradient all-reduce {:.3f} MB per epoch", plan.parameters,
+      static_cast<double>(plan.predictions.empty() ? 0 : plan.predictions[0].allreduce_bytes_per_epoch) / 1e6));
+  line(fmt::format("{:>4} {:>8} {:>12} {:>10} {:>9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>8}", "bits", "mode",
+                   "halo MB/ep", "compute s", "quant s", "halo s", "exposed s", "allred. s", "wait s", "epoch s",
+                   "speedup"));
+  const Prediction* base = plan.find(32, "sync");
+  for (const auto& p : plan.predictions) {
+    line(fmt::format("{:>4} {:>8} {:>12.3f} {:>10.4f} {:>9.4f} {:>10.4f} {:>10.4f} {:>10.4f} {:>9.4f} {:>10.4f} {:>8}",
+                     p.bits, p.mode, static_cast<double>(p.halo_bytes_per_epoch) / 1e6, p.compute_s, p.quant_s,
+                     p.halo_comm_s, p.exposed_comm_s, p.allreduce_s, p.wait_s, p.epoch_s,
+                     base ? fmt::format("{:.2f}x", base->epoch_s / p.epoch_s) : std::string("-")));
+  }
+  const Prediction& best = plan.fastest();
+  line(fmt::format("expected fastest: --bits-fwd {0} --bits-bwd {0} --mode {1}: {2:.4f} s/epoch{3}", best.bits,
+                   best.mode, best.epoch_s,
+                   base ? fmt::format(" ({:.2f}x fp32 sync)", base->epoch_s / best.epoch_s) : std::string()));
+  return out;
+}
+
+nlohmann::json plan_to_json(const Plan& plan) {
+  nlohmann::json j;
+  j["ranks"] = plan.ranks;
+  j["nodes"] = plan.nodes;
+  j["parameters"] = plan.parameters;
+  j["seconds_per_work"] = plan.seconds_per_work;
+  j["slack_s"] = plan.slack_s;
+  j["predictions"] = nlohmann::json::array();
+  for (const auto& p : plan.predictions) {
+    j["predictions"].push_back({{"bits", p.bits},
+                                {"mode", p.mode},
+                                {"halo_bytes_per_epoch", p.halo_bytes_per_epoch},
+                                {"allreduce_bytes_per_epoch", p.allreduce_bytes_per_epoch},
+                                {"compute_s", p.compute_s},
+                                {"quant_s", p.quant_s},
+                                {"halo_comm_s", p.halo_comm_s},
+                                {"exposed_comm_s", p.exposed_comm_s},
+                                {"allreduce_s", p.allreduce_s},
+                                {"wait_s", p.wait_s},
+                                {"epoch_s", p.epoch_s}});
+  }
+  const auto& best = plan.fastest();
+  j["fastest"] = {{"bits", best.bits}, {"mode", best.mode}, {"epoch_s", best.epoch_s}};
+  return j;
+}
+
+}  // namespace halogen::plan

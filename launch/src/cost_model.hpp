@@ -1,0 +1,147 @@
+// The cost model behind `halogen plan`: predicts, for each halo bit width and exchange mode,
+// the bytes one training epoch moves and the epoch time split into compute, quantization
+// and communication, for the partition described by a partition report (partition.json)
+// running on the cluster described by a ClusterConfig. docs/launch.md ("Cost model")
+// states the model and its assumptions; in short:
+//
+// - Work per rank (flop-equivalents) from the report's owned rows and local edges and the
+//   model's layer sizes; compute time = work x (measured seconds per work unit), calibrated
+//   from a metrics file of a real run (compute_s) or from a nominal GFLOP/s rate.
+// - Every exchange (forward embeddings, backward gradients of layers 1..L-1, plus the
+//   evaluation forward pass) is a set of peer messages whose sizes are exactly those of the
+//   halo exchanger at the given bit width. A message crosses the intra- or inter-node link;
+//   each link is a resource per rank (`shared: false`) or per node (`shared: true`). The
+//   exchange takes max over resources of sum over its messages of (latency + bytes /
+//   bandwidth).
+// - Weight gradients are all-reduced in fp64 as a ring: 2(P-1) steps of N/P values.
+// - sync: epoch = compute + quantize + max(slack, all exchanges + all-reduce), where the
+//   slack is the synchronisation wait measured by the calibration run (0 without one).
+//   overlap: a forward exchange hides behind the owned-only aggregation of its layer:
+//   max(owned aggregation, exchange) instead of their sum. Backward exchanges hide behind the
+//   transposed aggregation of owned rows in both modes (the trainer posts them first).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cluster_config.hpp"
+
+namespace halogen::plan {
+
+/// Layer sizes of the trained model (the report carries hidden and layers; the shards carry
+/// features and classes).
+struct ModelShape {
+  int64_t feature_dim = 0;
+  int64_t num_classes = 0;
+  int64_t hidden = 0;
+  int layers = 2;
+  bool sage = false;  // GraphSAGE has two weight matrices per layer, GCN one
+};
+
+/// What a measured run says about compute (and waiting), from its metrics file.
+struct Calibration {
+  double compute_s = 0.0;  // seconds per epoch (median over epochs after the first)
+  int ranks = 0;           // ranks of the measured run
+  /// Median comm_s of the run: the longest any rank spent waiting per epoch (halo exchanges
+  /// and all-reduces). With the same part count as the plan, this is the synchronisation
+  /// slack: ranks wait for each other (load imbalance, several ranks per core) at least this
+  /// long, and communication hides in that wait (docs/launch.md). 0: no slack.
+  double wait_s = 0.0;
+  double measured_epoch_s = 0.0;  // median epoch_s, for the record
+  double measured_quant_s = 0.0;  // median quant_s, for the record
+  std::string mode = "sync";      // exchange mode of the measured run
+  int epochs_used = 0;
+  std::string source;
+};
+
+struct CostOptions {
+  std::vector<int> bits = {32, 16, 8, 4, 2, 1};
+  std::vector<std::string> modes = {"sync", "overlap"};
+  int eval_every = 1;  // as `halogen train --eval-every`: an evaluation forward pass per N epochs
+  /// Cost of one sparse aggregation flop relative to one dense (GEMM) flop: aggregation is
+  /// memory-bound. Used to split the calibrated compute time between layers and to size the
+  /// part of it that can hide an exchange.
+  double sparse_flop_cost = 4.0;
+  /// Quantizer cost per value on one core (quant/ CPU kernels, bench/bench_quant): quantize
+  /// at the sender below 16 bits, dequantize at the receiver; gather/scatter copy at 16 and 32
+  /// bits. Negative: the defaults of the cluster's device (CPU: 2.5, 1.0, 0.5 ns; GPU: 0.01 ns
+  /// each). On a CPU node with more ranks than cores they scale by ranks / cores.
+  double quant_ns_per_value = -1.0;
+  double dequant_ns_per_value = -1.0;
+  double copy_ns_per_value = -1.0;
+  /// Without a measured calibration: seconds per epoch = work / (gflops * 1e9).
+  double gflops = 0.0;
+};
+
+struct Prediction {
+  int bits = 32;
+  std::string mode;
+  int64_t halo_bytes_per_epoch = 0;       // summed over ranks; equals the metrics' bytes_sent
+  int64_t allreduce_bytes_per_epoch = 0;  // summed over ranks
+  double compute_s = 0.0;
+  double quant_s = 0.0;
+  double halo_comm_s = 0.0;     // transfer time of all halo exchanges of one epoch
+  double exposed_comm_s = 0.0;  // the part of it not hidden behind computation
+  double allreduce_s = 0.0;
+  /// Waiting beyond communication: max(0, slack - exposed - all-reduce).
+  double wait_s = 0.0;
+  /// compute + quant + max(slack, exposed comm + all-reduce)
+  double epoch_s = 0.0;
+};
+
+struct Plan {
+  int ranks = 0;
+  int nodes = 0;
+  double work_max = 0.0;  // flop-equivalents of the busiest rank per epoch
+  double seconds_per_work = 0.0;
+  double slack_s = 0.0;  // synchronisation slack from the calibration (0 without)
+  int64_t parameters = 0;
+  std::vector<Prediction> predictions;
+  const Prediction& fastest() const;
+  const Prediction* find(int bits, const std::string& mode) const;
+};
+
+/// One point-to-point message of an exchange.
+struct Message {
+  int src = 0;
+  int dst = 0;
+  int64_t bytes = 0;
+};
+
+/// Bytes of one halo message of rows x cols at `bits` (as the halo exchanger packs it).
+int64_t message_bytes(int bits, int64_t rows, int64_t cols);
+
+/// Seconds one exchange takes on `cluster` (ranks placed in blocks of ranks_per_node):
+/// max over link resources of the sum over the messages that use it of latency + bytes /
+/// bandwidth. A message between ranks on one node uses the intra-node link (the sender's
+/// port and the receiver's port, or the node's shared link); between nodes, the inter-node
+/// link (the sender's and the receiver's ports or NICs).
+double exchange_seconds(const std::vector<Message>& messages, const cluster::ClusterConfig& cluster);
+
+/// The forward exchange of one layer with `cols` columns: halo_from[p][q] rows go q -> p.
+std::vector<Message> forward_messages(const std::vector<std::vector<int64_t>>& halo_from, int bits, int64_t cols);
+
+/// Reads halo_from of every part from a partition report.
+std::vector<std::vector<int64_t>> halo_matrix(const nlohmann::json& report);
+
+/// Median compute_s (and epoch_s, quant_s) over the epochs of a metrics file, leaving out
+/// epoch 0 (warm-up) when there are more. `ranks` comes from the summary line, or
+/// `fallback_ranks` when there is none (> 0).
+Calibration calibration_from_metrics(const std::filesystem::path& metrics, int fallback_ranks = 0);
+
+/// The whole prediction. `calibration.ranks` may differ from the report's part count: the
+/// compute time then scales by the busiest rank's work and the slack is not used (it
+/// belongs to the measured partition).
+Plan predict(const nlohmann::json& report, const ModelShape& shape, const cluster::ClusterConfig& cluster,
+             const Calibration& calibration, const CostOptions& options);
+
+/// The plan as a table (one row per bit width and mode) and a line naming the fastest.
+std::string format_plan(const Plan& plan, const nlohmann::json& report, const cluster::ClusterConfig& cluster,
+                        const Calibration& calibration);
+
+nlohmann::json plan_to_json(const Plan& plan);
+
+}  // namespace halogen::plan

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# End to end: `halogen sweep` runs a 2 x 2 grid (ranks {1,2} x bits {32,1}) on cora and writes
+# the CSV and the PNG plots; `halogen launch` checks, prints and runs a training; `halogen
+# plan` predicts from the sweep's partition and metrics.
+# usage: sweep_test.sh HALOGEN
+set -uo pipefail
+halogen=$1
+data=${HALOGEN_SHARED_DATA:-$(cd "$(dirname "$0")/../../.." && pwd)/shared/data}
+if [ ! -d "$data/cora/raw" ]; then echo "shared dataset cora missing under $data: skipped"; exit 77; fi
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+failures=0
+pass() { echo "ok: $1"; }
+fail() { echo "FAILED: $1"; failures=$((failures + 1)); }
+
+# --- sweep -------------------------------------------------------------------------------
+timeout 400 "$halogen" sweep --grid "dataset=$data/cora" --grid ranks=1,2 --grid bits=32,1 --cluster local-cpu \
+  --out-dir "$work/sweep" -- --epochs 6 --hidden 16 --seed 3 > "$work/sweep.out" 2>&1 \
+  && pass "sweep exits 0" || { fail "sweep"; cat "$work/sweep.out"; }
+for png in epoch_time bytes accuracy; do
+  f="$work/sweep/$png.png"
+  if [ -s "$f" ] && [ "$(head -c 8 "$f" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]; then
+    pass "$png.png is a PNG"
+  else
+    fail "$png.png missing, empty or not a PNG"
+  fi
+done
+python3 - "$work/sweep/sweep.csv" <<'PY' && pass "sweep.csv rows" || fail "sweep.csv rows"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 4, f"{len(rows)} data rows"
+by = {(int(r["ranks"]), int(r["bits"])): r for r in rows}
+assert set(by) == {(1, 32), (1, 1), (2, 32), (2, 1)}, set(by)
+for r in rows:
+    assert r["status"] == "ok", r
+    assert r["dataset"] == "cora" and r["mode"] == "sync", r
+    assert int(r["epochs"]) == 6, r
+    e, c, q, w, a = (float(r[k]) for k in ("epoch_s", "compute_s", "quant_s", "comm_wait_s", "allreduce_s"))
+    assert 0 < e < 30, r
+    assert c > 0 and q >= 0 and w >= 0 and a >= 0, r
+    # The split adds up to the epoch time (means over the same epochs).
+    assert abs(c + q + w + a - e) <= 1e-3 + 0.01 * e, (c + q + w + a, e)
+    for k in ("final_test_acc", "best_val_acc", "test_acc_at_best_val"):
+        assert 0.15 < float(r[k]) <= 1.0, (k, r)
+# One rank exchanges nothing; two ranks do, and 1-bit halos are much smaller than fp32.
+assert float(by[1, 32]["bytes_per_epoch"]) == 0 and float(by[1, 1]["bytes_per_epoch"]) == 0
+b32, b1 = float(by[2, 32]["bytes_per_epoch"]), float(by[2, 1]["bytes_per_epoch"])
+assert b32 > 0 and 0 < b1 < b32 / 5, (b32, b1)
+# fp32 exchange is exact: 2 ranks give 1 rank's accuracies (same seed).
+for k in ("final_test_acc", "best_val_acc", "test_acc_at_best_val"):
+    assert by[1, 32][k] == by[2, 32][k], (k, by[1, 32][k], by[2, 32][k])
+PY
+
+# A second sweep over the same directory reuses the finished runs (same metrics files, same CSV).
+cp "$work/sweep/sweep.csv" "$work/first.csv"
+md5sum "$work"/sweep/runs/*/metrics.jsonl > "$work/first.md5"
+timeout 120 "$halogen" sweep --grid "dataset=$data/cora;ranks=1,2;bits=32,1" --cluster local-cpu \
+  --out-dir "$work/sweep" --no-plots -- --epochs 6 --hidden 16 --seed 3 > "$work/sweep2.out" 2>&1 \
+  && md5sum -c --quiet "$work/first.md5" && cmp -s "$work/first.csv" "$work/sweep/sweep.csv" \
+  && pass "rerun reuses finished runs" || { fail "rerun"; cat "$work/sweep2.out"; }
+"$halogen" sweep --grid "dataset=$data/cora" --grid colour=red --out-dir "$work/bad" > "$work/bad.out" 2>&1
+[ $? -ne 0 ] && grep -q "unknown key 'colour'" "$work/bad.out" && pass "unknown grid key" || { fail "unknown grid key"; cat "$work/bad.out"; }
+
+# --- launch --------------------------------------------------------------------------------
+parts="$work/sweep/parts/cora-p2"
+"$halogen" launch --cluster local-cpu-1gbit --dry-run -- --parts "$parts" --epochs 6 > "$work/dry" 2>"$work/dry.err" \
+  && grep -q -- "mpirun -np 2 " "$work/dry" && grep -q -- "--mca btl tcp,self" "$work/dry" \
+  && grep -q -- "-x OMP_NUM_THREADS=1" "$work/dry" && grep -q "train --parts $parts --epochs 6" "$work/dry" \
+  && grep -q "2 shards in .* present and readable" "$work/dry.err" \
+  && pass "launch --dry-run" || { fail "launch --dry-run"; cat "$work/dry" "$work/dry.err"; }
+"$halogen" launch --cluster local-cpu --np 4 --dry-run -- --parts "$parts" > "$work/np.out" 2>&1
+[ $? -ne 0 ] && grep -q "partition into 2 parts but 4 ranks" "$work/np.out" && pass "launch: rank count vs shards" \
+  || { fail "launch: rank count vs shards"; cat "$work/np.out"; }
+"$halogen" launch --cluster dgx-h100 --dry-run -- --parts "$parts" > "$work/gpu.out" 2>&1
+[ $? -ne 0 ] && grep -q "need 2 GPUs on this node" "$work/gpu.out" && pass "launch: GPUs per node" \
+  || { fail "launch: GPUs per node"; cat "$work/gpu.out"; }
+cp -r "$parts" "$work/broken"; rm "$work/broken/part-1-of-2.shard"
+"$halogen" launch --cluster local-cpu --dry-run -- --parts "$work/broken" > "$work/miss.out" 2>&1
+[ $? -ne 0 ] && grep -q "shard 1 of 2 is missing" "$work/miss.out" && pass "launch: missing shard" \
+  || { fail "launch: missing shard"; cat "$work/miss.out"; }
+# A real run through launch reproduces the sweep's run of the same point.
+timeout 200 "$halogen" launch --cluster local-cpu -- --parts "$parts" --epochs 6 --hidden 16 --seed 3 -q \
+  --metrics "$work/launch.jsonl" > "$work/launch.out" 2>&1 || { fail "launch run"; cat "$work/launch.out"; }
+python3 - "$work/launch.jsonl" "$work/sweep/runs/cora_r2_b32_sync/metrics.jsonl" <<'PY' && pass "launch run = sweep run" || fail "launch run = sweep run"
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert a[-1]["summary"] and a[-1]["ranks"] == 2
+for x, y in zip(a[:-1], b[:-1]):
+    assert x["loss"] == y["loss"] and x["test_acc"] == y["test_acc"], (x, y)
+assert a[-1]["test_acc_at_best_val"] == b[-1]["test_acc_at_best_val"]
+PY
+
+# --- plan ----------------------------------------------------------------------------------
+"$halogen" plan "$parts/partition.json" --cluster local-cpu-1gbit \
+  --metrics "$work/sweep/runs/cora_r2_b32_sync/metrics.jsonl" --json "$work/plan.json" > "$work/plan.out" 2>&1 \
+  && grep -q "expected fastest" "$work/plan.out" && pass "plan" || { fail "plan"; cat "$work/plan.out"; }
+python3 - "$work/plan.json" "$work/sweep/sweep.csv" <<'PY' && pass "plan bytes = measured bytes" || fail "plan bytes = measured bytes"
+import csv, json, sys
+plan = json.load(open(sys.argv[1]))
+rows = {(int(r["ranks"]), int(r["bits"])): r for r in csv.DictReader(open(sys.argv[2]))}
+pred = {(p["bits"], p["mode"]): p for p in plan["predictions"]}
+assert len(pred) == 12
+for bits in (32, 1):
+    assert pred[bits, "sync"]["halo_bytes_per_epoch"] == float(rows[2, bits]["bytes_per_epoch"]), bits
+PY
+"$halogen" plan "$parts" --cluster local-cpu > "$work/nocal.out" 2>&1
+[ $? -ne 0 ] && grep -q "needs a compute calibration" "$work/nocal.out" && pass "plan without calibration" \
+  || { fail "plan without calibration"; cat "$work/nocal.out"; }
+
+echo "$failures failed"
+[ $failures -eq 0 ]

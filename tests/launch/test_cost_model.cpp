@@ -1,0 +1,228 @@
+// The cost model of `halogen plan`: message sizes agree with the partition report, link
+// resources add up as documented, and the predictions are internally consistent.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "cluster_config.hpp"
+#include "cost_model.hpp"
+#include "halogen/core/error.hpp"
+#include "halogen/partition/generate.hpp"
+#include "halogen/partition/partitioner.hpp"
+#include "test_data.hpp"
+
+namespace halogen::plan {
+namespace {
+
+cluster::ClusterConfig two_level(int nodes, int per_node, double intra_GBps, double inter_GBps, bool intra_shared,
+                                 bool inter_shared, double latency_us = 0.0) {
+  cluster::ClusterConfig c;
+  c.name = "test";
+  c.nodes = nodes;
+  c.cores_per_node = per_node;
+  c.ranks_per_node = per_node;
+  c.intra_node = {intra_GBps, latency_us, intra_shared};
+  c.inter_node = {inter_GBps, latency_us, inter_shared};
+  return c;
+}
+
+// A partition report of a small synthetic graph (4 parts, 3 layers, hidden 32).
+const nlohmann::json& report() {
+  static const nlohmann::json r = [] {
+    SbmOptions o;
+    o.num_nodes = 3000;
+    o.num_classes = 5;
+    o.feature_dim = 24;
+    o.seed = 7;
+    const Dataset ds = generate_sbm(o);
+    PartitionOptions po;
+    po.num_parts = 4;
+    const auto part = partition_graph(ds, po);
+    return partition_report(ds, part, 4, 32, 3);
+  }();
+  return r;
+}
+
+ModelShape shape() {
+  ModelShape s;
+  s.feature_dim = 24;
+  s.num_classes = 5;
+  s.hidden = 32;
+  s.layers = 3;
+  return s;
+}
+
+TEST(CostModel, MessageBytesMatchThePartitionReport) {
+  const auto& r = report();
+  const auto halo = halo_matrix(r);
+  ASSERT_EQ(halo.size(), 4u);
+  for (int bits : {32, 16, 8, 4, 2, 1}) {
+    int64_t sum = 0;
+    for (const auto& m : forward_messages(halo, bits, 32)) {
+      EXPECT_NE(m.src, m.dst);
+      EXPECT_GT(m.bytes, 0);
+      sum += m.bytes;
+    }
+    const auto& layer = r.at("exchange").at("layers").at(0).at("bytes").at(std::to_string(bits));
+    EXPECT_EQ(sum, layer.at("forward").get<int64_t>()) << bits << " bits";
+    EXPECT_EQ(2 * sum, r.at("exchange").at("per_epoch_bytes").at(std::to_string(bits)).at("forward").get<int64_t>());
+  }
+  EXPECT_EQ(message_bytes(32, 10, 7), 280);
+  EXPECT_EQ(message_bytes(16, 10, 7), 160);
+  EXPECT_EQ(message_bytes(1, 10, 64), 4 * (1 + 10 * 3));
+  EXPECT_EQ(message_bytes(1, 0, 64), 0);
+  EXPECT_THROW(message_bytes(3, 10, 64), Error);
+}
+
+TEST(CostModel, LinkResources) {
+  const double GB = 1e9;
+  // Two ranks with their own 1 GB/s ports: both directions at once take as long as one.
+  auto per_rank = two_level(1, 2, 1.0, 1.0, false, false);
+  EXPECT_DOUBLE_EQ(exchange_seconds({{0, 1, int64_t(GB)}}, per_rank), 1.0);
+  EXPECT_DOUBLE_EQ(exchange_seconds({{0, 1, int64_t(GB)}, {1, 0, int64_t(GB)}}, per_rank), 1.0);
+  // A shared node link (loopback) carries both.
+  auto shared = two_level(1, 2, 1.0, 1.0, true, false);
+  EXPECT_DOUBLE_EQ(exchange_seconds({{0, 1, int64_t(GB)}, {1, 0, int64_t(GB)}}, shared), 2.0);
+  // One sender to two receivers serialises on its port.
+  auto three = two_level(1, 3, 1.0, 1.0, false, false);
+  EXPECT_DOUBLE_EQ(exchange_seconds({{0, 1, int64_t(GB)}, {0, 2, int64_t(GB)}}, three), 2.0);
+  // 2 nodes x 2 ranks: ranks 0,1 on node 0 send to 2,3 on node 1 over 0.5 GB/s.
+  const std::vector<Message> cross = {{0, 2, int64_t(GB)}, {1, 3, int64_t(GB)}};
+  EXPECT_DOUBLE_EQ(exchange_seconds(cross, two_level(2, 2, 10.0, 0.5, false, false)), 2.0);  // a port per rank
+  EXPECT_DOUBLE_EQ(exchange_seconds(cross, two_level(2, 2, 10.0, 0.5, false, true)), 4.0);   // one NIC per node
+  // Latency is paid per message on each resource.
+  auto lat = two_level(1, 3, 1.0, 1.0, false, false, 100.0);
+  EXPECT_NEAR(exchange_seconds({{0, 1, 0}, {0, 2, 1000}, {0, 1, 1000}}, lat), 2 * 100e-6 + 2000 / GB, 1e-15);
+  EXPECT_DOUBLE_EQ(exchange_seconds({}, lat), 0.0);
+}
+
+TEST(CostModel, PredictionsAreConsistent) {
+  const auto& r = report();
+  auto slow = two_level(1, 4, 0.001, 0.001, true, false, 50.0);  // 1 MB/s loopback
+  Calibration calib;
+  calib.compute_s = 0.2;
+  calib.ranks = 4;
+  CostOptions opt;
+  const Plan plan = predict(r, shape(), slow, calib, opt);
+  ASSERT_EQ(plan.predictions.size(), 12u);
+  // GCN 24 -> 32 -> 32 -> 5.
+  EXPECT_EQ(plan.parameters, 24 * 32 + 32 + 32 * 32 + 32 + 32 * 5 + 5);
+  const int64_t report_total_32 = r.at("exchange").at("per_epoch_bytes").at("32").at("total").get<int64_t>();
+  const int64_t report_fwd_32 = r.at("exchange").at("per_epoch_bytes").at("32").at("forward").get<int64_t>();
+  for (const auto& p : plan.predictions) {
+    // Same part count as the calibration: the busiest rank's compute is the measured one.
+    EXPECT_NEAR(p.compute_s, 0.2, 1e-12);
+    EXPECT_NEAR(p.epoch_s, p.compute_s + p.quant_s + p.exposed_comm_s + p.allreduce_s, 1e-12);
+    EXPECT_LE(p.exposed_comm_s, p.halo_comm_s + 1e-15);
+    EXPECT_GT(p.allreduce_s, 0.0);
+    const Prediction* sync = plan.find(p.bits, "sync");
+    ASSERT_NE(sync, nullptr);
+    EXPECT_LE(p.epoch_s, sync->epoch_s + 1e-15);
+  }
+  // Halo bytes per epoch as the trainer counts them: training forward + backward plus the
+  // evaluation forward pass.
+  EXPECT_EQ(plan.find(32, "sync")->halo_bytes_per_epoch, report_total_32 + report_fwd_32);
+  for (size_t i = 1; i < 6; ++i) {
+    EXPECT_LT(plan.predictions[i].halo_bytes_per_epoch, plan.predictions[i - 1].halo_bytes_per_epoch);
+    EXPECT_LT(plan.predictions[i].halo_comm_s, plan.predictions[i - 1].halo_comm_s);
+  }
+  // On a 1 MB/s network the fewest bits win.
+  EXPECT_EQ(plan.fastest().bits, 1);
+  // On a very fast network communication is negligible and fp32 costs nothing to quantize.
+  auto fast = two_level(1, 4, 1e6, 1e6, false, false, 0.0);
+  const Plan fast_plan = predict(r, shape(), fast, calib, opt);
+  EXPECT_EQ(fast_plan.fastest().bits, 32);
+  // Evaluating every 2nd epoch halves the evaluation pass.
+  opt.eval_every = 2;
+  const Plan half = predict(r, shape(), slow, calib, opt);
+  EXPECT_EQ(half.find(32, "sync")->halo_bytes_per_epoch, report_total_32 + report_fwd_32 / 2);
+}
+
+TEST(CostModel, CalibrationOnOtherRankCountScalesByWork) {
+  const auto& r = report();
+  auto c = two_level(1, 4, 1.0, 1.0, true, false);
+  Calibration one_rank;
+  one_rank.compute_s = 1.0;
+  one_rank.ranks = 1;
+  const Plan plan = predict(r, shape(), c, one_rank, CostOptions{});
+  // The whole work on one rank took 1 s; the busiest of 4 parts does a bit more than a quarter.
+  EXPECT_GT(plan.find(32, "sync")->compute_s, 0.25);
+  EXPECT_LT(plan.find(32, "sync")->compute_s, 0.35);
+  // Without a calibration or a rate the model refuses.
+  EXPECT_THROW(predict(r, shape(), c, Calibration{}, CostOptions{}), Error);
+  CostOptions rate;
+  rate.gflops = 1.0;
+  EXPECT_NEAR(predict(r, shape(), c, Calibration{}, rate).find(32, "sync")->compute_s, plan.work_max * 1e-9, 1e-12);
+  // A cluster too small for the partition.
+  auto tiny = two_level(1, 2, 1.0, 1.0, true, false);
+  EXPECT_THROW(predict(r, shape(), tiny, one_rank, CostOptions{}), Error);
+}
+
+TEST(CostModel, CommunicationHidesInTheSynchronisationSlack) {
+  const auto& r = report();
+  Calibration calib;
+  calib.compute_s = 0.3;
+  calib.ranks = 4;
+  calib.wait_s = 0.2;  // ranks waited 0.2 s per epoch for each other in the measured run
+  // A fast network: the waiting stays, communication fits into it.
+  auto fast = two_level(1, 4, 100.0, 100.0, true, false, 1.0);
+  const Plan f = predict(r, shape(), fast, calib, CostOptions{});
+  EXPECT_DOUBLE_EQ(f.slack_s, 0.2);
+  for (const auto& p : f.predictions) {
+    EXPECT_LT(p.exposed_comm_s + p.allreduce_s, 0.2);
+    EXPECT_NEAR(p.wait_s, 0.2 - p.exposed_comm_s - p.allreduce_s, 1e-12);
+    EXPECT_NEAR(p.epoch_s, 0.3 + p.quant_s + 0.2, 1e-12);
+  }
+  // A slow network: communication exceeds the slack, which then adds nothing.
+  auto slow = two_level(1, 4, 0.001, 0.001, true, false, 50.0);
+  const Plan s = predict(r, shape(), slow, calib, CostOptions{});
+  const Prediction* p32 = s.find(32, "sync");
+  EXPECT_GT(p32->exposed_comm_s + p32->allreduce_s, 0.2);
+  EXPECT_EQ(p32->wait_s, 0.0);
+  EXPECT_NEAR(p32->epoch_s, 0.3 + p32->quant_s + p32->exposed_comm_s + p32->allreduce_s, 1e-12);
+  // The slack belongs to the measured partition: another part count does not use it.
+  calib.ranks = 2;
+  EXPECT_EQ(predict(r, shape(), fast, calib, CostOptions{}).slack_s, 0.0);
+}
+
+TEST(CostModel, CalibrationFromMetrics) {
+  test::ScratchDir dir("plan");
+  const auto path = dir / "m.jsonl";
+  {
+    std::ofstream out(path);
+    out << R"({"epoch":0,"epoch_s":9.0,"compute_s":5.0,"quant_s":0.5})"
+        << "\n";
+    out << R"({"epoch":1,"epoch_s":1.0,"compute_s":0.30,"quant_s":0.01,"comm_s":0.5,"mode":"overlap"})"
+        << "\n";
+    out << R"({"epoch":2,"epoch_s":1.2,"compute_s":0.10,"quant_s":0.02,"comm_s":0.7,"mode":"overlap"})"
+        << "\n";
+    out << R"({"epoch":3,"epoch_s":1.1,"compute_s":0.20,"quant_s":0.03,"comm_s":0.6,"mode":"overlap"})"
+        << "\n";
+    out << R"({"summary":true,"ranks":4,"best_val_acc":0.5})"
+        << "\n";
+  }
+  const Calibration c = calibration_from_metrics(path);
+  EXPECT_DOUBLE_EQ(c.compute_s, 0.20);  // median of epochs 1..3; epoch 0 is left out
+  EXPECT_DOUBLE_EQ(c.measured_epoch_s, 1.1);
+  EXPECT_EQ(c.ranks, 4);
+  EXPECT_EQ(c.epochs_used, 3);
+  EXPECT_DOUBLE_EQ(c.wait_s, 0.6);
+  EXPECT_EQ(c.mode, "overlap");
+  // No summary line: the rank count must come from elsewhere.
+  const auto bad = dir / "bad.jsonl";
+  std::ofstream(bad) << R"({"epoch":0,"epoch_s":1.0,"compute_s":0.5})"
+                     << "\n";
+  EXPECT_THROW(calibration_from_metrics(bad), Error);
+  EXPECT_EQ(calibration_from_metrics(bad, 2).ranks, 2);
+  const auto broken = dir / "broken.jsonl";
+  std::ofstream(broken) << "{\"epoch\":0,\n";
+  try {
+    calibration_from_metrics(broken, 2);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("broken.jsonl:1"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace halogen::plan
