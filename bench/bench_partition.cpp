@@ -1,7 +1,7 @@
 // Partitioning a large RMAT graph: time and peak memory of each stage (generate, partition,
 // build shards, report, optionally write the partition directory).
 //
-//   bench_partition [--scale 22] [--edge-factor 16] [--parts 8] [--method metis|random]
+//   bench_partition [--scale 22] [--edge-factor 16] [--parts 8] [--method metis|ptscotch|random]
 //                   [--objective volume|cut] [--nodes-only] [--features 32] [--out DIR]
 //   mpirun -np 2 --oversubscribe --allow-run-as-root bench_partition --method ptscotch
 //
@@ -108,7 +108,8 @@ int main(int argc, char** argv) {
                                              : partition_graph(ds, po);
     row(rank, "partition", sw.seconds(),
         po.method == PartitionMethod::kPtScotch
-            ? std::string("ptscotch (ParMETIS v3 compatibility: node balance only)")
+            ? fmt::format("ptscotch, constraint {}",
+                          args.balance_edges ? "nodes+edges folded into one weight" : "nodes")
             : fmt::format("{}, objective {}, constraints {}", args.method, args.objective,
                           args.balance_train ? "nodes+train+edges" : "nodes"));
 

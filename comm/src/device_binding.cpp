@@ -35,11 +35,13 @@ DeviceBinding choose_device(const DeviceBindingInput& in) {
     HALOGEN_EXPECTS(ec == std::errc() && end == text.data() + text.size() && ordinal >= 0,
                     "HALOGEN_DEVICE='{}' on rank {} is not a device ordinal: expected an integer in [0, {})", text,
                     in.rank, gpus);
-    HALOGEN_EXPECTS(ordinal < gpus, "HALOGEN_DEVICE={} on rank {} but only {} GPUs are visible (CUDA_VISIBLE_DEVICES {})",
-                    ordinal, in.rank, gpus, visibility(in.cuda_visible_devices));
+    HALOGEN_EXPECTS(ordinal < gpus,
+                    "HALOGEN_DEVICE={} on rank {} but only {} GPUs are visible (CUDA_VISIBLE_DEVICES {})", ordinal,
+                    in.rank, gpus, visibility(in.cuda_visible_devices));
     return {ordinal, true};
   }
-  HALOGEN_EXPECTS(gpus > 0, "rank {} sees no CUDA device (CUDA_VISIBLE_DEVICES {}); run with --device cpu or on a GPU node",
+  HALOGEN_EXPECTS(gpus > 0,
+                  "rank {} sees no CUDA device (CUDA_VISIBLE_DEVICES {}); run with --device cpu or on a GPU node",
                   in.rank, visibility(in.cuda_visible_devices));
   if (in.local.local_size <= gpus) return {in.local.local_rank, false};
   if (in.cuda_visible_devices != nullptr) return {in.local.local_rank % gpus, false};

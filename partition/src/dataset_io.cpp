@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <memory>
@@ -160,13 +161,20 @@ json read_meta(const fs::path& dir) {
   return meta;
 }
 
-template <typename T>
-T meta_field(const json& meta, const fs::path& dir, const char* key) {
-  try {
-    return meta.at(key).get<T>();
-  } catch (const json::exception& e) {
-    HALOGEN_FAIL("{}: field \"{}\" missing or of the wrong type ({})", (dir / "meta.json").string(), key, e.what());
-  }
+// An integer field of meta.json in [lo, hi]. A number with a fraction or an exponent is no
+// integer here (converting 1e300 to int64_t would be undefined behaviour), and neither is
+// one beyond int64_t (nlohmann stores those unsigned).
+int64_t meta_int(const json& meta, const fs::path& dir, const char* key, int64_t lo, int64_t hi) {
+  const fs::path meta_path = dir / "meta.json";
+  HALOGEN_EXPECTS(meta.contains(key), "{}: field \"{}\" missing", meta_path.string(), key);
+  const json& value = meta[key];
+  HALOGEN_EXPECTS(value.is_number_integer(), "{}: field \"{}\" must be an integer, found {}", meta_path.string(), key,
+                  value.dump().substr(0, 60));
+  const bool in_range = !(value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) &&
+                        value.get<int64_t>() >= lo && value.get<int64_t>() <= hi;
+  HALOGEN_EXPECTS(in_range, "{}: field \"{}\" is {}, expected an integer in [{}, {}]", meta_path.string(), key,
+                  value.dump(), lo, hi);
+  return value.get<int64_t>();
 }
 
 // Maps one array file and checks it against its header and meta.json: magic, version,
@@ -199,15 +207,45 @@ MappedArray map_array(const fs::path& dir, const json& files, std::string_view a
                   type_name(header->element_type), header->element_bytes, type_name(expected_type), sizeof(T));
   HALOGEN_EXPECTS(header->count == expected_count, "{}: {} elements, meta.json says {}", path.string(), header->count,
                   expected_count);
-  const uint64_t expected_bytes = kHeaderBytes + header->count * sizeof(T);
-  HALOGEN_EXPECTS(file->size() == expected_bytes, "{}: {}: {} bytes, expected {} (64-byte header + {} x {} bytes)",
-                  path.string(), file->size() < expected_bytes ? "truncated" : "trailing bytes", file->size(),
-                  expected_bytes, header->count, sizeof(T));
+  // The payload must hold exactly count elements. Compared by division: count * sizeof(T)
+  // can wrap around for a corrupt count and then match a short file.
+  const uint64_t payload_bytes = file->size() - kHeaderBytes;
+  const uint64_t payload_count = payload_bytes / sizeof(T);
+  HALOGEN_EXPECTS(payload_count == header->count && payload_bytes % sizeof(T) == 0,
+                  "{}: {}: {} bytes, expected the 64-byte header + {} x {} bytes", path.string(),
+                  payload_count < header->count ? "truncated" : "trailing bytes", file->size(), header->count,
+                  sizeof(T));
   const std::string meta_checksum =
       entry->contains("xxh3") && (*entry)["xxh3"].is_string() ? (*entry)["xxh3"].get<std::string>() : "";
   HALOGEN_EXPECTS(meta_checksum == hex64(header->checksum), "{}: checksum mismatch: header says {}, meta.json says {}",
                   path.string(), hex64(header->checksum), meta_checksum);
   return MappedArray{std::move(file), header, name};
+}
+
+// The CSR structure that every consumer indexes by: offsets never decrease (their ends are
+// checked by CsrGraph) and every neighbour id lies in [0, num_nodes). Checksums only catch
+// damage after writing; this catches a file that was consistent but wrong when written.
+// Parallel over rows; reports the first bad row.
+void check_csr_structure(const fs::path& dir, int64_t num_nodes, const int64_t* offsets, const int32_t* indices) {
+  int64_t bad_offset_row = num_nodes;
+  int64_t bad_index_row = num_nodes;
+#pragma omp parallel for schedule(dynamic, 4096) reduction(min : bad_offset_row, bad_index_row)
+  for (int64_t v = 0; v < num_nodes; ++v) {
+    if (offsets[v] > offsets[v + 1]) {
+      bad_offset_row = std::min(bad_offset_row, v);
+      continue;
+    }
+    for (int64_t e = offsets[v]; e < offsets[v + 1]; ++e) {
+      if (indices[e] < 0 || indices[e] >= num_nodes) {
+        bad_index_row = std::min(bad_index_row, v);
+        break;
+      }
+    }
+  }
+  HALOGEN_EXPECTS(bad_offset_row == num_nodes, "{}: offsets decrease at row {} ({} then {})",
+                  (dir / "offsets.bin").string(), bad_offset_row, offsets[bad_offset_row], offsets[bad_offset_row + 1]);
+  HALOGEN_EXPECTS(bad_index_row == num_nodes, "{}: row {} has a neighbour outside [0, {})",
+                  (dir / "indices.bin").string(), bad_index_row, num_nodes);
 }
 
 template <typename T>
@@ -288,13 +326,14 @@ void write_dataset(const Dataset& ds, const fs::path& dir, bool overwrite) {
 
 Dataset read_dataset(const fs::path& dir, bool verify_checksums) {
   const json meta = read_meta(dir);
-  const auto num_nodes = meta_field<int64_t>(meta, dir, "num_nodes");
-  const auto num_edges = meta_field<int64_t>(meta, dir, "num_edges");
-  const auto feature_dim = meta_field<int64_t>(meta, dir, "feature_dim");
-  const auto num_classes = meta_field<int32_t>(meta, dir, "num_classes");
-  HALOGEN_EXPECTS(num_nodes >= 0 && num_nodes <= INT32_MAX && num_edges >= 0 && feature_dim >= 0,
-                  "{}: invalid sizes num_nodes {} num_edges {} feature_dim {}", (dir / "meta.json").string(), num_nodes,
-                  num_edges, feature_dim);
+  const int64_t num_nodes = meta_int(meta, dir, "num_nodes", 0, INT32_MAX);
+  const int64_t num_edges = meta_int(meta, dir, "num_edges", 0, INT64_MAX);
+  const int64_t feature_dim = meta_int(meta, dir, "feature_dim", 0, INT64_MAX);
+  const auto num_classes = static_cast<int32_t>(meta_int(meta, dir, "num_classes", 0, INT32_MAX));
+  // num_nodes x feature_dim floats must be countable (and then match the file).
+  HALOGEN_EXPECTS(num_nodes == 0 || feature_dim <= INT64_MAX / num_nodes,
+                  "{}: {} nodes x {} features exceed 2^63 values", (dir / "meta.json").string(), num_nodes,
+                  feature_dim);
   HALOGEN_EXPECTS(meta.contains("files") && meta["files"].is_object(), "{}: no \"files\" object",
                   (dir / "meta.json").string());
   const json& files = meta["files"];
@@ -323,9 +362,12 @@ Dataset read_dataset(const fs::path& dir, bool verify_checksums) {
   }
 
   Dataset ds;
+  ds.graph = CsrGraph(num_nodes, as_array<int64_t>(arrays[0]), as_array<int32_t>(arrays[1]));  // checks both ends
+  if (verify_checksums) {
+    check_csr_structure(dir, num_nodes, ds.graph.offsets().data(), ds.graph.indices().data());
+  }
   ds.name =
       meta.contains("name") && meta["name"].is_string() ? meta["name"].get<std::string>() : dir.filename().string();
-  ds.graph = CsrGraph(num_nodes, as_array<int64_t>(arrays[0]), as_array<int32_t>(arrays[1]));
   ds.feature_dim = feature_dim;
   ds.features = as_array<float>(arrays[2]);
   ds.labels = as_array<int32_t>(arrays[3]);

@@ -207,6 +207,67 @@ TEST(DatasetIo, MetaMismatches) {
   EXPECT_FALSE(is_dataset_dir(dir));
 }
 
+// Counts in meta.json that are no integers or whose products overflow are errors, not
+// undefined behaviour (found by fuzzing, tests/fuzz/regressions/dataset).
+TEST(DatasetIo, MetaCountsThatDoNotFitAreErrors) {
+  ScratchDir scratch("dsio");
+  const fs::path dir = scratch / "ds";
+  write_dataset(small_dataset(), dir);
+  const fs::path meta = dir / "meta.json";
+  const std::string good_meta = read_text_file(meta);
+
+  replace_in_file(meta, "\"num_nodes\": 3000", "\"num_nodes\": 1e300");
+  std::string msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find("meta.json: field \"num_nodes\" must be an integer, found 1e+300"), std::string::npos) << msg;
+
+  std::ofstream(meta, std::ios::trunc) << good_meta;
+  replace_in_file(meta, "\"num_classes\": 5", "\"num_classes\": 4294967301");  // 2^32 + 5
+  msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find("field \"num_classes\" is 4294967301, expected an integer in [0, 2147483647]"), std::string::npos)
+      << msg;
+
+  std::ofstream(meta, std::ios::trunc) << good_meta;
+  replace_in_file(meta, "\"feature_dim\": 13", "\"feature_dim\": 4611686018427387904");  // 3000 x 2^62 wraps
+  msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find("3000 nodes x 4611686018427387904 features exceed 2^63 values"), std::string::npos) << msg;
+}
+
+// Rewrites element `index` of one array and re-seals its checksums (header and meta.json):
+// a file as a faulty writer would have produced it, consistent but wrong.
+template <typename T>
+void overwrite_resealed(const fs::path& dir, const std::string& array, size_t index, T value) {
+  const fs::path file = dir / (array + ".bin");
+  std::string bytes = read_text_file(file);
+  std::memcpy(bytes.data() + 64 + index * sizeof(T), &value, sizeof(T));
+  uint64_t old_sum = 0;
+  std::memcpy(&old_sum, bytes.data() + 24, sizeof(old_sum));
+  const uint64_t sum = checksum64(bytes.data() + 64, bytes.size() - 64);
+  std::memcpy(bytes.data() + 24, &sum, sizeof(sum));
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+  replace_in_file(dir / "meta.json", fmt::format("{:016x}", old_sum), fmt::format("{:016x}", sum));
+}
+
+// With checksums verified, the CSR structure consumers index by is checked too: a neighbour
+// id out of range or decreasing offsets would otherwise send build_shards out of bounds.
+TEST(DatasetIo, VerifiedReadRejectsConsistentButBrokenCsr) {
+  ScratchDir scratch("dsio");
+  const Dataset ds = small_dataset();
+  write_dataset(ds, scratch / "range");
+  overwrite_resealed<int32_t>(scratch / "range", "indices", 5, 3000);
+  std::string msg = error_of([&] { read_dataset(scratch / "range"); });
+  EXPECT_NE(msg.find("indices.bin: row "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("has a neighbour outside [0, 3000)"), std::string::npos) << msg;
+  EXPECT_EQ(error_of([&] { read_dataset(scratch / "range", /*verify_checksums=*/false); }), "");
+
+  write_dataset(ds, scratch / "order");
+  const int64_t next = ds.graph.offsets()[11];
+  overwrite_resealed<int64_t>(scratch / "order", "offsets", 10, next + 1);
+  msg = error_of([&] { read_dataset(scratch / "order"); });
+  EXPECT_NE(msg.find(fmt::format("offsets.bin: offsets decrease at row 10 ({} then {})", next + 1, next)),
+            std::string::npos)
+      << msg;
+}
+
 TEST(DatasetIo, WrongElementTypeAndMagic) {
   ScratchDir scratch("dsio");
   const fs::path dir = scratch / "ds";

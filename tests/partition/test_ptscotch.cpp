@@ -1,8 +1,11 @@
 // PT-Scotch distributed partitioning under mpirun: every rank gets the same full assignment,
-// and the shards built from it pass the same checks as METIS shards.
+// the shards built from it pass the same checks as METIS shards, and the balance PT-Scotch
+// promises (one vertex weight: nodes + edges folded, or nodes alone) holds.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -10,6 +13,7 @@
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
 #include "halogen/partition/generate.hpp"
+#include "halogen/partition/graph.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/partition/readers.hpp"
 #include "halogen/partition/shard.hpp"
@@ -34,6 +38,32 @@ bool same_on_all_ranks(const std::vector<int32_t>& part_of) {
   return lo == hi;
 }
 
+// max/avg over parts of the sum of `weight(v)` over each part's nodes.
+template <typename Weight>
+double load_imbalance(const Dataset& ds, const std::vector<int32_t>& part_of, int parts, Weight weight) {
+  std::vector<double> load(static_cast<size_t>(parts), 0.0);
+  for (int64_t v = 0; v < ds.num_nodes(); ++v) load[static_cast<size_t>(part_of[static_cast<size_t>(v)])] += weight(v);
+  double total = 0.0;
+  for (double l : load) total += l;
+  return *std::max_element(load.begin(), load.end()) / (total / parts);
+}
+
+// The single weight ptscotch.cpp balances when balance_edges is on: mean degree + degree.
+double folded_imbalance(const Dataset& ds, const std::vector<int32_t>& part_of, int parts) {
+  const double unit = std::max(1.0, std::round(static_cast<double>(ds.graph.num_edges()) / ds.num_nodes()));
+  return load_imbalance(ds, part_of, parts,
+                        [&](int64_t v) { return unit + static_cast<double>(ds.graph.degree(static_cast<NodeId>(v))); });
+}
+
+double node_imbalance(const Dataset& ds, const std::vector<int32_t>& part_of, int parts) {
+  return load_imbalance(ds, part_of, parts, [](int64_t) { return 1.0; });
+}
+
+double edge_imbalance(const Dataset& ds, const std::vector<int32_t>& part_of, int parts) {
+  return load_imbalance(ds, part_of, parts,
+                        [&](int64_t v) { return static_cast<double>(ds.graph.degree(static_cast<NodeId>(v))); });
+}
+
 void check_distributed_partition(const Dataset& ds, int parts) {
   PartitionOptions o;
   o.num_parts = parts;
@@ -50,6 +80,12 @@ void check_distributed_partition(const Dataset& ds, int parts) {
     sizes[static_cast<size_t>(p)]++;
   }
   for (int64_t s : sizes) EXPECT_GT(s, 0);
+  // Scotch balances the folded weight within the bound (up to its rounding); nodes and edges
+  // alone are only bounded by twice that (see ptscotch.cpp).
+  constexpr double kSlack = 0.01;
+  EXPECT_LE(folded_imbalance(ds, part_of, parts), o.imbalance + kSlack) << ds.name << " P=" << parts;
+  EXPECT_LE(node_imbalance(ds, part_of, parts), 2 * o.imbalance) << ds.name << " P=" << parts;
+  EXPECT_LE(edge_imbalance(ds, part_of, parts), 2 * o.imbalance) << ds.name << " P=" << parts;
 
   const auto shards = build_shards(ds, part_of, parts);
   test::expect_reassembles(ds, shards);
@@ -79,6 +115,57 @@ TEST(PtScotch, CoraIntoTwoAndEightParts) {
     SCOPED_TRACE(testing::Message() << "P=" << parts << " on " << comm_size() << " ranks");
     check_distributed_partition(ds, parts);
   }
+}
+
+TEST(PtScotch, NodesOnlyBalancesNodeCounts) {
+  if (!HALOGEN_HAVE_PTSCOTCH) GTEST_SKIP() << "built without PT-Scotch";
+  HALOGEN_SHARED_DATASET(dir, "cora");
+  const Dataset ds = read_ogb_dataset(dir);
+  PartitionOptions o;
+  o.method = PartitionMethod::kPtScotch;
+  o.num_parts = 8;
+  o.balance_edges = false;
+  const std::vector<int32_t> part_of = partition_graph_distributed(ds, o, MPI_COMM_WORLD);
+  ASSERT_TRUE(same_on_all_ranks(part_of));
+  EXPECT_LE(node_imbalance(ds, part_of, 8), o.imbalance + 0.01);
+  // A different seed is a different (valid) partition, the same seed the same one.
+  o.seed = 7;
+  const std::vector<int32_t> other = partition_graph_distributed(ds, o, MPI_COMM_WORLD);
+  EXPECT_NE(other, part_of);
+  EXPECT_EQ(partition_graph_distributed(ds, o, MPI_COMM_WORLD), other);
+}
+
+// Bad input fails on every rank with the reason, instead of hanging the ranks that passed.
+TEST(PtScotch, RejectsAsymmetricGraphsAndBadImbalance) {
+  if (!HALOGEN_HAVE_PTSCOTCH) GTEST_SKIP() << "built without PT-Scotch";
+  EdgeList e;
+  e.num_nodes = 16;
+  for (NodeId v = 0; v + 1 < 16; ++v) e.add(v, v + 1);
+  Dataset ds;
+  ds.name = "directed-path";
+  ds.graph = build_csr(e, {.symmetrize = false});
+  PartitionOptions o;
+  o.method = PartitionMethod::kPtScotch;
+  o.num_parts = 2;
+  try {
+    partition_graph_distributed(ds, o, MPI_COMM_WORLD);
+    ADD_FAILURE() << "an asymmetric graph was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("symmetric"), std::string::npos) << err.what();
+  }
+
+  e.src.clear();
+  e.dst.clear();
+  for (NodeId v = 0; v + 1 < 16; ++v) e.add(v, v + 1);
+  ds.graph = build_csr(e, {.symmetrize = true});
+  o.imbalance = 0.9;
+  EXPECT_THROW(partition_graph_distributed(ds, o, MPI_COMM_WORLD), Error);
+  o.imbalance = 1.05;
+  const std::vector<int32_t> part_of = partition_graph_distributed(ds, o, MPI_COMM_WORLD);
+  // A path cut in two: one cut edge, eight nodes a side.
+  int cut = 0;
+  for (NodeId v = 0; v + 1 < 16; ++v) cut += part_of[static_cast<size_t>(v)] != part_of[static_cast<size_t>(v) + 1];
+  EXPECT_EQ(cut, 1);
 }
 
 TEST(PtScotch, OnePartAndBadCounts) {

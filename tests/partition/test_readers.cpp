@@ -601,6 +601,9 @@ TEST(MetisReader, RejectsBadInput) {
   EXPECT_READ_ERROR(read_metis_graph(bad("3 3\n2\n1 3\n2\n")), "bad.graph'", "4 neighbour entries",
                     "header (line 1) declares 3");
   EXPECT_READ_ERROR(read_metis_graph(bad("3 2\n2\n1 3\n")), "ends after 2 vertex lines", "declares 3");
+  // 2 * m would overflow: the count is compared without computing it (found by fuzzing).
+  EXPECT_READ_ERROR(read_metis_graph(bad("1 4611686018427387904\n\n")), "0 neighbour entries",
+                    "declares 4611686018427387904");
   EXPECT_READ_ERROR(read_metis_graph(bad("% c\n3 2\n2\n1 3\n2\n1\n")), "bad.graph' line 6", "more vertex lines");
   EXPECT_READ_ERROR(read_metis_graph(bad("3 2\n2\n1 4\n2\n")), "bad.graph' line 3", "neighbour 4", "outside [1, 3]");
   EXPECT_READ_ERROR(read_metis_graph(bad("3 2\n0\n1 3\n2\n")), "bad.graph' line 2", "neighbour 0");

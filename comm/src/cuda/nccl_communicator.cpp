@@ -5,14 +5,13 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "halogen/comm/nccl_communicator.hpp"
-
 #include <chrono>
 #include <functional>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "halogen/comm/nccl_communicator.hpp"
 #include "halogen/core/error.hpp"
 
 namespace halogen {
@@ -32,9 +31,12 @@ bool is_device_accessible(const void* p) {
 
 ncclDataType_t to_nccl(ReduceDtype t) {
   switch (t) {
-    case ReduceDtype::kFloat32: return ncclFloat32;
-    case ReduceDtype::kFloat64: return ncclFloat64;
-    case ReduceDtype::kInt64: return ncclInt64;
+    case ReduceDtype::kFloat32:
+      return ncclFloat32;
+    case ReduceDtype::kFloat64:
+      return ncclFloat64;
+    case ReduceDtype::kInt64:
+      return ncclInt64;
   }
   return ncclFloat32;
 }

@@ -11,9 +11,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <cub/device/device_scan.cuh>
-
 #include <cstdint>
+#include <cub/device/device_scan.cuh>
 
 #include "halogen/core/cuda/device_memory.hpp"
 #include "halogen/core/error.hpp"
@@ -160,7 +159,9 @@ int lanes_for(int64_t units) {
   return g;
 }
 
-bool aligned(const void* p, int64_t bytes) { return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0; }
+bool aligned(const void* p, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
+}
 
 // ---------------------------------------------------------------------------------------------
 // fp32: fp64 accumulation in row order (the CPU's arithmetic, see aggregate.hpp).
@@ -228,10 +229,18 @@ void launch_f32(const AggregateArgs& a, cudaStream_t stream) {
   const int g = lanes_for((a.cols + VEC - 1) / VEC);
   const unsigned int blocks = grid_for(a.graph.rows * g);
   switch (g) {
-    case 4: aggregate_f32_kernel<VEC, 4><<<blocks, kThreadsPerBlock, 0, stream>>>(a); break;
-    case 8: aggregate_f32_kernel<VEC, 8><<<blocks, kThreadsPerBlock, 0, stream>>>(a); break;
-    case 16: aggregate_f32_kernel<VEC, 16><<<blocks, kThreadsPerBlock, 0, stream>>>(a); break;
-    default: aggregate_f32_kernel<VEC, 32><<<blocks, kThreadsPerBlock, 0, stream>>>(a); break;
+    case 4:
+      aggregate_f32_kernel<VEC, 4><<<blocks, kThreadsPerBlock, 0, stream>>>(a);
+      break;
+    case 8:
+      aggregate_f32_kernel<VEC, 8><<<blocks, kThreadsPerBlock, 0, stream>>>(a);
+      break;
+    case 16:
+      aggregate_f32_kernel<VEC, 16><<<blocks, kThreadsPerBlock, 0, stream>>>(a);
+      break;
+    default:
+      aggregate_f32_kernel<VEC, 32><<<blocks, kThreadsPerBlock, 0, stream>>>(a);
+      break;
   }
 }
 
@@ -395,11 +404,11 @@ void launch_half_g(const AggregateHalfArgs& a, const PlanView& plan, float* scra
   half_rows_kernel<VEC, G><<<grid_for(a.graph.rows * G), kThreadsPerBlock, 0, stream>>>(a, plan.chunk);
   HALOGEN_CHECK_CUDA(cudaGetLastError());
   if (plan.num_items == 0) return;
-  half_chunks_kernel<VEC, G><<<grid_for(plan.num_items * G), kThreadsPerBlock, 0, stream>>>(a, plan, scratch,
-                                                                                          scratch_ld);
+  half_chunks_kernel<VEC, G>
+      <<<grid_for(plan.num_items * G), kThreadsPerBlock, 0, stream>>>(a, plan, scratch, scratch_ld);
   HALOGEN_CHECK_CUDA(cudaGetLastError());
-  half_reduce_kernel<VEC, G><<<grid_for(plan.num_long * G), kThreadsPerBlock, 0, stream>>>(a, plan, scratch,
-                                                                                         scratch_ld);
+  half_reduce_kernel<VEC, G>
+      <<<grid_for(plan.num_long * G), kThreadsPerBlock, 0, stream>>>(a, plan, scratch, scratch_ld);
   HALOGEN_CHECK_CUDA(cudaGetLastError());
 }
 
@@ -407,10 +416,18 @@ template <int VEC>
 void launch_half(const AggregateHalfArgs& a, const PlanView& plan, float* scratch, int64_t scratch_ld,
                  cudaStream_t stream) {
   switch (lanes_for((a.cols + VEC - 1) / VEC)) {
-    case 4: launch_half_g<VEC, 4>(a, plan, scratch, scratch_ld, stream); break;
-    case 8: launch_half_g<VEC, 8>(a, plan, scratch, scratch_ld, stream); break;
-    case 16: launch_half_g<VEC, 16>(a, plan, scratch, scratch_ld, stream); break;
-    default: launch_half_g<VEC, 32>(a, plan, scratch, scratch_ld, stream); break;
+    case 4:
+      launch_half_g<VEC, 4>(a, plan, scratch, scratch_ld, stream);
+      break;
+    case 8:
+      launch_half_g<VEC, 8>(a, plan, scratch, scratch_ld, stream);
+      break;
+    case 16:
+      launch_half_g<VEC, 16>(a, plan, scratch, scratch_ld, stream);
+      break;
+    default:
+      launch_half_g<VEC, 32>(a, plan, scratch, scratch_ld, stream);
+      break;
   }
 }
 
@@ -512,9 +529,9 @@ HalfAggregationPlan::HalfAggregationPlan(const CsrBlock& graph, int chunk, void*
   if (num_long_ == 0) return;
   long_row_ids_.resize(static_cast<size_t>(num_long_));
   long_chunk_offsets_.resize(static_cast<size_t>(num_long_ + 1));
-  scatter_long_rows_kernel<<<grid_for(n), kThreadsPerBlock, 0, s>>>(graph.offsets, graph.rows, chunk,
-                                                                     long_pos.data(), chunk_pos.data(),
-                                                                     long_row_ids_.data(), long_chunk_offsets_.data());
+  scatter_long_rows_kernel<<<grid_for(n), kThreadsPerBlock, 0, s>>>(graph.offsets, graph.rows, chunk, long_pos.data(),
+                                                                    chunk_pos.data(), long_row_ids_.data(),
+                                                                    long_chunk_offsets_.data());
   HALOGEN_CHECK_CUDA(cudaGetLastError());
   // The temporaries return to the allocator's cache at scope exit, and the plan may be used
   // on another stream: wait for the kernel.

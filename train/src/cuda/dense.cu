@@ -128,8 +128,8 @@ __device__ __forceinline__ double warp_sum(double v) {
 }
 
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    softmax_xent_kernel(const float* logits, int64_t rows, int64_t classes, const int32_t* labels,
-                        const uint8_t* mask, float grad_scale, float* grad, double* row_loss) {
+    softmax_xent_kernel(const float* logits, int64_t rows, int64_t classes, const int32_t* labels, const uint8_t* mask,
+                        float grad_scale, float* grad, double* row_loss) {
   const int lane = static_cast<int>(threadIdx.x & 31u);
   for (int64_t i = global_warp(); i < rows; i += warp_count()) {  // warp-uniform loop
     const float* z = logits + i * classes;
@@ -331,8 +331,8 @@ void softmax_xent_gpu(const float* logits, int64_t rows, int64_t classes, const 
   check_launch();
 }
 
-double softmax_xent_gpu(const float* logits, int64_t rows, int64_t classes, const int32_t* labels,
-                        const uint8_t* mask, float grad_scale, float* grad, void* stream) {
+double softmax_xent_gpu(const float* logits, int64_t rows, int64_t classes, const int32_t* labels, const uint8_t* mask,
+                        float grad_scale, float* grad, void* stream) {
   const cudaStream_t s = as_stream(stream);
   StreamScratch<double> loss(1, s);
   softmax_xent_gpu(logits, rows, classes, labels, mask, grad_scale, grad, loss.data(), stream);

@@ -55,8 +55,8 @@ void gemm_ex(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float 
     return;
   }
   HALOGEN_EXPECTS(lda >= (trans_a ? m : k) && ldb >= (trans_b ? k : n),
-                  "gemm (cuda): lda {} / ldb {} too small for {} x {} x {} (trans_a {}, trans_b {})", lda, ldb, m, n,
-                  k, trans_a, trans_b);
+                  "gemm (cuda): lda {} / ldb {} too small for {} x {} x {} (trans_a {}, trans_b {})", lda, ldb, m, n, k,
+                  trans_a, trans_b);
   cublasHandle_t h = handle_for_current_device();
   HALOGEN_CHECK_CUBLAS(cublasSetStream(h, s));
   // Row-major C (m x n) is column-major C^T (n x m) = op(B)^T op(A)^T: cuBLAS gets B as its

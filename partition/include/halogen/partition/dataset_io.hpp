@@ -43,8 +43,10 @@ void write_dataset(const Dataset& ds, const std::filesystem::path& dir, bool ove
 /// its file's mapping alive. Always checks meta.json (format, version), each header (magic,
 /// version, element type, count against meta.json, header checksum against meta.json) and
 /// each file's length. `verify_checksums` also hashes every payload (in parallel; memory
-/// bandwidth bound, ~0.05 s for 500 MB from the page cache). Without it, corrupted payload
-/// bytes are not detected (the CSR structure is not re-validated).
+/// bandwidth bound, ~0.05 s for 500 MB from the page cache) and checks the CSR structure
+/// that consumers index by (offsets never decrease, neighbour ids in range; also parallel).
+/// Without it, corrupted payload bytes are not detected (the CSR structure is not
+/// re-validated). Row order (sorted, unique) is checked by the consumers that rely on it.
 Dataset read_dataset(const std::filesystem::path& dir, bool verify_checksums = true);
 
 /// True if `dir` looks like a halogen dataset directory (has meta.json of the right format).

@@ -22,9 +22,9 @@
 
 #if HALOGEN_HAVE_CUDA
 #include "halogen/core/cuda/device_memory.hpp"
-#endif
 
 struct __half;  // cuda_fp16.h
+#endif
 
 namespace halogen {
 
@@ -55,10 +55,10 @@ class DynamicLossScaler {
                     "loss scaler: backoff factor must be in (0, 1), got {}", opt_.backoff_factor);
     HALOGEN_EXPECTS(opt_.growth_interval >= 1, "loss scaler: growth interval must be >= 1, got {}",
                     opt_.growth_interval);
-    HALOGEN_EXPECTS(opt_.min_scale > 0.0f && opt_.min_scale <= opt_.initial_scale &&
-                        opt_.initial_scale <= opt_.max_scale,
-                    "loss scaler: need 0 < min_scale <= initial_scale <= max_scale, got {} / {} / {}", opt_.min_scale,
-                    opt_.initial_scale, opt_.max_scale);
+    HALOGEN_EXPECTS(
+        opt_.min_scale > 0.0f && opt_.min_scale <= opt_.initial_scale && opt_.initial_scale <= opt_.max_scale,
+        "loss scaler: need 0 < min_scale <= initial_scale <= max_scale, got {} / {} / {}", opt_.min_scale,
+        opt_.initial_scale, opt_.max_scale);
   }
 
   float scale() const noexcept { return scale_; }
@@ -141,9 +141,7 @@ class HalfAggregationPlan {
   /// Rows with more than chunk() entries, and the chunks they are cut into.
   int64_t long_rows() const noexcept { return num_long_; }
   int64_t chunk_items() const noexcept { return num_items_; }
-  bool built_for(const CsrBlock& graph) const noexcept {
-    return graph.offsets == offsets_ && graph.rows == rows_;
-  }
+  bool built_for(const CsrBlock& graph) const noexcept { return graph.offsets == offsets_ && graph.rows == rows_; }
   /// Device arrays: the ids of the long rows (long_rows() of them) and, per long row, the
   /// index of its first chunk (long_rows() + 1 entries, the last = chunk_items()).
   const int64_t* long_row_ids() const noexcept { return long_row_ids_.data(); }
@@ -208,8 +206,8 @@ void dropout_apply_gpu(__half* x, int64_t rows, int64_t cols, int64_t ld, const 
 void softmax_xent_gpu(const float* logits, int64_t rows, int64_t classes, const int32_t* labels, const uint8_t* mask,
                       float grad_scale, float* grad, double* loss, void* stream = nullptr);
 /// As above, returning the loss to the host (synchronises `stream`).
-double softmax_xent_gpu(const float* logits, int64_t rows, int64_t classes, const int32_t* labels,
-                        const uint8_t* mask, float grad_scale, float* grad, void* stream = nullptr);
+double softmax_xent_gpu(const float* logits, int64_t rows, int64_t classes, const int32_t* labels, const uint8_t* mask,
+                        float grad_scale, float* grad, void* stream = nullptr);
 
 /// dense.hpp's adam_step on device arrays: the same formula, evaluated with correctly rounded
 /// fp32 operations and no contraction, so the parameters and moments equal the CPU's bit for

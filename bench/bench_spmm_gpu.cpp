@@ -1,0 +1,389 @@
+// GPU kernels of the halogen path against their baselines, printed nccl-tests style (warm-up,
+// timed iterations, time per call, algorithmic bandwidth, correctness column):
+//
+//  1. Aggregation (SpMM) on one RMAT or SBM graph with GCN normalisation, self loops included:
+//     halogen's fused fp16 kernel (chunked long rows, aggregate_half), the fused fp32 kernel
+//     (aggregate<kDevCuda>) and cuSPARSE fp32 SpMM (CUSPARSE_SPMM_CSR_ALG2 on an explicit
+//     weighted CSR, i.e. with the per-entry values that the fused kernels never store).
+//     algbw counts the bytes a kernel must move at least once per entry and row: index (and
+//     value for cuSPARSE) per entry, one feature row gathered per entry, the output written,
+//     the offsets. The "error" column is the largest |gpu - cpu| / (|cpu| + 1e-3) against the
+//     fp64 CPU kernel (on the fp16-rounded input for fp16).
+//  2. quantize + pack (quant::quantize_rows<kDevCuda>) of a halo message at every bit width
+//     beside cudaMemcpy device-to-device over the same fp32 bytes. Both count bytes read plus
+//     bytes written (as CUDA's bandwidthTest does for device-to-device copies); a quantize call
+//     includes its one stream synchronisation.
+//
+// Usage: bench_spmm_gpu [--graph rmat|sbm] [--scale 18] [--edge-factor 16] [--nodes N]
+//                       [--cols 32,64,128,256] [--warmup 5] [--iters 20]
+//                       [--quant-rows 262144] [--quant-cols 128]
+// The device is HALOGEN_DEVICE (default 0).
+#include "halogen/config.hpp"
+
+#if HALOGEN_HAVE_CUDA
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <cusparse.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "halogen/core/cuda/device_memory.hpp"
+#include "halogen/core/cuda/stream.hpp"
+#include "halogen/core/error.hpp"
+#include "halogen/core/rng.hpp"
+#include "halogen/partition/generate.hpp"
+#include "halogen/quant/quantize.hpp"
+#include "halogen/train/aggregate.hpp"
+#include "halogen/train/gpu_ops.hpp"
+
+#define CHECK_CUSPARSE(call)                                                                 \
+  do {                                                                                       \
+    const cusparseStatus_t status_ = (call);                                                 \
+    if (status_ != CUSPARSE_STATUS_SUCCESS)                                                  \
+      HALOGEN_FAIL("cuSPARSE call '{}' failed: {}", #call, cusparseGetErrorString(status_)); \
+  } while (0)
+
+namespace halogen {
+namespace {
+
+using cuda::CudaEvent;
+using cuda::CudaStream;
+using cuda::DeviceBuffer;
+
+struct Options {
+  std::string graph = "rmat";
+  int scale = 18;
+  int edge_factor = 16;
+  int64_t nodes = 1 << 18;  // SBM
+  std::vector<int64_t> cols = {32, 64, 128, 256};
+  int warmup = 5;
+  int iters = 20;
+  int64_t quant_rows = 1 << 18;
+  int64_t quant_cols = 128;
+};
+
+std::vector<int64_t> parse_list(std::string_view s) {
+  std::vector<int64_t> v;
+  while (!s.empty()) {
+    const size_t comma = s.find(',');
+    v.push_back(std::stoll(std::string(s.substr(0, comma))));
+    s = comma == std::string_view::npos ? std::string_view() : s.substr(comma + 1);
+  }
+  return v;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    HALOGEN_EXPECTS(i + 1 < argc, "option {} needs a value", arg);
+    const std::string value = argv[++i];
+    if (arg == "--graph") {
+      o.graph = value;
+      HALOGEN_EXPECTS(value == "rmat" || value == "sbm", "--graph: expected rmat or sbm, got '{}'", value);
+    } else if (arg == "--scale") {
+      o.scale = std::stoi(value);
+    } else if (arg == "--edge-factor") {
+      o.edge_factor = std::stoi(value);
+    } else if (arg == "--nodes") {
+      o.nodes = std::stoll(value);
+    } else if (arg == "--cols") {
+      o.cols = parse_list(value);
+    } else if (arg == "--warmup") {
+      o.warmup = std::stoi(value);
+    } else if (arg == "--iters") {
+      o.iters = std::stoi(value);
+    } else if (arg == "--quant-rows") {
+      o.quant_rows = std::stoll(value);
+    } else if (arg == "--quant-cols") {
+      o.quant_cols = std::stoll(value);
+    } else {
+      HALOGEN_FAIL("unknown option '{}' (see the comment at the top of bench/bench_spmm_gpu.cpp)", arg);
+    }
+  }
+  HALOGEN_EXPECTS(o.iters >= 1 && o.warmup >= 0, "--iters must be >= 1 and --warmup >= 0");
+  return o;
+}
+
+/// Mean milliseconds per call of `run` on `stream` after `warmup` untimed calls.
+double time_ms(const Options& o, cudaStream_t stream, const std::function<void()>& run) {
+  for (int i = 0; i < o.warmup; ++i) run();
+  CudaEvent start(true), stop(true);
+  start.record(stream);
+  for (int i = 0; i < o.iters; ++i) run();
+  stop.record(stream);
+  stop.synchronize();
+  return static_cast<double>(stop.elapsed_ms(start)) / o.iters;
+}
+
+double max_rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double worst = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err =
+        std::abs(static_cast<double>(got[i]) - want[i]) / (std::abs(static_cast<double>(want[i])) + 1e-3);
+    worst = std::max(worst, std::isnan(err) ? INFINITY : err);
+  }
+  return worst;
+}
+
+void print_row(const char* kernel, int64_t cols, double ms, double bytes, double error, double tolerance) {
+  std::printf("  %-26s %6lld %12.1f %12.1f %12.2e  %s\n", kernel, static_cast<long long>(cols), ms * 1e3,
+              bytes / (ms * 1e-3) / 1e9, error, error <= tolerance ? "OK" : "FAIL");
+}
+
+int bench_spmm(const Options& o, cudaStream_t stream) {
+  Dataset ds;
+  std::string what;
+  if (o.graph == "rmat") {
+    RmatOptions r;
+    r.scale = o.scale;
+    r.edge_factor = o.edge_factor;
+    r.feature_dim = 1;
+    ds = generate_rmat(r);
+    what = "RMAT scale " + std::to_string(o.scale) + " edge factor " + std::to_string(o.edge_factor);
+  } else {
+    SbmOptions s;
+    s.num_nodes = o.nodes;
+    s.power_law = true;
+    s.feature_dim = 1;
+    ds = generate_sbm(s);
+    what = "SBM (power-law) " + std::to_string(o.nodes) + " nodes";
+  }
+  const CsrGraph& g = ds.graph;
+  const int64_t n = g.num_nodes(), nnz = g.num_edges();
+  HALOGEN_EXPECTS(nnz < INT32_MAX, "the cuSPARSE baseline uses 32-bit offsets; {} entries is too many", nnz);
+  int64_t max_degree = 0;
+  for (int64_t v = 0; v < n; ++v) max_degree = std::max(max_degree, g.degree(static_cast<NodeId>(v)));
+
+  // GCN normalisation with self loops: w(r <- c) = 1/sqrt(d_r + 1) * 1/sqrt(d_c + 1).
+  std::vector<float> scale(static_cast<size_t>(n));
+  for (int64_t v = 0; v < n; ++v)
+    scale[static_cast<size_t>(v)] = 1.0f / std::sqrt(static_cast<float>(g.degree(static_cast<NodeId>(v)) + 1));
+  // The explicit weighted CSR of cuSPARSE: self loop added to every row.
+  std::vector<int32_t> w_offsets(static_cast<size_t>(n + 1)), w_indices;
+  std::vector<float> w_values;
+  w_indices.reserve(static_cast<size_t>(nnz + n));
+  w_values.reserve(static_cast<size_t>(nnz + n));
+  for (int64_t r = 0; r < n; ++r) {
+    w_offsets[static_cast<size_t>(r)] = static_cast<int32_t>(w_indices.size());
+    w_indices.push_back(static_cast<int32_t>(r));
+    w_values.push_back(scale[static_cast<size_t>(r)] * scale[static_cast<size_t>(r)]);
+    for (NodeId c : g.neighbors(static_cast<NodeId>(r))) {
+      w_indices.push_back(c);
+      w_values.push_back(scale[static_cast<size_t>(r)] * scale[static_cast<size_t>(c)]);
+    }
+  }
+  w_offsets[static_cast<size_t>(n)] = static_cast<int32_t>(w_indices.size());
+
+  std::vector<int64_t> offsets(g.offsets().begin(), g.offsets().end());
+  std::vector<int32_t> indices(g.indices().begin(), g.indices().end());
+  DeviceBuffer<int64_t> d_offsets = DeviceBuffer<int64_t>::from_host(offsets);
+  DeviceBuffer<int32_t> d_indices = DeviceBuffer<int32_t>::from_host(indices);
+  DeviceBuffer<float> d_scale = DeviceBuffer<float>::from_host(scale);
+  DeviceBuffer<int32_t> d_w_offsets = DeviceBuffer<int32_t>::from_host(w_offsets);
+  DeviceBuffer<int32_t> d_w_indices = DeviceBuffer<int32_t>::from_host(w_indices);
+  DeviceBuffer<float> d_w_values = DeviceBuffer<float>::from_host(w_values);
+  const CsrBlock d_graph{d_offsets.data(), d_indices.data(), n};
+  const HalfAggregationPlan plan(d_graph, HalfAggregationPlan::kDefaultChunk, stream);
+
+  std::printf(
+      "# SpMM: %s: %lld nodes, %lld entries (+%lld self loops), max degree %lld, %lld rows longer than %d "
+      "entries in %lld chunks\n",
+      what.c_str(), static_cast<long long>(n), static_cast<long long>(nnz), static_cast<long long>(n),
+      static_cast<long long>(max_degree), static_cast<long long>(plan.long_rows()), plan.chunk(),
+      static_cast<long long>(plan.chunk_items()));
+  std::printf("# warm-up %d, timed iterations %d; algbw = minimum bytes moved / time\n#\n", o.warmup, o.iters);
+  std::printf("  %-26s %6s %12s %12s %12s  %s\n", "kernel", "cols", "time(us)", "algbw(GB/s)", "error", "check");
+
+  cusparseHandle_t sparse = nullptr;
+  CHECK_CUSPARSE(cusparseCreate(&sparse));
+  CHECK_CUSPARSE(cusparseSetStream(sparse, stream));
+  int failures = 0;
+  for (const int64_t cols : o.cols) {
+    const std::vector<float> x = [&] {
+      std::vector<float> v(static_cast<size_t>(n * cols));
+      const RngStream rng = RngStream::make(3, RngPurpose::kGenerator);
+      for (size_t i = 0; i < v.size(); ++i)
+        v[i] = 2.0f * uniform_from_bits(rng.bits(static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), 0, 0).v[0]) -
+               1.0f;
+      return v;
+    }();
+    std::vector<__half> x_half(x.size());
+    std::vector<float> x_rounded(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      x_half[i] = __float2half_rn(x[i]);
+      x_rounded[i] = __half2float(x_half[i]);
+    }
+    // CPU references (fp64 accumulation).
+    auto reference = [&](const std::vector<float>& input) {
+      std::vector<float> out(static_cast<size_t>(n * cols));
+      AggregateArgs a;
+      a.graph = {offsets.data(), indices.data(), n};
+      a.dst_scale = a.src_scale = scale.data();
+      a.include_self = true;
+      a.x = input.data();
+      a.ldx = a.ldo = a.cols = cols;
+      a.out = out.data();
+      aggregate<kDevCpu>(a);
+      return out;
+    };
+    const std::vector<float> want = reference(x), want_half = reference(x_rounded);
+
+    DeviceBuffer<float> d_x = DeviceBuffer<float>::from_host(x), d_out(static_cast<size_t>(n * cols));
+    DeviceBuffer<__half> d_xh = DeviceBuffer<__half>::from_host(x_half), d_outh(static_cast<size_t>(n * cols));
+    const double rows_bytes = static_cast<double>(n + 1) * 8;
+    auto traffic = [&](double elem, double per_entry_meta, double entries) {
+      return entries * (per_entry_meta + cols * elem) + static_cast<double>(n) * cols * elem + rows_bytes;
+    };
+
+    // Fused fp16.
+    AggregateHalfArgs h;
+    h.graph = d_graph;
+    h.dst_scale = h.src_scale = d_scale.data();
+    h.include_self = true;
+    h.x = d_xh.data();
+    h.ldx = h.ldo = h.cols = cols;
+    h.out = d_outh.data();
+    double ms = time_ms(o, stream, [&] { aggregate_half<kDevCuda>(h, &plan, stream); });
+    std::vector<__half> got_half = d_outh.to_host(stream);
+    std::vector<float> got(got_half.size());
+    for (size_t i = 0; i < got.size(); ++i) got[i] = __half2float(got_half[i]);
+    double err = max_rel_error(got, want_half);
+    failures += err > 1e-2;
+    print_row("fused fp16 (chunked)", cols, ms, traffic(2, 4, static_cast<double>(nnz + n)), err, 1e-2);
+
+    // Fused fp32.
+    AggregateArgs f;
+    f.graph = d_graph;
+    f.dst_scale = f.src_scale = d_scale.data();
+    f.include_self = true;
+    f.x = d_x.data();
+    f.ldx = f.ldo = f.cols = cols;
+    f.out = d_out.data();
+    ms = time_ms(o, stream, [&] { aggregate<kDevCuda>(f, stream); });
+    err = max_rel_error(d_out.to_host(stream), want);
+    failures += err > 1e-5;
+    print_row("fused fp32 (fp64 sums)", cols, ms, traffic(4, 4, static_cast<double>(nnz + n)), err, 1e-5);
+
+    // cuSPARSE fp32, ALG2.
+    cusparseSpMatDescr_t mat = nullptr;
+    cusparseDnMatDescr_t in = nullptr, out = nullptr;
+    CHECK_CUSPARSE(cusparseCreateCsr(&mat, n, n, static_cast<int64_t>(w_indices.size()), d_w_offsets.data(),
+                                     d_w_indices.data(), d_w_values.data(), CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
+                                     CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F));
+    CHECK_CUSPARSE(cusparseCreateDnMat(&in, n, cols, cols, d_x.data(), CUDA_R_32F, CUSPARSE_ORDER_ROW));
+    CHECK_CUSPARSE(cusparseCreateDnMat(&out, n, cols, cols, d_out.data(), CUDA_R_32F, CUSPARSE_ORDER_ROW));
+    const float alpha = 1.0f, beta = 0.0f;
+    size_t buffer_bytes = 0;
+    CHECK_CUSPARSE(cusparseSpMM_bufferSize(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                           &alpha, mat, in, &beta, out, CUDA_R_32F, CUSPARSE_SPMM_CSR_ALG2,
+                                           &buffer_bytes));
+    DeviceBuffer<char> buffer(std::max<size_t>(buffer_bytes, 1));
+    CHECK_CUSPARSE(cusparseSpMM_preprocess(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                           &alpha, mat, in, &beta, out, CUDA_R_32F, CUSPARSE_SPMM_CSR_ALG2,
+                                           buffer.data()));
+    HALOGEN_CHECK_CUDA(cudaMemsetAsync(d_out.data(), 0, d_out.bytes(), stream));
+    ms = time_ms(o, stream, [&] {
+      CHECK_CUSPARSE(cusparseSpMM(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha,
+                                  mat, in, &beta, out, CUDA_R_32F, CUSPARSE_SPMM_CSR_ALG2, buffer.data()));
+    });
+    err = max_rel_error(d_out.to_host(stream), want);
+    failures += err > 1e-4;
+    print_row("cuSPARSE fp32 CSR_ALG2", cols, ms, traffic(4, 8, static_cast<double>(nnz + n)), err, 1e-4);
+    cusparseDestroySpMat(mat);
+    cusparseDestroyDnMat(in);
+    cusparseDestroyDnMat(out);
+  }
+  cusparseDestroy(sparse);
+  return failures;
+}
+
+int bench_quantize(const Options& o, cudaStream_t stream) {
+  const int64_t rows = o.quant_rows, cols = o.quant_cols;
+  const size_t values = static_cast<size_t>(rows * cols);
+  std::printf(
+      "#\n# quantize + pack: %lld rows x %lld fp32 columns (%.1f MiB); algbw = (bytes read + bytes written) "
+      "/ time\n#\n",
+      static_cast<long long>(rows), static_cast<long long>(cols), values * 4.0 / (1 << 20));
+  std::printf("  %-26s %12s %12s %12s\n", "operation", "time(us)", "algbw(GB/s)", "of memcpy");
+  std::vector<float> x(values);
+  const RngStream rng = RngStream::make(5, RngPurpose::kGenerator);
+  for (size_t i = 0; i < values; ++i)
+    x[i] =
+        2.0f * uniform_from_bits(rng.bits(static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), 0, 0).v[0]) - 1.0f;
+  DeviceBuffer<float> d_x = DeviceBuffer<float>::from_host(x), d_copy(values);
+  const double in_bytes = static_cast<double>(values) * 4;
+  const double copy_ms = time_ms(o, stream, [&] {
+    HALOGEN_CHECK_CUDA(cudaMemcpyAsync(d_copy.data(), d_x.data(), d_x.bytes(), cudaMemcpyDeviceToDevice, stream));
+  });
+  const double copy_gbs = 2 * in_bytes / (copy_ms * 1e-3) / 1e9;
+  std::printf("  %-26s %12.1f %12.1f %11.0f%%\n", "cudaMemcpy D2D", copy_ms * 1e3, copy_gbs, 100.0);
+  int failures = 0;
+  for (int bits : {1, 2, 4, 8, 16, 32}) {
+    const size_t words = quant::packed_words(bits, rows, cols);
+    DeviceBuffer<uint32_t> d_packed(words);
+    quant::QuantKey key;
+    key.seed = 9;
+    const double ms = time_ms(o, stream, [&] {
+      ++key.epoch;
+      quant::quantize_rows<kDevCuda>(d_x.data(), rows, cols, cols, bits, key, d_packed.data(), stream);
+    });
+    // Correctness: the CPU quantizer gives the same words for the same key.
+    std::vector<uint32_t> cpu(words);
+    quant::quantize_rows<kDevCpu>(x.data(), rows, cols, cols, bits, key, cpu.data());
+    const std::vector<uint32_t> gpu = d_packed.to_host(stream);
+    const bool same = std::memcmp(cpu.data(), gpu.data(), words * sizeof(uint32_t)) == 0;
+    failures += !same;
+    const double gbs = (in_bytes + static_cast<double>(words) * 4) / (ms * 1e-3) / 1e9;
+    const std::string name = "quantize_rows " + std::to_string(bits) + " bit" + (same ? "" : " (differs from CPU!)");
+    std::printf("  %-26s %12.1f %12.1f %11.0f%%\n", name.c_str(), ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
+  }
+  return failures;
+}
+
+int run(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  HALOGEN_EXPECTS(cuda_device_count() > 0, "bench_spmm_gpu: no CUDA device visible");
+  const char* env = std::getenv("HALOGEN_DEVICE");
+  const int device = env != nullptr ? std::atoi(env) : 0;
+  HALOGEN_CHECK_CUDA(cudaSetDevice(device));
+  std::printf("# halogen bench_spmm_gpu on device %d: %s\n", device, cuda::device_description(device).c_str());
+  CudaStream stream;
+  int failures = bench_spmm(o, stream.get());
+  failures += bench_quantize(o, stream.get());
+  std::printf("#\n# %s\n", failures == 0 ? "all checks passed" : "SOME CHECKS FAILED");
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace halogen
+
+int main(int argc, char** argv) {
+  try {
+    return halogen::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_spmm_gpu: %s\n", e.what());
+    return 2;
+  }
+}
+
+#else  // CPU-only build
+
+#include <cstdio>
+
+int main() {
+  std::printf("bench_spmm_gpu: built without CUDA\n");
+  return 0;
+}
+
+#endif

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# What compression and overlap buy on a real bandwidth-limited interconnect: Open MPI over
+# TCP on loopback (--mca btl tcp,self), the loopback limited with a token bucket
+# (tc ... tbf rate RATE). Runs, side by side on one partition:
+#   fp32 sync, fp32 overlap, 1-bit sync, 1-bit overlap, 1-bit stale S=1,
+#   and the compute-only floor (the same run with the per-epoch exchange skipped),
+# then prints epoch time, exposed (waited) communication, its share of the epoch, bytes per
+# epoch and test accuracy. The limit is removed on every exit path.
+#
+# usage: sudo bench/overlap.sh [--dataset DIR] [--ranks 4] [--hidden 256] [--layers 3]
+#                              [--epochs 30] [--rate 1gbit] [--build build]
+# Needs root (tc) and no other qdisc on lo.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd); root=$(dirname "$here")
+dataset=$root/../shared/data/coauthor-cs; ranks=4; hidden=256; layers=3; epochs=30; rate=1gbit
+build=$root/build
+while [ $# -gt 0 ]; do
+  case $1 in
+    --dataset) dataset=$2; shift 2 ;; --ranks) ranks=$2; shift 2 ;; --hidden) hidden=$2; shift 2 ;;
+    --layers) layers=$2; shift 2 ;; --epochs) epochs=$2; shift 2 ;; --rate) rate=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;; *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+halogen=$build/halogen
+if tc qdisc show dev lo | grep -qE 'tbf|netem|htb'; then
+  echo "another qdisc is installed on lo; refusing to change it: $(tc qdisc show dev lo)" >&2; exit 1
+fi
+work=$(mktemp -d)
+cleanup() { tc qdisc del dev lo root 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT INT TERM HUP
+
+"$halogen" partition "$dataset" --parts "$ranks" --out "$work/parts" --hidden "$hidden" --layers "$layers" >/dev/null
+tc qdisc add dev lo root tbf rate "$rate" burst 1mb latency 100ms
+mpi=(mpirun -np "$ranks" --oversubscribe --mca btl tcp,self --mca btl_tcp_if_include lo)
+[ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
+run() {  # name, extra train args...
+  local name=$1; shift
+  "${mpi[@]}" "$halogen" train --parts "$work/parts" --hidden "$hidden" --layers "$layers" --epochs "$epochs" \
+    --eval-every "$epochs" --timeout 600 -q --metrics "$work/$name.jsonl" "$@" >/dev/null
+}
+run fp32-sync
+run fp32-overlap --mode overlap
+run 1bit-sync --bits-fwd 1 --bits-bwd 1
+run 1bit-overlap --bits-fwd 1 --bits-bwd 1 --mode overlap
+run 1bit-stale --bits-fwd 1 --bits-bwd 1 --mode stale --staleness 1
+run compute-only --skip-exchange
+tc qdisc del dev lo root
+echo "$ranks ranks, $(basename "$dataset"), $layers layers, hidden $hidden, loopback limited to $rate; epochs 2..$epochs averaged"
+python3 - "$work" <<'PY'
+import json, os, sys
+work = sys.argv[1]
+names = ["fp32-sync", "fp32-overlap", "1bit-sync", "1bit-overlap", "1bit-stale", "compute-only"]
+rows = {}
+for n in names:
+    recs = [json.loads(l) for l in open(os.path.join(work, n + ".jsonl"))]
+    ep = [r for r in recs if "summary" not in r][2:]
+    summ = [r for r in recs if "summary" in r][0]
+    avg = lambda k: sum(r[k] for r in ep) / len(ep)
+    rows[n] = dict(epoch=avg("epoch_s"), wait=avg("comm_wait_s"), bytes=avg("bytes_sent"), acc=summ["test_acc_at_best_val"])
+floor = rows["compute-only"]["epoch"]
+print(f"{'run':14s} {'epoch s':>9s} {'exposed s':>10s} {'exposed %':>10s} {'MB/epoch':>10s} {'vs floor':>9s} {'test acc':>9s}")
+for n in names:
+    r = rows[n]
+    print(f"{n:14s} {r['epoch']:9.3f} {r['wait']:10.3f} {100*r['wait']/r['epoch']:9.1f}% {r['bytes']/1e6:10.2f} "
+          f"{r['epoch']/floor:8.2f}x {100*r['acc']:8.1f}")
+print(f"speed-up of 1-bit stale over fp32 sync: {rows['fp32-sync']['epoch']/rows['1bit-stale']['epoch']:.2f}x")
+PY

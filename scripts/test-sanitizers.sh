@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds halogen with AddressSanitizer + UndefinedBehaviorSanitizer (HALOGEN_SANITIZE, CPU
+# path only, no benchmarks) into ${HALOGEN_ASAN_BUILD_DIR:-build-asan} and runs the unit and
+# multi-rank tests there (everything but the gpu, long, slurm and fuzz labels). Any sanitizer
+# report fails its test. LeakSanitizer ignores only Open MPI's own leaks
+# (tests/sanitizers/lsan.supp). Extra arguments go to ctest, e.g. -R readers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${HALOGEN_ASAN_BUILD_DIR:-build-asan}
+jobs=${HALOGEN_JOBS:-$(nproc)}
+
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHALOGEN_SANITIZE=ON \
+  -DHALOGEN_CUDA=OFF -DHALOGEN_BENCH=OFF -DHALOGEN_TESTS=ON
+cmake --build "$build" -j "$jobs"
+
+# CTest sets the same options on every test it registers (tests/CMakeLists.txt); setting them
+# here as well covers the processes those tests start (mpirun's ranks, the e2e script's runs).
+# halt_on_error: the first report fails the run; detect_leaks: LeakSanitizer at exit;
+# fast_unwind_on_malloc=0: Open MPI is built without frame pointers and unloads its
+# components in MPI_Finalize, so only full (DWARF) allocation stacks reach the libmpi frames
+# that lsan.supp matches.
+export ASAN_OPTIONS="halt_on_error=1:print_stacktrace=1:detect_leaks=1:fast_unwind_on_malloc=0:check_initialization_order=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
+# Sanitized code runs a few times slower; OpenMP threads of several ranks share the cores.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+
+ctest --test-dir "$build" --output-on-failure -j "$jobs" -LE 'gpu|long|slurm|fuzz' "$@"
