@@ -24,7 +24,10 @@ cmake --build "$build" -j "$jobs"
 export ASAN_OPTIONS="halt_on_error=1:print_stacktrace=1:detect_leaks=1:fast_unwind_on_malloc=0:check_initialization_order=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
-# Sanitized code runs a few times slower; OpenMP threads of several ranks share the cores.
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# Sanitized code runs a few times slower (tests/CMakeLists.txt scales the timeouts by 4), and
+# the ranks of the multi-rank tests share the cores: one OpenMP thread each, sleeping rather
+# than spinning while it waits.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 ctest --test-dir "$build" --output-on-failure -j "$jobs" -LE 'gpu|long|slurm|fuzz' "$@"

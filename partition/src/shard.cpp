@@ -547,7 +547,9 @@ Shard deserialize_shard(const std::byte* data, size_t size, std::shared_ptr<cons
     HALOGEN_EXPECTS(e.id == i && e.element_bytes == kSectionElementBytes[i],
                     "'{}': section table entry {} has id {} and element size {}, expected '{}' with size {}", source, i,
                     e.id, e.element_bytes, name, kSectionElementBytes[i]);
-    HALOGEN_EXPECTS(e.offset == expected_offset && e.bytes % e.element_bytes == 0 && e.offset + e.bytes <= size,
+    // Written as bytes <= size - offset: offset + bytes could wrap around for a corrupt entry.
+    HALOGEN_EXPECTS(e.offset == expected_offset && e.bytes % e.element_bytes == 0 && e.offset <= size &&
+                        e.bytes <= size - e.offset,
                     "'{}': section '{}' at offset {} with {} bytes is out of place (expected offset {}, file {} bytes)",
                     source, name, e.offset, e.bytes, expected_offset, size);
     if (verify_checksums) {
@@ -670,7 +672,13 @@ void Shard::validate() const {
   expect_size("row_offsets", row_offsets.size(), static_cast<size_t>(num_owned) + 1);
   expect_size("t_offsets", t_offsets.size(), n_local + 1);
   expect_size("send_offsets", send_offsets.size(), static_cast<size_t>(P) + 1);
-  expect_size("features", features.size(), static_cast<size_t>(num_owned) * static_cast<size_t>(feature_dim));
+  // num_owned * feature_dim may overflow for a corrupt header: compare by division instead.
+  HALOGEN_EXPECTS(feature_dim >= 0 && (num_owned == 0 ? features.empty()
+                                                        : features.size() % static_cast<size_t>(num_owned) == 0 &&
+                                                              features.size() / static_cast<size_t>(num_owned) ==
+                                                                  static_cast<size_t>(feature_dim)),
+                  "shard {}: features has {} entries, expected {} owned nodes x {} features", part, features.size(),
+                  num_owned, feature_dim);
   expect_size("labels", labels.size(), static_cast<size_t>(num_owned));
   expect_size("split", split.size(), static_cast<size_t>(num_owned));
   expect_size("t_indices", t_indices.size(), col_indices.size());

@@ -14,7 +14,7 @@ expect_error() {
   timeout 120 "$@" >"$work/out" 2>&1; local rc=$?
   if [ $rc -eq 124 ]; then fail "$name: hung (timeout)"; return; fi
   if [ $rc -eq 0 ]; then fail "$name: exited 0"; cat "$work/out"; return; fi
-  if grep -qE "$pattern" "$work/out"; then pass "$name"; else fail "$name: output lacks /$pattern/"; cat "$work/out"; fi
+  if grep -qE -- "$pattern" "$work/out"; then pass "$name"; else fail "$name: output lacks /$pattern/"; cat "$work/out"; fi
 }
 
 "$halogen" generate sbm --nodes 3000 --classes 4 --feature-dim 16 --seed 2 --out "$work/ds" >/dev/null || fail generate

@@ -27,7 +27,7 @@ for fault in kill hang nan; do
     hang) pattern="epoch 3, layer 1, .*rank\(s\) 2 did not complete" ;;
     nan) pattern="\[rank 2\] .*non-finite value nan in forward features of layer 1 .*epoch 3" ;;
   esac
-  grep -qE "$pattern" "$work/out" && pass "$fault: message names rank 2" || { fail "$fault: no /$pattern/"; cat "$work/out"; }
+  grep -qE -- "$pattern" "$work/out" && pass "$fault: message names rank 2" || { fail "$fault: no /$pattern/"; cat "$work/out"; }
 done
 echo "$failures failed"
 [ $failures -eq 0 ]

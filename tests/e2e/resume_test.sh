@@ -15,7 +15,7 @@ expect_error() {
   timeout 120 "$@" >"$work/out" 2>&1; local rc=$?
   if [ $rc -eq 124 ]; then fail "$name: hung"; return; fi
   if [ $rc -eq 0 ]; then fail "$name: exited 0"; return; fi
-  if grep -qE "$pattern" "$work/out"; then pass "$name"; else fail "$name: output lacks /$pattern/"; cat "$work/out"; fi
+  if grep -qE -- "$pattern" "$work/out"; then pass "$name"; else fail "$name: output lacks /$pattern/"; cat "$work/out"; fi
 }
 # The fault hook reaches every rank through mpirun -x; -1 = never.
 export HALOGEN_FAULT_EXIT_AFTER_EPOCH=-1
