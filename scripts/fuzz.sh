@@ -4,7 +4,7 @@
 # suite labelled `fuzz`, each target for --seconds (default 60).
 #   scripts/fuzz.sh [--seconds N] [--jobs N] [--regenerate-corpus] [TARGET...]
 # TARGET names limit the run (edge_list matrix_market metis_graph text_input ogb_dataset
-# dataset shard). --regenerate-corpus rewrites the committed seeds in tests/fuzz/corpus
+# dataset shard checkpoint). --regenerate-corpus rewrites the committed seeds in tests/fuzz/corpus
 # (after a format change). A crash leaves its input in BUILD/tests/fuzz/artifacts/<target>/;
 # after the fix, copy it to tests/fuzz/regressions/<target>/ (test_fuzz_regressions replays
 # it in every build).
@@ -31,7 +31,7 @@ CC=${CC:-clang} CXX=${CXX:-clang++} cmake -S . -B "$build" "${generator[@]}" -DC
   -DHALOGEN_FUZZ=ON -DHALOGEN_SANITIZE=ON -DHALOGEN_CUDA=OFF -DHALOGEN_BENCH=OFF -DHALOGEN_TESTS=ON \
   -DHALOGEN_FUZZ_SECONDS="$seconds" >/dev/null
 
-all=(edge_list matrix_market metis_graph text_input ogb_dataset dataset shard)
+all=(edge_list matrix_market metis_graph text_input ogb_dataset dataset shard checkpoint)
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 build_targets=()
 for t in "${targets[@]}"; do build_targets+=("fuzz_$t"); done

@@ -75,6 +75,13 @@ TextInput::TextInput(std::filesystem::path path, size_t block_bytes)
     gzbuffer(as_gz(gz_), kGzipInputBytes);
   }
   try {
+    {
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(path_, ec);
+      // Only files worth watching get a progress line (it appears after 0.25 s anyway).
+      if (!ec && size > (size_t{1} << 20))
+        progress_ = std::make_unique<Progress>(fmt::format("reading {}", path_.filename().string()), size);
+    }
     producer_ = std::thread([this] { produce(); });
   } catch (...) {
     if (gz_ != nullptr) gzclose(as_gz(gz_));
@@ -121,6 +128,7 @@ TextInput::ReadStatus TextInput::read_into(char* dst, size_t want, size_t& got) 
       }
       if (r == 0) return ReadStatus::kEof;
       got += static_cast<size_t>(r);
+      file_bytes_read_.store(static_cast<uint64_t>(gzoffset(as_gz(gz_))), std::memory_order_relaxed);
     } else {
       const ssize_t r = ::read(fd_, dst + got, chunk);
       if (r < 0) {
@@ -130,6 +138,7 @@ TextInput::ReadStatus TextInput::read_into(char* dst, size_t want, size_t& got) 
       }
       if (r == 0) return ReadStatus::kEof;
       got += static_cast<size_t>(r);
+      file_bytes_read_.fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
     }
   }
   return ReadStatus::kFull;
@@ -238,8 +247,10 @@ bool TextInput::next_line(std::string_view& line) {
     if (!ready_.empty()) {
       current_ = std::move(ready_.front());
       ready_.pop_front();
+      if (progress_) progress_->update(file_bytes_read_.load(std::memory_order_relaxed));
       continue;
     }
+    if (progress_) progress_->finish();
     if (!producer_error_.empty()) {
       const std::string where =
           line_number_ > 0 ? fmt::format("after line {}", line_number_) : std::string("before line 1");

@@ -20,6 +20,9 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <atomic>
+
+#include "halogen/core/progress.hpp"
 #include <vector>
 
 namespace halogen::detail {
@@ -91,6 +94,11 @@ class TextInput {
   Block current_;
   size_t pos_ = 0;
   int64_t line_number_ = 0;
+
+  // Progress on a terminal (halogen::Progress is silent otherwise): bytes of the file
+  // consumed by the reading thread (compressed bytes for gzip) against the file size.
+  std::atomic<uint64_t> file_bytes_read_{0};
+  std::unique_ptr<Progress> progress_;
 
   std::thread producer_;
 };

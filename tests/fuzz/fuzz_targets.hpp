@@ -17,6 +17,7 @@
 //  - dataset: byte 0 = DatasetFuzzFlags, then meta.json, offsets, indices, features, labels,
 //    split as sections (whole .bin files, or payloads the harness puts a header on).
 //  - shard: the serialised shard, parsed as it is and again after re-sealing its checksums.
+//  - checkpoint: one rank's checkpoint file (CheckpointReader).
 #pragma once
 
 #include <cstddef>
@@ -32,9 +33,7 @@ int fuzz_text_input(const uint8_t* data, size_t size);
 int fuzz_ogb_dataset(const uint8_t* data, size_t size);
 int fuzz_dataset(const uint8_t* data, size_t size);
 int fuzz_shard(const uint8_t* data, size_t size);
-// CHECKPOINT: add `int fuzz_checkpoint(const uint8_t*, size_t)` here (and to kFuzzTargets,
-// HALOGEN_FUZZ_TARGETS in tests/fuzz/CMakeLists.txt and make_corpus.cpp) once train/ has a
-// checkpoint reader.
+int fuzz_checkpoint(const uint8_t* data, size_t size);
 
 using FuzzFunction = int (*)(const uint8_t*, size_t);
 
@@ -46,8 +45,7 @@ struct FuzzTarget {
 inline constexpr FuzzTarget kFuzzTargets[] = {
     {"edge_list", fuzz_edge_list},   {"matrix_market", fuzz_matrix_market}, {"metis_graph", fuzz_metis_graph},
     {"text_input", fuzz_text_input}, {"ogb_dataset", fuzz_ogb_dataset},     {"dataset", fuzz_dataset},
-    {"shard", fuzz_shard},
-    // CHECKPOINT: {"checkpoint", fuzz_checkpoint},
+    {"shard", fuzz_shard},           {"checkpoint", fuzz_checkpoint},
 };
 
 }  // namespace halogen::fuzz

@@ -4,6 +4,7 @@
 // (scripts/fuzz.sh --regenerate-corpus runs it on tests/fuzz/corpus).
 #include <cstdio>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/generate.hpp"
 #include "halogen/partition/shard.hpp"
+#include "halogen/train/checkpoint.hpp"
 
 namespace halogen::fuzz {
 namespace {
@@ -129,7 +131,21 @@ void write_corpus(const fs::path& root) {
   shard_seeds(root, "sbm12", sbm, 2);
   shard_seeds(root, "sbm12", sbm, 3);
   shard_seeds(root, "tiny", tiny_dataset(), 2);
-  // CHECKPOINT: seed the checkpoint target here from a tiny trained model.
+
+  // --- checkpoint files (the records --resume reads, with made-up contents) ---
+  {
+    CheckpointWriter w;
+    w.add_json("meta", {{"epoch", 3}, {"part", 0}, {"num_parts", 2}});
+    const std::vector<float> weights = {0.5f, -1.25f, 2.0f, 0.0f};
+    w.add_array("weights/0", std::span<const float>(weights));
+    w.add_string("empty", "");
+    const fs::path file = scratch_dir() / "seed.ckpt";
+    w.write(file);
+    seed(root, "checkpoint", "meta-weights", read_bytes(file));
+    CheckpointWriter none;
+    none.write(file);
+    seed(root, "checkpoint", "no-records", read_bytes(file));
+  }
 }
 
 }  // namespace
