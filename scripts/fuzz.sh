@@ -4,8 +4,8 @@
 # suite labelled `fuzz`, each target for --seconds (default 60).
 #   scripts/fuzz.sh [--seconds N] [--jobs N] [--regenerate-corpus] [TARGET...]
 # TARGET names limit the run (edge_list matrix_market metis_graph text_input ogb_dataset
-# dataset shard checkpoint). --regenerate-corpus rewrites the committed seeds in tests/fuzz/corpus
-# (after a format change). A crash leaves its input in BUILD/tests/fuzz/artifacts/<target>/;
+# dataset shard checkpoint). --regenerate-corpus rewrites the committed seeds in
+# tests/fuzz/corpus (after a format change). A crash leaves its input in BUILD/tests/fuzz/artifacts/<target>/;
 # after the fix, copy it to tests/fuzz/regressions/<target>/ (test_fuzz_regressions replays
 # it in every build).
 set -euo pipefail

@@ -43,7 +43,7 @@ CheckpointReader::CheckpointReader(const std::filesystem::path& path) : path_(pa
   const std::string data = read_text_file(path);
   size_t pos = 0;
   auto need = [&](size_t n, const char* what) {
-    HALOGEN_EXPECTS(pos + n <= data.size(), "checkpoint '{}' is truncated (reading {} at byte {} of {})", path.string(),
+    HALOGEN_EXPECTS(n <= data.size() - pos, "checkpoint '{}' is truncated (reading {} at byte {} of {})", path.string(),
                     what, pos, data.size());
   };
   auto get32 = [&](const char* what) {
