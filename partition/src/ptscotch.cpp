@@ -12,7 +12,7 @@
 // edges separately; with balance_edges, nodes and edges are folded into one weight,
 //   w(v) = round(mean degree) + deg(v),
 // so that each contributes half of the total. Scotch keeps the sum within `imbalance` of the
-// mean, which bounds nodes and edges each by 2 x imbalance (RMAT scale 18: 1.08 and 1.24).
+// mean, which bounds nodes and edges each by 2 x imbalance (RMAT scale 20: 1.20 and 1.55).
 // Without balance_edges every vertex weighs 1 (node balance only; that case is also several
 // times slower on power-law graphs). Training nodes are not balanced by this partitioner.
 #include <mpi.h>
@@ -56,33 +56,40 @@ bool on_any_rank(bool local, MPI_Comm comm) {
   return any != 0;
 }
 
-// The parallel mapping strategy: Scotch 7.0's own SCOTCH_STRATSPEED string (built by
-// SCOTCH_stratDgraphMapBuild in library_dgraph_map.c; recursive bipartitioning, each
-// bipartition multilevel) with two changes that make it fast on power-law graphs. Measured on
-// RMAT, 8 parts, 2 processes (docs/partition.md):
-//  - Refinement of the distributed band graph during uncoarsening uses diffusion and the
-//    parallel exactifier only. SPEED also gathers the band graph and runs sequential
-//    Fiduccia-Mattheyses on it (`q{strat=f}`), whose move selection scans the gain buckets for
-//    a move that keeps the balance; on RMAT graphs most vertices lie in the band and share a
-//    few gain values, so this grows quadratically (scale 17: 50 s CPU per rank, 94% of it in
-//    that FM; scale 18: unfinished after 12 min). Without it: 3 s, same edge cut.
-//  - Coarsening continues while a level still shrinks the graph to 95% (`rat=0.95`; Scotch
-//    stops at 80% in parallel). Hubs with many degree-1 neighbours match poorly, so coarsening stopped
-//    early and the initial bipartitioner then ran FM on a graph of 1e5 vertices (scale 18:
-//    10 s -> 6 s CPU per rank, and nodes/edges balance 1.25/1.57 -> 1.08/1.24).
-// `kbal` is the allowed imbalance (max/avg - 1).
+// The mapping strategy: Scotch 7.0's own SCOTCH_STRATSPEED string (SCOTCH_stratDgraphMapBuild
+// in library_dgraph_map.c: recursive bipartitioning, each bipartition multilevel), with
+// Fiduccia-Mattheyses (FM) refinement kept off large graphs. Scotch's FM picks each move by
+// walking its gain buckets until it finds a vertex whose move keeps the balance; on RMAT
+// graphs nearly every vertex is on the cut frontier and most share a few gain values, so
+// once the balance bound is reached a pick walks most of the frontier and FM turns
+// quadratic (measured with perf: 90% of the time in that walk). Measured on RMAT into 8 parts
+// on 2 processes (docs/partition.md):
+//  - distributed band graphs are refined by diffusion and the parallel exactifier only;
+//    SPEED also gathers the band graph and runs sequential FM on it (`q{strat=f}`): scale
+//    17 took 50 s CPU per rank instead of 3 s, scale 18 did not finish in 12 min;
+//  - in the sequential multilevel bipartitioner, used once the graph lives on one process,
+//    graphs above 5000 vertices are refined by band diffusion and one bounded FM pass (at
+//    most 8 moves without gain), and a coarsest graph that is still that large (coarsening
+//    stalls on hubs with many degree-1 neighbours) is split by greedy graph growing alone.
+//    Scale 20: 31 s CPU and 1.4 GiB per rank instead of 194 s and 3.1 GiB.
+// Coarsening thresholds stay Scotch's: continuing while a level shrinks by 5% (`rat=0.95`)
+// balanced nodes and edges each better (scale 19: 1.10/1.34 instead of 1.29/1.63) but kept
+// more levels alive, 2.4x the memory, which would not fit scale 22 on a 24 GiB machine.
+// `kbal` is the allowed imbalance of the vertex weight (max/avg - 1).
 std::string mapping_strategy(int processes, double kbal) {
   // Size below which the distributed coarsening hands over to one process: Scotch's formula.
   const int64_t fold_vertices = std::min<int64_t>(std::max<int64_t>(2000 * int64_t{processes}, 10000), 100000);
   const std::string bal = fmt::format("{:f}", kbal);
-  // Sequential multilevel bipartitioning (greedy growing + FM on the coarsest graph, band FM
-  // with optional diffusion on the way up), as in SPEED apart from `rat`.
+  // Sequential multilevel bipartitioning. Small graphs: greedy growing + FM on the coarsest
+  // graph, band FM (best of with and without diffusion first) on the way up, as in SPEED.
   const std::string seq = fmt::format(
-      "m{{vert=80,rat=0.95,low=h{{pass=10}}f{{bal={0},move=80}},asc=b{{bnd=(d{{pass=40}}|)f{{bal={0},move=80}},"
-      "org=f{{bal={0},move=80}}}}}}",
+      "m{{vert=80,"
+      "low=/(vert>5000)?h{{pass=10}}:h{{pass=10}}f{{bal={0},move=80}};,"
+      "asc=/(vert>5000)?b{{bnd=d{{pass=40}}f{{bal={0},move=8,pass=1}},org=f{{bal={0},move=8,pass=1}}}}"
+      ":b{{bnd=(d{{pass=40}}|)f{{bal={0},move=80}},org=f{{bal={0},move=80}}}};}}",
       bal);
   return fmt::format(
-      "r{{bal={0},sep=m{{vert={1},rat=0.95,asc=b{{bnd=d{{pass=40}}x{{bal={0}}},org=x{{bal={0}}}}},"
+      "r{{bal={0},sep=m{{vert={1},asc=b{{bnd=d{{pass=40}}x{{bal={0}}},org=x{{bal={0}}}}},"
       "low=q{{strat=({2})}},seq=q{{strat=({2})}}}},seq=r{{bal={0},poli=S,sep=({2})}}}}",
       bal, fold_vertices, seq);
 }
