@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "halogen/core/error.hpp"
+#include "halogen/core/progress.hpp"
 #include "halogen/core/io.hpp"
 
 namespace halogen {
@@ -109,8 +110,15 @@ class RemoveOnExit {
 };
 
 // Writes one array file and returns its description for meta.json.
+// Byte progress of writing a dataset's arrays; chunks keep the line moving on big arrays.
+struct WriteProgress {
+  Progress line;
+  uint64_t written = 0;
+};
+constexpr size_t kWriteChunkBytes = size_t{32} << 20;
+
 template <typename T>
-json write_array(const fs::path& dir, std::string_view name, std::span<const T> values) {
+json write_array(const fs::path& dir, std::string_view name, std::span<const T> values, WriteProgress& progress) {
   const size_t payload_bytes = values.size_bytes();
   ArrayHeader header{};
   header.magic = kArrayMagic;
@@ -121,7 +129,13 @@ json write_array(const fs::path& dir, std::string_view name, std::span<const T> 
   header.element_bytes = sizeof(T);
   AtomicFileWriter writer(dir / file_name(name));
   writer.write(&header, sizeof(header));
-  if (payload_bytes > 0) writer.write(values.data(), payload_bytes);
+  const auto* bytes = reinterpret_cast<const char*>(values.data());
+  for (size_t offset = 0; offset < payload_bytes; offset += kWriteChunkBytes) {
+    const size_t chunk = std::min(kWriteChunkBytes, payload_bytes - offset);
+    writer.write(bytes + offset, chunk);
+    progress.written += chunk;
+    progress.line.update(progress.written);
+  }
   writer.commit();
   return json{{"file", file_name(name)},
               {"type", type_name(header.element_type)},
@@ -280,12 +294,16 @@ void write_dataset(const Dataset& ds, const fs::path& dir, bool overwrite) {
   HALOGEN_EXPECTS(!ec, "cannot create '{}': {}", temp.string(), ec.message());
   RemoveOnExit remove_temp(temp);
 
+  const uint64_t total_bytes = ds.graph.offsets().span().size_bytes() + ds.graph.indices().span().size_bytes() +
+                               ds.features.span().size_bytes() + ds.labels.span().size_bytes() +
+                               ds.split.span().size_bytes();
+  WriteProgress progress{Progress(fmt::format("writing {}", target.filename().string()), total_bytes)};
   json files = json::object();
-  files["offsets"] = write_array(temp, "offsets", ds.graph.offsets().span());
-  files["indices"] = write_array(temp, "indices", ds.graph.indices().span());
-  files["features"] = write_array(temp, "features", ds.features.span());
-  files["labels"] = write_array(temp, "labels", ds.labels.span());
-  files["split"] = write_array(temp, "split", ds.split.span());
+  files["offsets"] = write_array(temp, "offsets", ds.graph.offsets().span(), progress);
+  files["indices"] = write_array(temp, "indices", ds.graph.indices().span(), progress);
+  files["features"] = write_array(temp, "features", ds.features.span(), progress);
+  files["labels"] = write_array(temp, "labels", ds.labels.span(), progress);
+  files["split"] = write_array(temp, "split", ds.split.span(), progress);
   const json meta = {
       {"format", kFormatName},
       {"version", kFormatVersion},
@@ -322,6 +340,7 @@ void write_dataset(const Dataset& ds, const fs::path& dir, bool overwrite) {
   }
   remove_temp.release();
   sync_directory(target.parent_path());
+  progress.line.finish();
 }
 
 Dataset read_dataset(const fs::path& dir, bool verify_checksums) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "halogen/core/error.hpp"
+#include "halogen/core/progress.hpp"
 #include "halogen/core/rng.hpp"
 
 namespace halogen {
@@ -143,6 +144,25 @@ class FeistelPermutation {
   int half_bits_ = 1;
   uint64_t half_mask_ = 1;
 };
+
+// Progress of a generator in per-mille across its phases: drawing edges, building the CSR,
+// drawing features.
+constexpr uint64_t kProgressScale = 1000;
+constexpr uint64_t kEdgesDone = 450, kCsrDone = 700;
+
+// Runs item(i) for i in [0, count) as about 64 OpenMP-parallel slices, reporting after each
+// slice that the phase [phase_begin, phase_end) of `progress` is that far along. Slicing costs
+// one fork/join per slice, nothing per item, and keeps Progress on one thread.
+template <typename Item>
+void parallel_slices(int64_t count, Progress& progress, uint64_t phase_begin, uint64_t phase_end, Item&& item) {
+  const int64_t slice = std::max<int64_t>(1, (count + 63) / 64);
+  for (int64_t begin = 0; begin < count; begin += slice) {
+    const int64_t end = std::min(count, begin + slice);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = begin; i < end; ++i) item(i);
+    progress.update(phase_begin + (phase_end - phase_begin) * static_cast<uint64_t>(end) / static_cast<uint64_t>(count));
+  }
+}
 
 void check_fractions(double train, double valid, double test) {
   HALOGEN_EXPECTS(train >= 0 && valid >= 0 && test >= 0 && train + valid + test <= 1.0 + 1e-9,
@@ -316,8 +336,8 @@ Dataset generate_sbm(const SbmOptions& options) {
   edges.src.resize(static_cast<size_t>(num_draws));
   edges.dst.resize(static_cast<size_t>(num_draws));
   const auto homophily_threshold = static_cast<uint64_t>(std::ldexp(options.homophily, 32));
-#pragma omp parallel for schedule(static)
-  for (int64_t e = 0; e < num_draws; ++e) {
+  Progress progress(fmt::format("generating sbm-n{}", n), kProgressScale);
+  parallel_slices(num_draws, progress, 0, kEdgesDone, [&](int64_t e) {
     // r0: class, member and alias coin of the first endpoint, homophily coin; r1: other
     // class, member and alias coin of the second endpoint.
     const Philox4x32 r0 = draw(rng, static_cast<uint64_t>(e), kTagEdge, 0);
@@ -333,12 +353,13 @@ Dataset generate_sbm(const SbmOptions& options) {
     }
     edges.src[static_cast<size_t>(e)] = member_of(c, r0.v[1], r0.v[2]);
     edges.dst[static_cast<size_t>(e)] = member_of(other, r1.v[1], r1.v[2]);
-  }
+  });
 
   Dataset ds;
   ds.name = fmt::format("sbm-n{}-c{}-s{}", n, num_classes, options.seed);
   ds.graph = build_csr(edges, CsrBuildOptions{.symmetrize = true, .self_loops = SelfLoops::kRemove});
   edges = EdgeList{};
+  progress.update(kCsrDone);
 
   // Features: class mean (entries N(0, snr^2), one vector per class) plus N(0, 1) noise.
   const int64_t dim = options.feature_dim;
@@ -349,13 +370,13 @@ Dataset generate_sbm(const SbmOptions& options) {
     for (int64_t j = 0; j < dim; ++j) mean[j] *= static_cast<float>(options.feature_snr);
   }
   HostBuffer<float> features(static_cast<size_t>(n * dim));
-#pragma omp parallel for schedule(static)
-  for (int64_t v = 0; v < n; ++v) {
+  parallel_slices(n, progress, kCsrDone, kProgressScale, [&](int64_t v) {
     float* row = features.data() + static_cast<size_t>(v * dim);
     gaussian_row(rng, static_cast<uint64_t>(v), kTagFeature, row, dim);
     const float* mean = class_means.data() + static_cast<size_t>(labels[static_cast<size_t>(v)] * dim);
     for (int64_t j = 0; j < dim; ++j) row[j] += mean[j];
-  }
+  });
+  progress.finish();
 
   ds.feature_dim = dim;
   ds.features = ArrayRef<float>(std::move(features));
@@ -407,8 +428,8 @@ Dataset generate_rmat(const RmatOptions& options) {
   const uint32_t q_a = threshold16(options.a), q_ab = threshold16(options.a + options.b),
                  q_abc = threshold16(options.a + options.b + options.c);
   const int64_t num_groups = (num_draws + kLanes - 1) / kLanes;
-#pragma omp parallel for schedule(static)
-  for (int64_t group = 0; group < num_groups; ++group) {
+  Progress progress(fmt::format("generating rmat-s{}", scale), kProgressScale);
+  parallel_slices(num_groups, progress, 0, kEdgesDone, [&](int64_t group) {
     const int64_t first_edge = group * kLanes;
     uint32_t src[kLanes] = {}, dst[kLanes] = {}, edge_low[kLanes], edge_high[kLanes];
     for (int lane = 0; lane < kLanes; ++lane) {
@@ -440,20 +461,21 @@ Dataset generate_rmat(const RmatOptions& options) {
       edges.src[static_cast<size_t>(first_edge + lane)] = static_cast<NodeId>(s);
       edges.dst[static_cast<size_t>(first_edge + lane)] = static_cast<NodeId>(t);
     }
-  }
+  });
   relabel = {};
 
   Dataset ds;
   ds.name = fmt::format("rmat-s{}-e{}-s{}", scale, options.edge_factor, options.seed);
   ds.graph = build_csr(edges, CsrBuildOptions{.symmetrize = true, .self_loops = SelfLoops::kRemove});
   edges = EdgeList{};
+  progress.update(kCsrDone);
 
   const int64_t dim = options.feature_dim;
   HostBuffer<float> features(static_cast<size_t>(n * dim));
-#pragma omp parallel for schedule(static)
-  for (int64_t v = 0; v < n; ++v) {
+  parallel_slices(n, progress, kCsrDone, kProgressScale, [&](int64_t v) {
     gaussian_row(rng, static_cast<uint64_t>(v), kTagFeature, features.data() + static_cast<size_t>(v * dim), dim);
-  }
+  });
+  progress.finish();
   ds.feature_dim = dim;
   ds.features = ArrayRef<float>(std::move(features));
   ds.labels = ArrayRef<int32_t>(uniform_labels(rng, n, options.num_classes));

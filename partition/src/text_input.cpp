@@ -78,8 +78,8 @@ TextInput::TextInput(std::filesystem::path path, size_t block_bytes)
     {
       std::error_code ec;
       const auto size = std::filesystem::file_size(path_, ec);
-      // Only files worth watching get a progress line (it appears after 0.25 s anyway).
-      if (!ec && size > (size_t{1} << 20))
+      // The line appears only if reading takes more than half a second (halogen::Progress).
+      if (!ec)
         progress_ = std::make_unique<Progress>(fmt::format("reading {}", path_.filename().string()), size);
     }
     producer_ = std::thread([this] { produce(); });

@@ -18,6 +18,16 @@ expect_error() {
 }
 
 "$halogen" generate sbm --nodes 3000 --classes 4 --feature-dim 16 --seed 2 --out "$work/ds" >/dev/null || fail generate
+# Progress lines: shown when asked for (a terminal, or HALOGEN_PROGRESS=always), never in logs.
+HALOGEN_PROGRESS=always "$halogen" generate rmat --scale 12 --feature-dim 8 --out "$work/rmat" >/dev/null 2>"$work/progress"
+grep -q "generating rmat-s12: done" "$work/progress" && grep -q "writing rmat: done" "$work/progress" \
+  && pass "generate shows progress" || { fail "generate progress"; cat "$work/progress"; }
+printf '0 1\n1 2\n2 0\n' > "$work/edges.txt"
+HALOGEN_PROGRESS=always "$halogen" convert --format edgelist "$work/edges.txt" --out "$work/conv" >/dev/null 2>"$work/progress"
+grep -q "reading edges.txt: done" "$work/progress" && grep -q "writing conv: done" "$work/progress" \
+  && pass "convert shows progress for reading and writing" || { fail "convert progress"; cat "$work/progress"; }
+"$halogen" generate rmat --scale 12 --feature-dim 8 --out "$work/rmat" --overwrite >/dev/null 2>"$work/progress"
+[ ! -s "$work/progress" ] && pass "no progress lines in a log" || { fail "progress leaked into a log"; cat "$work/progress"; }
 "$halogen" info "$work/ds" > "$work/info" && grep -q "nodes        3000" "$work/info" && pass info || { fail info; cat "$work/info"; }
 "$halogen" partition "$work/ds" --parts 2 --out "$work/p2" --hidden 16 > "$work/part" || { fail partition; cat "$work/part"; }
 [ -f "$work/p2/partition.json" ] && pass "partition writes partition.json" || fail "partition.json missing"

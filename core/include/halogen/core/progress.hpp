@@ -1,5 +1,7 @@
 // Progress for steps that take more than a few seconds: a live line on a terminal (stderr
-// is a tty), silence in logs and pipes.
+// is a tty) once the step has run half a second, silence in logs and pipes.
+// HALOGEN_PROGRESS=always (every step, from the start, also into a pipe) or never overrides.
+// Not thread-safe: call update() from one thread (e.g. between parallel slices).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,7 @@ class Progress {
   std::string what_;
   uint64_t total_;
   bool enabled_;
+  bool forced_;
   bool finished_ = false;
   Stopwatch sw_;
   double last_print_ = -1.0;
