@@ -11,6 +11,7 @@
 #include "halogen/core/mpi.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/partition/shard.hpp"
+#include "halogen/train/memory_plan.hpp"
 #include "halogen/train/trainer.hpp"
 
 namespace halogen::cli {
@@ -73,6 +74,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       ("resume", po::value<std::string>(), "continue from the newest checkpoint in this directory")
       ("timeout", po::value(&t.timeout_s)->default_value(60.0), "seconds a transfer may take before the run fails (dead or hung rank)")
       ("on-nonfinite", po::value<std::string>()->default_value("stop"), "non-finite loss or gradients: stop | skip-step")
+      ("memory-limit", po::value<std::string>()->default_value("auto"), "host memory per rank: auto (the node's available memory shared among its ranks), none (no check), or a size such as 8G; training is refused if the estimate exceeds it")
       ("skip-exchange", po::bool_switch(&t.skip_exchange), "benchmark floor: exchange halos in epoch 0 only")
       ("device", po::value(&device)->default_value(device), "cpu | cuda")
       ("log-level", po::value(&log_level)->default_value(log_level), "trace|debug|info|warn|error")
@@ -101,6 +103,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     HALOGEN_EXPECTS(norm == "row" || norm == "none", "--feature-norm must be 'row' or 'none', got '{}'", norm);
     t.row_normalize_features = norm == "row";
     t.progress = !quiet;
+    t.memory_limit = parse_memory_limit(vm["memory-limit"].as<std::string>());
     const Device dev = parse_device(device);
     HALOGEN_EXPECTS(dev == Device::kCpu, "--device cuda: the GPU training path is not available in this version");
     t.validate();

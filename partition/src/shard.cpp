@@ -531,6 +531,10 @@ Shard deserialize_shard(const std::byte* data, size_t size, std::shared_ptr<cons
                   "'{}': checksum mismatch in section 'header' (header or section table is corrupt)", source);
   HALOGEN_EXPECTS(size == h.file_bytes, "'{}' is truncated or has trailing bytes: {} bytes, header says {}", source,
                   size, h.file_bytes);
+  // Reserved fields are written as zero; anything else is a file from a later format revision
+  // that reused them, which this build would misread.
+  HALOGEN_EXPECTS(h.reserved0 == 0 && h.reserved[0] == 0 && h.reserved[1] == 0,
+                  "'{}': reserved header fields are not zero (written by a newer halogen?)", source);
 
   // The arrays point into the bytes; realign (one copy) if the caller's buffer is not.
   if (reinterpret_cast<uintptr_t>(data) % kSectionAlign != 0) {

@@ -44,8 +44,11 @@ assert len(epochs) == 30, len(epochs)
 for k in ["epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "compute_s", "comm_s", "bytes_sent"]:
     assert k in epochs[0], k
 assert len(summary) == 1
-for k in ["best_val_acc", "test_acc_at_best_val", "total_s", "peak_rss_bytes"]:
+for k in ["best_val_acc", "test_acc_at_best_val", "total_s", "peak_rss_bytes", "peak_rss_bytes_per_rank",
+          "estimated_peak_bytes_per_rank"]:
     assert k in summary[0], k
+assert len(summary[0]["peak_rss_bytes_per_rank"]) == 2 and min(summary[0]["peak_rss_bytes_per_rank"]) > 0
+assert summary[0]["peak_rss_bytes"] == max(summary[0]["peak_rss_bytes_per_rank"])
 assert epochs[-1]["val_acc"] > epochs[0]["val_acc"], "validation accuracy did not rise"
 assert epochs[-1]["loss"] < epochs[0]["loss"]
 assert all(e["bytes_sent"] > 0 for e in epochs), "no halo bytes counted with 2 ranks"
@@ -69,6 +72,10 @@ expect_error "hidden size 0" "--hidden must be at least 1" \
   "$mpiexec" -np 2 "${mpi_flags[@]}" "$halogen" train --parts "$work/p2" --hidden 0
 expect_error "unsupported bits" "3 bits not supported" \
   "$mpiexec" -np 2 "${mpi_flags[@]}" "$halogen" train --parts "$work/p2" --bits-fwd 3
+expect_error "graph that does not fit" "does not fit: rank [01] needs about .* but may use 1.00 MiB" \
+  "$mpiexec" -np 2 "${mpi_flags[@]}" "$halogen" train --parts "$work/p2" --memory-limit 1M
+expect_error "bad --memory-limit" "memory-limit: unknown unit" \
+  "$mpiexec" -np 2 "${mpi_flags[@]}" "$halogen" train --parts "$work/p2" --memory-limit 3X
 expect_error "missing dataset" "does not exist" "$halogen" info "$work/nope"
 expect_error "parts < 1" "[Pp]arts|at least 1" "$halogen" partition "$work/ds" --parts 0 --out "$work/p0"
 [ ! -e "$work/p0" ] && pass "nothing written for parts 0" || fail "p0 written"

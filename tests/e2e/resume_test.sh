@@ -54,6 +54,15 @@ expect_error "truncated checkpoint" "truncated" "${train[@]}" --parts "$work/p" 
 cp "$work/saved.ckpt" "$ckpt"
 size=$(stat -c %s "$ckpt"); printf '\xff' | dd of="$ckpt" bs=1 seek=$((size - 5)) conv=notrunc 2>/dev/null
 expect_error "corrupted checkpoint" "checksum" "${train[@]}" --parts "$work/p" --resume "$work/ck" --mode stale --bits-fwd 1 --bits-bwd 1 --seed 9
+cp "$work/saved.ckpt" "$ckpt"
+manifest="$work/ck/epoch-7/manifest.json"; cp "$manifest" "$work/saved-manifest.json"
+echo '{"epoch": 7, "num_parts": ' > "$manifest"
+expect_error "unparsable manifest" "manifest.json' is not valid JSON" "${train[@]}" --parts "$work/p" --resume "$work/ck"
+python3 -c "import json,sys; m=json.load(open(sys.argv[1])); del m['partition_id']; json.dump(m, open(sys.argv[2],'w'))" \
+  "$work/saved-manifest.json" "$manifest"
+expect_error "manifest missing a field" "is incomplete or from an incompatible halogen: .*partition_id" \
+  "${train[@]}" --parts "$work/p" --resume "$work/ck"
+cp "$work/saved-manifest.json" "$manifest"
 expect_error "no checkpoint" "no checkpoint in" "${train[@]}" --parts "$work/p" --resume "$work/nothing"
 echo "$failures failed"
 [ $failures -eq 0 ]

@@ -7,6 +7,8 @@
 #include "halogen/core/rng.hpp"
 #include "halogen/train/aggregate.hpp"
 #include "halogen/train/dense.hpp"
+#include "halogen/core/error.hpp"
+#include "halogen/train/memory_plan.hpp"
 
 namespace halogen {
 namespace {
@@ -136,6 +138,21 @@ TEST(Gemm, RowSplitAcrossThreadsAllTransposes) {
         }
     }
   }
+}
+
+TEST(MemoryPlan, ParsesLimits) {
+  EXPECT_FALSE(parse_memory_limit("auto").has_value());
+  EXPECT_EQ(parse_memory_limit("none").value(), 0u);
+  EXPECT_EQ(parse_memory_limit("1000").value(), 1000u);
+  EXPECT_EQ(parse_memory_limit("512M").value(), uint64_t{512} << 20);
+  EXPECT_EQ(parse_memory_limit("8G").value(), uint64_t{8} << 30);
+  EXPECT_EQ(parse_memory_limit("1.5GiB").value(), uint64_t{3} << 29);
+  EXPECT_EQ(parse_memory_limit("2kb").value(), 2048u);
+  EXPECT_THROW(parse_memory_limit("3X"), Error);
+  EXPECT_THROW(parse_memory_limit("-1G"), Error);
+  EXPECT_THROW(parse_memory_limit("lots"), Error);
+  EXPECT_EQ(format_bytes(17), "17 B");
+  EXPECT_EQ(format_bytes(uint64_t{3} << 29), "1.50 GiB");
 }
 
 }  // namespace

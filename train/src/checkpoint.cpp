@@ -11,6 +11,15 @@ namespace {
 constexpr char kMagic[8] = {'H', 'L', 'G', 'N', 'C', 'K', 'P', '1'};
 constexpr uint32_t kVersion = 1;
 
+// Parses JSON, turning nlohmann's errors into a halogen::Error that names where it came from.
+nlohmann::json parse_json(const std::string& text, const std::string& where) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    HALOGEN_FAIL("{} is not valid JSON ({}); the checkpoint is damaged", where, e.what());
+  }
+}
+
 template <typename T>
 void put(std::string& out, T v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof(T));
@@ -98,6 +107,10 @@ void CheckpointReader::read_into(const std::string& name, void* out, size_t byte
   if (!b.empty()) std::memcpy(out, b.data(), b.size());
 }
 
+nlohmann::json CheckpointReader::json(const std::string& name) const {
+  return parse_json(bytes(name), fmt::format("record '{}' of checkpoint '{}'", name, path_.string()));
+}
+
 std::filesystem::path checkpoint_epoch_dir(const std::filesystem::path& dir, int epoch) {
   return dir / fmt::format("epoch-{}", epoch);
 }
@@ -109,11 +122,16 @@ std::filesystem::path checkpoint_rank_file(const std::filesystem::path& dir, int
 nlohmann::json read_latest_manifest(const std::filesystem::path& dir) {
   const auto latest = dir / "latest.json";
   HALOGEN_EXPECTS(std::filesystem::exists(latest), "no checkpoint in '{}' (latest.json missing)", dir.string());
-  const auto pointer = nlohmann::json::parse(read_text_file(latest));
-  const auto manifest_path = dir / pointer.at("directory").get<std::string>() / "manifest.json";
+  const auto pointer = parse_json(read_text_file(latest), fmt::format("'{}'", latest.string()));
+  HALOGEN_EXPECTS(pointer.is_object() && pointer.contains("directory") && pointer["directory"].is_string(),
+                  "'{}' does not name a checkpoint directory (expected {{\"directory\": \"epoch-N\", ...}})",
+                  latest.string());
+  const auto manifest_path = dir / pointer["directory"].get<std::string>() / "manifest.json";
   HALOGEN_EXPECTS(std::filesystem::exists(manifest_path), "checkpoint manifest '{}' named by {} is missing",
                   manifest_path.string(), latest.string());
-  return nlohmann::json::parse(read_text_file(manifest_path));
+  auto manifest = parse_json(read_text_file(manifest_path), fmt::format("'{}'", manifest_path.string()));
+  HALOGEN_EXPECTS(manifest.is_object(), "checkpoint manifest '{}' is not a JSON object", manifest_path.string());
+  return manifest;
 }
 
 }  // namespace halogen

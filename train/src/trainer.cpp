@@ -1,4 +1,5 @@
 #include "halogen/train/trainer.hpp"
+#include "halogen/train/memory_plan.hpp"
 
 #include <omp.h>
 
@@ -154,6 +155,7 @@ class DistributedTrainer {
   LossAndGradient probe(const std::vector<float>& params);
   void save_checkpoint(int epoch);
   void load_checkpoint(const std::filesystem::path& dir);
+  void set_memory_estimate(uint64_t bytes) { memory_estimate_ = bytes; }
 
  private:
   void allreduce_gradients(double& loss_sum);
@@ -218,6 +220,7 @@ class DistributedTrainer {
   std::vector<Matrix<float>> y_;      // y_[l]: layer output (relu applied for hidden layers), owned
   Matrix<float> dy_, dz_, dlocal_;
   double comm_wait_ = 0.0, allreduce_s_ = 0.0;
+  uint64_t memory_estimate_ = 0;  // this rank's estimated peak host bytes (memory_plan.hpp)
 };
 
 void DistributedTrainer::init_params() {
@@ -271,7 +274,9 @@ void DistributedTrainer::allocate() {
     if (l >= 1) z_[l].reshape(owned(), dims_[l]);
     y_[l].reshape(owned(), dims_[l + 1]);
   }
-  int64_t max_dim = *std::max_element(dims_.begin(), dims_.end());
+  // Backward work matrices hold layer outputs and hidden inputs, never the input features
+  // (their gradient is not needed), so they are as wide as the widest of dims_[1..L].
+  const int64_t max_dim = *std::max_element(dims_.begin() + 1, dims_.end());
   dy_.reshape(owned(), max_dim);
   dz_.reshape(owned(), max_dim);
   dlocal_.reshape(local(), max_dim);
@@ -718,6 +723,7 @@ void DistributedTrainer::save_checkpoint(int epoch) {
 
 void DistributedTrainer::load_checkpoint(const std::filesystem::path& dir) {
   run_collectively(MPI_COMM_WORLD, fmt::format("resuming from '{}'", dir.string()), [&] {
+   try {
     const auto manifest = read_latest_manifest(dir);
     const int epoch = manifest.at("epoch").get<int>();
     HALOGEN_EXPECTS(manifest.at("num_parts").get<int>() == s_.num_parts,
@@ -775,6 +781,11 @@ void DistributedTrainer::load_checkpoint(const std::filesystem::path& dir) {
       }
     }
     start_epoch_ = epoch + 1;
+   } catch (const nlohmann::json::exception& e) {
+    // A manifest or record that parses but lacks a field or has the wrong type.
+    HALOGEN_FAIL("checkpoint in '{}' (rank {}) is incomplete or from an incompatible halogen: {}", dir.string(),
+                 s_.part, e.what());
+   }
   });
   if (s_.part == 0) log::info("resumed from {} at epoch {}", dir.string(), start_epoch_);
 }
@@ -910,8 +921,18 @@ TrainResult DistributedTrainer::run_epochs() {
     }
   }
   drain_pending();
-  double rss = static_cast<double>(peak_rss_bytes());
-  comm_.allreduce_max(&rss, 1);
+  // Per rank: peak RSS and the estimate the memory check used (to judge the estimate).
+  const int P = comm_.size();
+  std::vector<int64_t> memory(static_cast<size_t>(2 * P), 0);
+  memory[2 * comm_.rank()] = peak_rss_bytes();
+  memory[2 * comm_.rank() + 1] = static_cast<int64_t>(memory_estimate_);
+  comm_.allreduce_sum(std::span<int64_t>(memory));
+  std::vector<int64_t> rss_per_rank, estimate_per_rank;
+  for (int r = 0; r < P; ++r) {
+    rss_per_rank.push_back(memory[2 * r]);
+    estimate_per_rank.push_back(memory[2 * r + 1]);
+  }
+  const double rss = static_cast<double>(*std::max_element(rss_per_rank.begin(), rss_per_rank.end()));
   nlohmann::json summary;
   summary["summary"] = true;
   summary["epochs"] = opt_.epochs;
@@ -920,6 +941,9 @@ TrainResult DistributedTrainer::run_epochs() {
   summary["test_acc_at_best_val"] = test_at_best_;
   summary["total_s"] = total.seconds();
   summary["peak_rss_bytes"] = static_cast<int64_t>(rss);
+  summary["peak_rss_bytes_per_rank"] = rss_per_rank;
+  summary["estimated_peak_bytes_per_rank"] = estimate_per_rank;
+  summary["device"] = "cpu";
   summary["ranks"] = comm_.size();
   summary["model"] = to_string(opt_.model);
   summary["mode"] = to_string(opt_.mode);
@@ -945,18 +969,21 @@ TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& op
   HALOGEN_EXPECTS(shard.feature_dim >= 1, "shard {} has no node features (feature_dim 0)", shard.part);
   HALOGEN_EXPECTS(shard.num_classes >= 2, "shard {} has {} classes; node classification needs at least 2", shard.part,
                   shard.num_classes);
+  MPI_Comm world = MPI_COMM_WORLD;
+  if (auto* mc = dynamic_cast<MpiCommunicator*>(&comm)) world = mc->mpi_comm();
+  const LocalRankInfo node = local_rank_info(world);
   // Threads: share the node's cores among the ranks on it unless OMP_NUM_THREADS says.
   if (std::getenv("OMP_NUM_THREADS") != nullptr) {
     set_compute_threads(omp_get_max_threads());
   } else {
-    MPI_Comm world = MPI_COMM_WORLD;
-    if (auto* mc = dynamic_cast<MpiCommunicator*>(&comm)) world = mc->mpi_comm();
-    const LocalRankInfo info = local_rank_info(world);
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    set_compute_threads(std::max(1, cores / info.local_size));
+    set_compute_threads(std::max(1, cores / node.local_size));
   }
   comm.set_timeout(options.timeout_s);
+  // Refuse a graph that will not fit before allocating anything large.
+  const MemoryEstimate memory = check_training_memory(shard, comm, options, options.memory_limit, node.local_size);
   DistributedTrainer trainer(shard, comm, options);
+  trainer.set_memory_estimate(memory.total());
   if (!options.resume_dir.empty()) trainer.load_checkpoint(options.resume_dir);
   return trainer.run();
 }

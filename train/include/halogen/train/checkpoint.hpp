@@ -41,7 +41,8 @@ class CheckpointReader {
   explicit CheckpointReader(const std::filesystem::path& path);
   bool has(const std::string& name) const { return records_.count(name) != 0; }
   const std::string& bytes(const std::string& name) const;
-  nlohmann::json json(const std::string& name) const { return nlohmann::json::parse(bytes(name)); }
+  /// A record holding JSON; throws halogen::Error naming the file and record if it is not.
+  nlohmann::json json(const std::string& name) const;
   /// Copies a record into `out`, which must have exactly the record's size.
   template <typename T>
   void read_array(const std::string& name, std::span<T> out) const {

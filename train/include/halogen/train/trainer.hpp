@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,9 @@ struct TrainOptions {
   bool skip_nonfinite_steps = false;
   /// Seconds any transfer or collective may take before the run fails (dead or hung rank).
   double timeout_s = 60.0;
+  /// Host memory each rank may use: nullopt = automatic (the node's available memory shared
+  /// among its ranks), 0 = no check, else bytes. Training is refused when the estimate exceeds it.
+  std::optional<uint64_t> memory_limit;
   bool skip_exchange = false;  // benchmark floor: compute only, halos left stale from epoch 0
   bool progress = true;        // one line per epoch on rank 0
 

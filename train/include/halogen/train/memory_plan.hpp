@@ -1,0 +1,57 @@
+// Memory a training run will need on each rank, and the memory each rank may use, so that a
+// graph that does not fit is refused before training starts (with the figure it would need)
+// instead of being killed by the kernel's OOM killer hours into a job.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "halogen/comm/communicator.hpp"
+#include "halogen/partition/shard.hpp"
+#include "halogen/train/trainer.hpp"
+
+namespace halogen {
+
+struct MemoryItem {
+  std::string what;
+  uint64_t bytes = 0;
+};
+
+/// Peak host bytes of one rank's training run, item by item. The peak is the larger of the
+/// set-up phase (input features exchanged and aggregated once) and the training phase
+/// (activations, exchange buffers, stale exchanges in flight, optimizer state); both include
+/// the shard and the fixed cost of the runtime (MPI, libraries, thread stacks).
+struct MemoryEstimate {
+  std::vector<MemoryItem> items;  // the items of the larger phase
+  std::string phase;              // "set-up" or "training"
+  uint64_t total() const;
+  std::string breakdown() const;  // "activations 1.2 GiB, shard 300 MiB, ..."
+};
+MemoryEstimate estimate_training_memory(const Shard& shard, const TrainOptions& options);
+
+/// What one rank may use. Automatic: the node's available memory (MemAvailable, lowered to
+/// the cgroup's remaining limit when one is set) plus what the node's ranks already hold,
+/// shared equally among the node's ranks. `--memory-limit` replaces it.
+struct MemoryBudget {
+  uint64_t bytes = 0;
+  std::string source;  // how it was derived, for the error message
+};
+MemoryBudget host_memory_budget(int node_local_ranks, uint64_t node_local_rss_bytes);
+
+/// Parses "auto", "none", or a size such as "512M", "8G", "1.5GiB", "1000000" (bytes).
+/// Returns nullopt for auto, 0 for none (no check). Throws halogen::Error otherwise.
+std::optional<uint64_t> parse_memory_limit(const std::string& text);
+
+/// "1.5 GiB", "300 MiB", "12 KiB", "17 B".
+std::string format_bytes(uint64_t bytes);
+
+/// Collective: every rank estimates its need and its budget; if any rank would not fit,
+/// every rank throws the same halogen::Error naming the worst rank, what it needs (with the
+/// breakdown), what it has, and what to do. `limit`: nullopt = automatic budget, 0 = skip.
+/// Returns this rank's estimate.
+MemoryEstimate check_training_memory(const Shard& shard, Communicator& comm, const TrainOptions& options,
+                                     std::optional<uint64_t> limit, int node_local_ranks);
+
+}  // namespace halogen
