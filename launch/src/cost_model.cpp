@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "halogen/core/error.hpp"
+#include "halogen/quant/quantize.hpp"
 
 namespace halogen::plan {
 
@@ -39,14 +40,8 @@ struct RankWork {
 }  // namespace
 
 int64_t message_bytes(int bits, int64_t rows, int64_t cols) {
-  // Mirrors quant::packed_words (and the partition report): fp32 rows*cols words, fp16
-  // rows*ceil(cols/2), b in {1,2,4,8}: one exponent word + per row one metadata word and
-  // ceil(cols*b/32) code words.
-  if (rows == 0) return 0;
-  if (bits == 32) return 4 * rows * cols;
-  if (bits == 16) return 4 * rows * ((cols + 1) / 2);
-  HALOGEN_EXPECTS(bits == 8 || bits == 4 || bits == 2 || bits == 1, "{} bits not supported (1, 2, 4, 8, 16, 32)", bits);
-  return 4 * (1 + rows * (1 + (cols * bits + 31) / 32));
+  HALOGEN_EXPECTS(quant::is_supported_bits(bits), "{} bits not supported (1, 2, 4, 8, 16, 32)", bits);
+  return 4 * static_cast<int64_t>(quant::packed_words(bits, rows, cols));
 }
 
 double exchange_seconds(const std::vector<Message>& messages, const cluster::ClusterConfig& c) {

@@ -21,7 +21,8 @@ constexpr int kReportBits[] = {32, 16, 8, 4, 2, 1};
 int64_t message_words(int bits, int64_t rows, int64_t cols) {
   if (rows == 0) return 0;
   if (bits == 32) return rows * cols;
-  if (bits == 16) return rows * ((cols + 1) / 2);
+  // fp16: one exponent word per message, then two values a word.
+  if (bits == 16) return 1 + rows * ((cols + 1) / 2);
   // One exponent word per message; per row one metadata word (fp16 min | fp16 scale) and
   // the packed codes.
   return 1 + rows * (1 + (cols * bits + 31) / 32);
@@ -195,7 +196,7 @@ nlohmann::json partition_report(const Dataset& ds, std::span<const int32_t> part
       "of owned rows. Exchange bytes: layer 0 input features are aggregated once before training and never exchanged "
       "per epoch, so each epoch exchanges layers 1..L-1 with `hidden` columns: forward embeddings and backward "
       "gradients, one message per (sender, receiver) pair with rows. Message size in 32-bit words: fp32 rows*cols, "
-      "fp16 rows*ceil(cols/2), b in {1,2,4,8}: 1 exponent word + rows*(1 metadata word + ceil(cols*b/32)).";
+      "fp16 1 exponent word + rows*ceil(cols/2), b in {1,2,4,8}: 1 exponent word + rows*(1 metadata word + ceil(cols*b/32)).";
   return report;
 }
 

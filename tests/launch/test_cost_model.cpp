@@ -68,7 +68,7 @@ TEST(CostModel, MessageBytesMatchThePartitionReport) {
     EXPECT_EQ(2 * sum, r.at("exchange").at("per_epoch_bytes").at(std::to_string(bits)).at("forward").get<int64_t>());
   }
   EXPECT_EQ(message_bytes(32, 10, 7), 280);
-  EXPECT_EQ(message_bytes(16, 10, 7), 160);
+  EXPECT_EQ(message_bytes(16, 10, 7), 4 + 160);  // exponent word + 10 rows of 4 words
   EXPECT_EQ(message_bytes(1, 10, 64), 4 * (1 + 10 * 3));
   EXPECT_EQ(message_bytes(1, 0, 64), 0);
   EXPECT_THROW(message_bytes(3, 10, 64), Error);

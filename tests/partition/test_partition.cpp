@@ -251,7 +251,7 @@ TEST(Report, TinyNumbersByHand) {
   const auto& layers = r["exchange"]["layers"];
   ASSERT_EQ(layers.size(), 2u);
   EXPECT_EQ(layers[0]["bytes"]["32"]["forward"].get<int64_t>(), 11 * 5 * 4);
-  EXPECT_EQ(layers[0]["bytes"]["16"]["forward"].get<int64_t>(), 11 * 3 * 4);
+  EXPECT_EQ(layers[0]["bytes"]["16"]["forward"].get<int64_t>(), (6 + 11 * 3) * 4);  // exponent word per message
   EXPECT_EQ(layers[0]["bytes"]["8"]["forward"].get<int64_t>(), (6 + 11 * (1 + 2)) * 4);
   EXPECT_EQ(layers[0]["bytes"]["1"]["backward"].get<int64_t>(), (6 + 11 * (1 + 1)) * 4);
   EXPECT_EQ(r["exchange"]["per_epoch_bytes"]["1"]["total"].get<int64_t>(), 4 * (6 + 11 * 2) * 4);
