@@ -377,7 +377,10 @@ void DistributedTrainer::exchange_forward(int l, int epoch, float* x, int64_t co
   }
   const quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
   const int bits = opt_.bits_fwd_at(l);
-  if (adapter_.drift_enabled()) measure_drift(l, x, cols);
+  // Drift is measured on the activations before dropout (y_[l-1], the same rows): the rows
+  // sent carry a fresh dropout mask every epoch, which alone would make them differ by ~100%
+  // from one epoch to the next and hide how much the embeddings themselves moved.
+  if (adapter_.drift_enabled()) measure_drift(l, y_[l - 1].data(), cols);
   InFlight& in_flight = pend_fwd_[l];
   if (opt_.mode == ExchangeMode::kStale && !sync_epoch_) {
     // Take in what was sent S or more epochs ago (waiting for it if it has not arrived),
