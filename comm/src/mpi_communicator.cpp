@@ -1,5 +1,6 @@
 #include <fmt/ranges.h>
 
+#include <chrono>
 #include <algorithm>
 #include <thread>
 #include <vector>
@@ -15,10 +16,36 @@ namespace {
 constexpr size_t kChunkBytes = size_t{1} << 30;  // stay far below MPI's int count limit
 constexpr int kExchangeTag = 10000;  // halo traffic uses tags [10000, 14096)
 
+// Paces a polling loop. Polling keeps MPI's progress engine running (Open MPI's TCP and
+// shared-memory transports move data only inside MPI calls), so it first polls back to back
+// for a short while; when sleeping is allowed (oversubscribed node) it then sleeps 50 us
+// between polls, which hands the core to a rank with work at a cost of at most 50 us of
+// latency per wait.
+class WaitPacer {
+ public:
+  explicit WaitPacer(bool sleep) : sleep_(sleep) {}
+  void pause() {
+    if (sleep_ && sw_.seconds() > 100e-6) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else {
+      std::this_thread::yield();
+    }
+  }
+
+ private:
+  bool sleep_;
+  Stopwatch sw_;
+};
+
 class MpiRequest final : public CommRequest {
  public:
-  MpiRequest(std::vector<MPI_Request> reqs, std::vector<int> peers, std::vector<bool> is_recv, double timeout_s)
-      : reqs_(std::move(reqs)), peers_(std::move(peers)), is_recv_(std::move(is_recv)), timeout_s_(timeout_s) {}
+  MpiRequest(std::vector<MPI_Request> reqs, std::vector<int> peers, std::vector<bool> is_recv, double timeout_s,
+             bool sleep_while_waiting)
+      : reqs_(std::move(reqs)),
+        peers_(std::move(peers)),
+        is_recv_(std::move(is_recv)),
+        timeout_s_(timeout_s),
+        sleep_while_waiting_(sleep_while_waiting) {}
   ~MpiRequest() override {
     if (!done_ && !abandoned_) {
       // Never free buffers under an in-flight transfer: cancel what can be cancelled (a
@@ -29,7 +56,8 @@ class MpiRequest final : public CommRequest {
     }
   }
   void wait() override {
-    while (!test()) std::this_thread::yield();
+    WaitPacer pacer(sleep_while_waiting_);
+    while (!test()) pacer.pause();
   }
   bool test() override {
     if (done_) return true;
@@ -61,21 +89,23 @@ class MpiRequest final : public CommRequest {
   std::vector<int> peers_;
   std::vector<bool> is_recv_;
   double timeout_s_;
+  bool sleep_while_waiting_;
   Stopwatch sw_;
   bool done_ = false;
   bool abandoned_ = false;
 };
 
 // Completes a non-blocking collective within the timeout.
-void wait_collective(MPI_Request& req, double timeout_s, const char* what) {
+void wait_collective(MPI_Request& req, double timeout_s, const char* what, bool sleep_while_waiting) {
   Stopwatch sw;
+  WaitPacer pacer(sleep_while_waiting);
   for (;;) {
     int flag = 0;
     HALOGEN_CHECK_MPI(MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
     if (flag) return;
     HALOGEN_EXPECTS(sw.seconds() <= timeout_s,
                     "no progress for {:.0f} s in {}: another rank died, hung or is unreachable", timeout_s, what);
-    std::this_thread::yield();
+    pacer.pause();
   }
 }
 
@@ -130,20 +160,20 @@ std::unique_ptr<CommRequest> MpiCommunicator::start_exchange(std::span<const Pee
     post(s, true);
     bytes_sent_.fetch_add(s.bytes, std::memory_order_relaxed);
   }
-  return std::make_unique<MpiRequest>(std::move(reqs), std::move(peers), std::move(is_recv), timeout_s_);
+  return std::make_unique<MpiRequest>(std::move(reqs), std::move(peers), std::move(is_recv), timeout_s_, sleep_while_waiting_);
 }
 
 void MpiCommunicator::allreduce_sum(void* data, size_t count, ReduceDtype dtype) {
   HALOGEN_EXPECTS(count <= static_cast<size_t>(INT32_MAX), "all-reduce of {} elements exceeds the MPI count limit", count);
   MPI_Request req;
   HALOGEN_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), to_mpi(dtype), MPI_SUM, comm_, &req));
-  wait_collective(req, timeout_s_, "an all-reduce");
+  wait_collective(req, timeout_s_, "an all-reduce", sleep_while_waiting_);
 }
 
 void MpiCommunicator::allreduce_max(double* data, size_t count) {
   MPI_Request req;
   HALOGEN_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_DOUBLE, MPI_MAX, comm_, &req));
-  wait_collective(req, timeout_s_, "an all-reduce");
+  wait_collective(req, timeout_s_, "an all-reduce", sleep_while_waiting_);
 }
 
 void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
@@ -157,7 +187,7 @@ void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
 void MpiCommunicator::barrier() {
   MPI_Request req;
   HALOGEN_CHECK_MPI(MPI_Ibarrier(comm_, &req));
-  wait_collective(req, timeout_s_, "a barrier");
+  wait_collective(req, timeout_s_, "a barrier", sleep_while_waiting_);
 }
 
 LocalRankInfo local_rank_info(MPI_Comm comm) {

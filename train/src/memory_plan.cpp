@@ -25,7 +25,9 @@ constexpr uint64_t kRuntimeBytes = uint64_t{48} << 20;
 // Bytes of the stored layer-0 input matrices (input_matrix.hpp): CSR (value + column, 8 bytes
 // a nonzero) when under 30% dense, else dense. The aggregation's nonzeros are bounded by the
 // sum of its neighbours' nonzeros, estimated from this rank's feature density.
-uint64_t input_matrix_bytes(const Shard& s, bool sage) {
+// With dropout, each also keeps a masked copy of its values for the epoch (dense: the whole
+// matrix again; sparse: 4 bytes a nonzero).
+uint64_t input_matrix_bytes(const Shard& s, bool sage, bool dropout) {
   const int64_t owned = s.num_owned, F = s.feature_dim;
   const double cells = static_cast<double>(std::max<int64_t>(owned * F, 1));
   int64_t nonzeros = 0;
@@ -36,9 +38,10 @@ uint64_t input_matrix_bytes(const Shard& s, bool sage) {
   const double mean_row_entries = static_cast<double>(s.num_local_edges()) / std::max<double>(owned, 1) + 1.0;
   const double aggregated_density = std::min(1.0, density * mean_row_entries);
   constexpr double kSparseBelow = 0.3;  // as in DistributedTrainer::precompute_input_aggregation
+  const double copies = dropout ? 1.0 : 0.0;
   const auto stored = [&](double d) {
-    return d < kSparseBelow ? static_cast<uint64_t>(d * cells * 8) + static_cast<uint64_t>(owned + 1) * 8
-                            : static_cast<uint64_t>(cells * 4);
+    return d < kSparseBelow ? static_cast<uint64_t>(d * cells * (8 + 4 * copies)) + static_cast<uint64_t>(owned + 1) * 8
+                            : static_cast<uint64_t>(cells * 4 * (1 + copies));
   };
   return stored(aggregated_density) + (sage ? stored(density) : 0);
 }
@@ -124,7 +127,8 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
   uint64_t num_params = 0;
   for (int l = 0; l < opt.layers; ++l) num_params += static_cast<uint64_t>(dims[l] * dims[l + 1] * (sage ? 2 : 1) + dims[l + 1]);
   const uint64_t optimizer = num_params * 4 * 5;  // params, grads, Adam m and v, decayed grads
-  const uint64_t input_matrices = input_matrix_bytes(s, sage);
+  const uint64_t input_matrices = input_matrix_bytes(s, sage, /*dropout=*/false);
+  const uint64_t input_matrices_training = input_matrix_bytes(s, sage, opt.dropout > 0.0f);
 
   // Set-up: local input features, their aggregation, the layer-0 exchange, and the stored
   // input matrix (dense bound; sparse storage is only chosen when smaller).
@@ -164,7 +168,7 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
                     {"shard", shard_bytes},
                     {"structure", structure},
                     {"optimizer", optimizer},
-                    {"input aggregation", input_matrices},
+                    {"input aggregation", input_matrices_training},
                     {"activations", activations},
                     {"exchange buffers", exchange},
                     {"drift reference", drift}};

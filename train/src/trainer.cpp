@@ -983,6 +983,10 @@ TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& op
     set_compute_threads(std::max(1, cores / node.local_size));
   }
   comm.set_timeout(options.timeout_s);
+  // More ranks than cores on this node: a rank that polls for a transfer would take a core
+  // from a rank that computes, so waiting ranks sleep between polls.
+  const int node_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  comm.set_sleep_while_waiting(node.local_size > node_cores);
   // Refuse a graph that will not fit before allocating anything large.
   const MemoryEstimate memory = check_training_memory(shard, comm, options, options.memory_limit, node.local_size);
   DistributedTrainer trainer(shard, comm, options);

@@ -61,6 +61,12 @@ class Communicator {
   void set_timeout(double seconds) noexcept { timeout_s_ = seconds; }
   double timeout() const noexcept { return timeout_s_; }
 
+  /// How a rank waits for a transfer or collective: polling (lowest latency, but the poller
+  /// holds a core), or, when the node runs more ranks than it has cores, polling briefly and
+  /// then sleeping between polls so that ranks with work get the cores.
+  void set_sleep_while_waiting(bool sleep) noexcept { sleep_while_waiting_ = sleep; }
+  bool sleep_while_waiting() const noexcept { return sleep_while_waiting_; }
+
   /// Payload bytes this rank has sent through start_exchange since construction.
   uint64_t bytes_sent() const noexcept { return bytes_sent_.load(std::memory_order_relaxed); }
 
@@ -71,6 +77,7 @@ class Communicator {
  protected:
   std::atomic<uint64_t> bytes_sent_{0};
   double timeout_s_ = 60.0;
+  bool sleep_while_waiting_ = false;
 };
 
 /// MPI backend over a duplicate of `comm` (so halogen's traffic never matches user
