@@ -17,18 +17,12 @@
 namespace halogen::launch {
 namespace {
 
+using test::error_of;
+
 bool has_sequence(const std::vector<std::string>& v, const std::vector<std::string>& seq) {
   return std::search(v.begin(), v.end(), seq.begin(), seq.end()) != v.end();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // A fake partition directory: partition.json with `parts` and `files` shard files.
 void fake_partition(const std::filesystem::path& dir, int parts, int files, bool empty_last = false) {

@@ -22,6 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::ScratchDir;
+using test::error_of;
 
 Dataset small_dataset(uint64_t seed = 1) {
   SbmOptions opt;
@@ -52,16 +53,6 @@ void expect_identical(const Dataset& a, const Dataset& b) {
   EXPECT_TRUE(same_array(a.split, b.split));
 }
 
-// The message of the halogen::Error thrown by f, or "" if none was thrown.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Entries of `dir` other than the expected ones (temporaries left behind).
 std::vector<std::string> entries(const fs::path& dir) {

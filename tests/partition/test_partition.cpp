@@ -25,6 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::expect_reassembles;
 using test::expect_send_lists_mirror_halos;
+using test::error_of;
 
 template <typename T>
 std::vector<T> vec(const ArrayRef<T>& a) {
@@ -78,14 +79,6 @@ std::vector<int32_t> metis_parts(const Dataset& ds, int parts) {
   return partition_graph(ds, o);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // ------------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "halogen/config.hpp"
+#include "halogen/core/error.hpp"
 
 namespace halogen::test {
 
@@ -43,5 +44,16 @@ class ScratchDir {
  private:
   std::filesystem::path path_;
 };
+
+/// The message of the halogen::Error that f throws, or "" if it throws none.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const ::halogen::Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 }  // namespace halogen::test
