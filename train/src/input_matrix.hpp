@@ -18,6 +18,8 @@ class InputMatrix {
   void assign(const float* values, int64_t rows, int64_t cols, bool sparse);
   /// Fraction of non-zeros of a dense matrix.
   static int64_t count_nonzeros(const float* values, int64_t n);
+  /// Density (nonzeros / entries) under which CSR storage beats dense GEMM on these ranks.
+  static constexpr double kSparseBelow = 0.3;
 
   /// Applies dropout for this epoch (p = 0: the stored values as they are). Global ids key
   /// the mask by node.

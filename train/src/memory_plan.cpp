@@ -11,7 +11,9 @@
 #include <fmt/format.h>
 
 #include "halogen/core/error.hpp"
+#include "halogen/core/timer.hpp"
 #include "halogen/quant/quantize.hpp"
+#include "input_matrix.hpp"
 
 namespace halogen {
 
@@ -30,17 +32,12 @@ constexpr uint64_t kRuntimeBytes = uint64_t{48} << 20;
 uint64_t input_matrix_bytes(const Shard& s, bool sage, bool dropout) {
   const int64_t owned = s.num_owned, F = s.feature_dim;
   const double cells = static_cast<double>(std::max<int64_t>(owned * F, 1));
-  int64_t nonzeros = 0;
-  const float* x = s.features.data();
-#pragma omp parallel for reduction(+ : nonzeros) schedule(static)
-  for (int64_t i = 0; i < owned * F; ++i) nonzeros += x[i] != 0.0f;
-  const double density = static_cast<double>(nonzeros) / cells;
+  const double density = static_cast<double>(InputMatrix::count_nonzeros(s.features.data(), owned * F)) / cells;
   const double mean_row_entries = static_cast<double>(s.num_local_edges()) / std::max<double>(owned, 1) + 1.0;
   const double aggregated_density = std::min(1.0, density * mean_row_entries);
-  constexpr double kSparseBelow = 0.3;  // as in DistributedTrainer::precompute_input_aggregation
   const double copies = dropout ? 1.0 : 0.0;
   const auto stored = [&](double d) {
-    return d < kSparseBelow ? static_cast<uint64_t>(d * cells * (8 + 4 * copies)) + static_cast<uint64_t>(owned + 1) * 8
+    return d < InputMatrix::kSparseBelow ? static_cast<uint64_t>(d * cells * (8 + 4 * copies)) + static_cast<uint64_t>(owned + 1) * 8
                             : static_cast<uint64_t>(cells * 4 * (1 + copies));
   };
   return stored(aggregated_density) + (sage ? stored(density) : 0);
@@ -226,13 +223,7 @@ MemoryEstimate check_training_memory(const Shard& shard, Communicator& comm, con
   MemoryEstimate estimate = estimate_training_memory(shard, options);
   if (limit && *limit == 0) return estimate;
   // The node's ranks together already hold their shards; they count towards what is free.
-  uint64_t rss_now = 0;
-  {
-    std::ifstream status("/proc/self/status");
-    std::string line;
-    while (std::getline(status, line))
-      if (line.rfind("VmRSS:", 0) == 0) rss_now = std::stoull(line.substr(6)) * 1024;
-  }
+  const auto rss_now = static_cast<uint64_t>(current_rss_bytes());
   // Per rank: need and budget. The automatic budget shares the node between its ranks; the
   // sum of their RSS is approximated by this rank's times the node's rank count.
   MemoryBudget budget;

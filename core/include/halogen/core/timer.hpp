@@ -31,5 +31,7 @@ class ScopedTimer {
 
 /// Peak resident set size of this process in bytes (VmHWM).
 long long peak_rss_bytes();
+/// Resident set size of this process now, in bytes (VmRSS).
+long long current_rss_bytes();
 
 }  // namespace halogen
