@@ -8,6 +8,7 @@
 
 #include "halogen/core/error.hpp"
 #include "halogen/partition/partitioner.hpp"
+#include "halogen/quant/quantize.hpp"
 
 namespace halogen {
 
@@ -15,17 +16,9 @@ namespace {
 
 constexpr int kReportBits[] = {32, 16, 8, 4, 2, 1};
 
-// 32-bit words of one rows x cols message, exactly as halogen::quant::packed_words counts
-// them (quant/include/halogen/quant/quantize.hpp); repeated here so that the offline stage
-// does not depend on the quantization library.
+// 32-bit words of one rows x cols message, as the halo exchange packs it.
 int64_t message_words(int bits, int64_t rows, int64_t cols) {
-  if (rows == 0) return 0;
-  if (bits == 32) return rows * cols;
-  // fp16: one exponent word per message, then two values a word.
-  if (bits == 16) return 1 + rows * ((cols + 1) / 2);
-  // One exponent word per message; per row one metadata word (fp16 min | fp16 scale) and
-  // the packed codes.
-  return 1 + rows * (1 + (cols * bits + 31) / 32);
+  return static_cast<int64_t>(quant::packed_words(bits, rows, cols));
 }
 
 double max_over_avg(const std::vector<int64_t>& v) {
