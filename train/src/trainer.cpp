@@ -365,11 +365,10 @@ void DistributedTrainer::precompute_input_aggregation() {
   std::vector<int64_t> counts = {InputMatrix::count_nonzeros(agg.data(), owned() * F),
                                  InputMatrix::count_nonzeros(x_local.data(), owned() * F), owned() * F};
   comm_.allreduce_sum(std::span<int64_t>(counts));
-  constexpr double kSparseBelow = 0.3;  // density under which CSR beats dense GEMM here
   const double total = static_cast<double>(std::max<int64_t>(counts[2], 1));
-  agg0_.assign(agg.data(), owned(), F, static_cast<double>(counts[0]) / total < kSparseBelow);
+  agg0_.assign(agg.data(), owned(), F, static_cast<double>(counts[0]) / total < InputMatrix::kSparseBelow);
   if (opt_.model == ModelKind::kSage)
-    x0_.assign(x_local.data(), owned(), F, static_cast<double>(counts[1]) / total < kSparseBelow);
+    x0_.assign(x_local.data(), owned(), F, static_cast<double>(counts[1]) / total < InputMatrix::kSparseBelow);
   exch_.stats().reset();
 }
 
@@ -979,18 +978,19 @@ TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& op
   MPI_Comm world = MPI_COMM_WORLD;
   if (auto* mc = dynamic_cast<MpiCommunicator*>(&comm)) world = mc->mpi_comm();
   const LocalRankInfo node = local_rank_info(world);
+  const int node_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Threads: share the node's cores among the ranks on it unless OMP_NUM_THREADS says.
-  if (std::getenv("OMP_NUM_THREADS") != nullptr) {
-    set_compute_threads(omp_get_max_threads());
-  } else {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    set_compute_threads(std::max(1, cores / node.local_size));
-  }
+  set_compute_threads(std::getenv("OMP_NUM_THREADS") != nullptr ? omp_get_max_threads()
+                                                                 : std::max(1, node_cores / node.local_size));
   comm.set_timeout(options.timeout_s);
   // More ranks than cores on this node: a rank that polls for a transfer would take a core
   // from a rank that computes, so waiting ranks sleep between polls.
-  const int node_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  comm.set_sleep_while_waiting(node.local_size > node_cores);
+  // HALOGEN_WAIT=spin|sleep overrides the choice (to compare the two, or to pin a policy).
+  const char* wait = std::getenv("HALOGEN_WAIT");
+  const std::string wait_policy = wait != nullptr ? wait : "auto";
+  HALOGEN_EXPECTS(wait_policy == "auto" || wait_policy == "spin" || wait_policy == "sleep",
+                  "HALOGEN_WAIT must be auto, spin or sleep, got '{}'", wait_policy);
+  comm.set_sleep_while_waiting(wait_policy == "sleep" || (wait_policy == "auto" && node.local_size > node_cores));
   // Refuse a graph that will not fit before allocating anything large.
   const MemoryEstimate memory = check_training_memory(shard, comm, options, options.memory_limit, node.local_size);
   DistributedTrainer trainer(shard, comm, options);
