@@ -34,7 +34,7 @@ std::string PendingExchange::save() const {
   HALOGEN_EXPECTS(active_ && !request_ && !completion_, "only a completed exchange can be saved");
   std::string out;
   auto put = [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
-  const int64_t header[4] = {cols_, bits_, backward_ ? 1 : 0, static_cast<int64_t>(recv_offsets_.size())};
+  const int64_t header[5] = {cols_, bits_, backward_ ? 1 : 0, static_cast<int64_t>(recv_offsets_.size()), fp32_tail_};
   put(header, sizeof(header));
   put(recv_offsets_.data(), recv_offsets_.size() * sizeof(size_t));
   put(recv_words_.data(), recv_words_.size() * sizeof(uint32_t));
@@ -42,7 +42,7 @@ std::string PendingExchange::save() const {
 }
 
 PendingExchange PendingExchange::restore(const std::string& bytes) {
-  int64_t header[4];
+  int64_t header[5];
   HALOGEN_EXPECTS(bytes.size() >= sizeof(header), "saved exchange is truncated ({} bytes)", bytes.size());
   std::memcpy(header, bytes.data(), sizeof(header));
   PendingExchange p;
@@ -51,6 +51,9 @@ PendingExchange PendingExchange::restore(const std::string& bytes) {
   p.bits_ = static_cast<int>(header[1]);
   p.backward_ = header[2] != 0;
   const size_t n_off = static_cast<size_t>(header[3]);
+  p.fp32_tail_ = header[4];
+  HALOGEN_EXPECTS(p.fp32_tail_ >= 0 && p.fp32_tail_ < std::max<int64_t>(p.cols_, 1),
+                  "saved exchange has {} fp32 columns of {}", p.fp32_tail_, p.cols_);
   HALOGEN_EXPECTS(bytes.size() >= sizeof(header) + n_off * sizeof(size_t), "saved exchange is truncated");
   p.recv_offsets_.resize(n_off);
   std::memcpy(p.recv_offsets_.data(), bytes.data() + sizeof(header), n_off * sizeof(size_t));
@@ -69,14 +72,21 @@ HaloExchanger::HaloExchanger(const Shard& shard, Communicator& comm, ProgressThr
   HALOGEN_EXPECTS(shard.part == comm.rank(), "rank {} was given shard {}", comm.rank(), shard.part);
 }
 
-uint64_t HaloExchanger::forward_bytes(int64_t cols, int bits) const {
+size_t HaloExchanger::message_words(int bits, int64_t rows, int64_t cols, int64_t fp32_tail) {
+  return quant::packed_words(bits, rows, cols - fp32_tail) + static_cast<size_t>(rows * fp32_tail);
+}
+
+uint64_t HaloExchanger::forward_bytes(int64_t cols, int bits, int64_t fp32_tail) const {
   uint64_t words = 0;
-  for (int q = 0; q < shard_.num_parts; ++q) words += quant::packed_words(bits, shard_.send_count_to(q), cols);
+  for (int q = 0; q < shard_.num_parts; ++q) words += message_words(bits, shard_.send_count_to(q), cols, fp32_tail);
   return words * 4;
 }
 
-PendingExchange HaloExchanger::post(bool backward, int64_t cols, int bits, const quant::QuantKey& key, int tag,
+PendingExchange HaloExchanger::post(bool backward, int64_t cols, int64_t fp32_tail, int bits,
+                                    const quant::QuantKey& key, int tag,
                                     const std::function<const float*(int q, int64_t& ld)>& rows_of) {
+  HALOGEN_EXPECTS(fp32_tail >= 0 && fp32_tail < std::max<int64_t>(cols, 1), "halo exchange: {} fp32 columns of {}",
+                  fp32_tail, cols);
   Stopwatch sw;
   const int P = shard_.num_parts;
   // Forward sends the send list and receives halo rows; backward the reverse.
@@ -85,6 +95,7 @@ PendingExchange HaloExchanger::post(bool backward, int64_t cols, int bits, const
   PendingExchange p;
   p.active_ = true;
   p.cols_ = cols;
+  p.fp32_tail_ = fp32_tail;
   p.bits_ = bits;
   p.backward_ = backward;
   p.epoch_ = static_cast<int>(key.epoch);
@@ -92,8 +103,8 @@ PendingExchange HaloExchanger::post(bool backward, int64_t cols, int bits, const
   p.send_offsets_.assign(static_cast<size_t>(P) + 1, 0);
   p.recv_offsets_.assign(static_cast<size_t>(P) + 1, 0);
   for (int q = 0; q < P; ++q) {
-    p.send_offsets_[q + 1] = p.send_offsets_[q] + quant::packed_words(bits, send_rows(q), cols);
-    p.recv_offsets_[q + 1] = p.recv_offsets_[q] + quant::packed_words(bits, recv_rows(q), cols);
+    p.send_offsets_[q + 1] = p.send_offsets_[q] + message_words(bits, send_rows(q), cols, fp32_tail);
+    p.recv_offsets_[q + 1] = p.recv_offsets_[q] + message_words(bits, recv_rows(q), cols, fp32_tail);
   }
   p.send_words_.resize(p.send_offsets_[P]);
   p.recv_words_.resize(p.recv_offsets_[P]);
@@ -106,7 +117,14 @@ PendingExchange HaloExchanger::post(bool backward, int64_t cols, int bits, const
       k.peer = static_cast<uint32_t>(q);
       int64_t ld = cols;
       const float* rows = rows_of(q, ld);
-      quant::quantize_rows<kDevCpu>(rows, send_rows(q), cols, ld, bits, k, p.send_words_.data() + p.send_offsets_[q]);
+      uint32_t* words = p.send_words_.data() + p.send_offsets_[q];
+      quant::quantize_rows<kDevCpu>(rows, send_rows(q), cols - fp32_tail, ld, bits, k, words);
+      if (fp32_tail > 0) {
+        float* tail = reinterpret_cast<float*>(words + quant::packed_words(bits, send_rows(q), cols - fp32_tail));
+        for (int64_t r = 0; r < send_rows(q); ++r)
+          std::memcpy(tail + r * fp32_tail, rows + r * ld + cols - fp32_tail,
+                      static_cast<size_t>(fp32_tail) * sizeof(float));
+      }
       const size_t n = (p.send_offsets_[q + 1] - p.send_offsets_[q]) * 4;
       sends.push_back({q, p.send_words_.data() + p.send_offsets_[q], n});
       bytes += n;
@@ -151,7 +169,7 @@ void HaloExchanger::wait_unchecked(PendingExchange& p) {
 }
 
 PendingExchange HaloExchanger::start_forward(const float* local, int64_t cols, int64_t ld, int bits,
-                                             const quant::QuantKey& key, int tag) {
+                                             const quant::QuantKey& key, int tag, int64_t fp32_tail) {
   // Gather each peer's send rows contiguously first (the quantizer reads strided rows only).
   const int P = shard_.num_parts;
   const int64_t total_send = shard_.send_offsets[P];
@@ -163,7 +181,7 @@ PendingExchange HaloExchanger::start_forward(const float* local, int64_t cols, i
                 static_cast<size_t>(cols) * sizeof(float));
   }
   stats_.quant_s += sw.seconds();
-  return post(false, cols, bits, key, tag, [&](int q, int64_t& row_ld) {
+  return post(false, cols, fp32_tail, bits, key, tag, [&](int q, int64_t& row_ld) {
     row_ld = cols;
     return gather_.data() + static_cast<int64_t>(shard_.send_offsets[q]) * cols;
   });
@@ -177,7 +195,14 @@ void HaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t ld)
     const int64_t rows = shard_.halo_count_from(q);
     if (rows == 0) continue;
     float* dst = local + (static_cast<int64_t>(shard_.num_owned) + shard_.halo_offsets[q]) * ld;
-    quant::dequantize_rows<kDevCpu>(p.recv_words_.data() + p.recv_offsets_[q], rows, p.cols_, p.bits_, dst, ld, false);
+    const uint32_t* words = p.recv_words_.data() + p.recv_offsets_[q];
+    const int64_t tail = p.fp32_tail_, quantized = p.cols_ - tail;
+    quant::dequantize_rows<kDevCpu>(words, rows, quantized, p.bits_, dst, ld, false);
+    if (tail > 0) {
+      const float* values = reinterpret_cast<const float*>(words + quant::packed_words(p.bits_, rows, quantized));
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(dst + r * ld + quantized, values + r * tail, static_cast<size_t>(tail) * sizeof(float));
+    }
   }
   stats_.quant_s += sw.seconds();
   p.active_ = false;
@@ -185,7 +210,7 @@ void HaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t ld)
 
 PendingExchange HaloExchanger::start_backward(const float* local_grad, int64_t cols, int64_t ld, int bits,
                                               const quant::QuantKey& key, int tag) {
-  return post(true, cols, bits, key, tag, [&](int q, int64_t& row_ld) {
+  return post(true, cols, 0, bits, key, tag, [&](int q, int64_t& row_ld) {
     row_ld = ld;
     return local_grad + (static_cast<int64_t>(shard_.num_owned) + shard_.halo_offsets[q]) * ld;
   });

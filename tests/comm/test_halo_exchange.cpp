@@ -62,9 +62,44 @@ TEST(HaloExchange, ForwardFillsHaloSlotsWithOwnerRows) {
       }
     }
   }
-  if (f.size > 1) EXPECT_GT(ex.stats().bytes_sent, 0u);
+  if (f.size > 1) {
+    EXPECT_GT(ex.stats().bytes_sent, 0u);
+  }
   // Exactly what the plan says was sent, at 32 bits, for one exchange.
   EXPECT_EQ(ex.forward_bytes(F, 32), static_cast<uint64_t>(s.send_offsets[f.size]) * F * 4);
+}
+
+// The last columns of a row can travel as fp32 beside 1-bit codes (GAT's attention terms):
+// they arrive exactly, the others within the 1-bit bound, and the bytes are the plan's.
+TEST(HaloExchange, Fp32TailColumnsArriveExactly) {
+  Fixture f;
+  const Shard& s = f.mine();
+  MpiCommunicator comm;
+  HaloExchanger ex(s, comm);
+  const int64_t F = 37, tail = 3;
+  std::vector<float> local(static_cast<size_t>(s.num_local() * F), -1.0f);
+  for (int32_t i = 0; i < s.num_owned; ++i)
+    for (int64_t j = 0; j < F; ++j) local[i * F + j] = value_of(s.owned_global[i], j);
+  const uint64_t before = ex.stats().bytes_sent;
+  auto pending =
+      ex.start_forward(local.data(), F, F, 1, quant::QuantKey{1, 0, 1, quant::Direction::kForward, 0, 0}, 0, tail);
+  ex.finish_forward(pending, local.data(), F);
+  EXPECT_EQ(ex.stats().bytes_sent - before, ex.forward_bytes(F, 1, tail));
+  uint64_t expected = 0;
+  for (int q = 0; q < f.size; ++q)
+    expected +=
+        4 * (quant::packed_words(1, s.send_count_to(q), F - tail) + static_cast<uint64_t>(s.send_count_to(q) * tail));
+  EXPECT_EQ(ex.forward_bytes(F, 1, tail), expected);
+  for (int32_t h = 0; h < s.num_halo; ++h) {
+    for (int64_t j = 0; j < F; ++j) {
+      const float got = local[(s.num_owned + h) * F + j], want = value_of(s.halo_global[h], j);
+      if (j >= F - tail) {
+        ASSERT_EQ(got, want) << "halo " << h << " fp32 column " << j;
+      } else {
+        ASSERT_LE(std::abs(got - want), F - tail + 1e-3) << "halo " << h << " col " << j;
+      }
+    }
+  }
 }
 
 TEST(HaloExchange, BackwardAddsGradientsAtOwners) {

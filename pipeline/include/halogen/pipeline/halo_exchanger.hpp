@@ -9,6 +9,10 @@
 //
 // Both directions are split into start (gather, quantize, post the transfers) and finish
 // (wait, dequantize, scatter) so the caller can compute while the transfer is in flight.
+//
+// A forward exchange may keep the last `fp32_tail` columns of each row out of quantization:
+// they follow the quantized block of the message as plain fp32 (GAT's attention terms, which
+// enter a softmax, where unbiased rounding noise would turn into biased weights).
 #pragma once
 
 #include <cstdint>
@@ -61,6 +65,7 @@ class PendingExchange {
   std::vector<size_t> send_offsets_;  // per peer, in words
   std::vector<size_t> recv_offsets_;
   int64_t cols_ = 0;
+  int64_t fp32_tail_ = 0;  // trailing columns sent as fp32 (forward only)
   int bits_ = 32;
   bool backward_ = false;
   int epoch_ = 0, layer_ = 0;  // for error messages
@@ -74,10 +79,11 @@ class HaloExchanger {
   HaloExchanger(const Shard& shard, Communicator& comm, ProgressThread* progress = nullptr);
 
   /// Gathers the send rows of `local` (num_local x cols, row stride ld; only owned rows are
-  /// read), quantizes them and posts the transfers.
-  /// `tag` separates exchanges that may be in flight at the same time (see Communicator).
+  /// read), quantizes them (all but the last fp32_tail columns, which travel as fp32) and
+  /// posts the transfers. `tag` separates exchanges that may be in flight at the same time
+  /// (see Communicator).
   PendingExchange start_forward(const float* local, int64_t cols, int64_t ld, int bits, const quant::QuantKey& key,
-                                int tag = 0);
+                                int tag = 0, int64_t fp32_tail = 0);
   /// Waits for a forward exchange and writes the halo rows of `local`.
   void finish_forward(PendingExchange& pending, float* local, int64_t ld);
 
@@ -103,11 +109,13 @@ class HaloExchanger {
   void complete(PendingExchange& pending) { wait(pending); }
 
   /// Halo bytes one forward exchange of `cols` columns at `bits` sends from this rank.
-  uint64_t forward_bytes(int64_t cols, int bits) const;
+  uint64_t forward_bytes(int64_t cols, int bits, int64_t fp32_tail = 0) const;
+  /// Words of one message: `rows` rows, the first cols - fp32_tail columns packed at `bits`.
+  static size_t message_words(int bits, int64_t rows, int64_t cols, int64_t fp32_tail);
 
  private:
   // Quantizes the send rows (already contiguous per peer at `rows_of(q)`) and posts them.
-  PendingExchange post(bool backward, int64_t cols, int bits, const quant::QuantKey& key, int tag,
+  PendingExchange post(bool backward, int64_t cols, int64_t fp32_tail, int bits, const quant::QuantKey& key, int tag,
                        const std::function<const float*(int q, int64_t& ld)>& rows_of);
   void wait(PendingExchange& p);
   void wait_unchecked(PendingExchange& p);
