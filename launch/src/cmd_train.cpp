@@ -52,9 +52,14 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   opts.add_options()
       ("parts", po::value(&parts_dir), "directory of shards from `halogen partition` (one per rank)")
       ("dataset", po::value(&dataset), "dataset directory: rank 0 partitions it with METIS and scatters the shards")
-      ("model", po::value(&model)->default_value(model), "gcn | sage")
+      ("model", po::value(&model)->default_value(model), "gcn | sage | gat")
       ("layers", po::value(&t.layers)->default_value(t.layers), "number of layers")
-      ("hidden", po::value(&t.hidden)->default_value(t.hidden), "hidden size")
+      ("hidden", po::value(&t.hidden)->default_value(t.hidden), "hidden size (gat: per head)")
+      ("heads", po::value(&t.heads)->default_value(t.heads), "gat: attention heads of hidden layers (concatenated)")
+      ("out-heads", po::value(&t.out_heads)->default_value(t.out_heads), "gat: attention heads of the output layer (averaged)")
+      ("attn-dropout", po::value<float>(), "gat: dropout on attention weights (default: --dropout)")
+      ("residual", po::bool_switch(&t.residual), "gat: residual connections (identity, or a projection where widths differ)")
+      ("attn-terms", po::value<std::string>()->default_value("fp32"), "gat: halo attention terms travel as fp32 | quantized (with the features, at --bits-fwd)")
       ("dropout", po::value(&t.dropout)->default_value(t.dropout), "dropout probability")
       ("lr", po::value(&t.lr)->default_value(t.lr), "Adam learning rate")
       ("weight-decay", po::value(&t.weight_decay)->default_value(t.weight_decay), "L2 weight decay on weights")
@@ -88,6 +93,14 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   run_collectively(MPI_COMM_WORLD, "checking options", [&] {
     HALOGEN_EXPECTS(parts_dir.empty() != dataset.empty(), "train needs exactly one of --parts DIR or --dataset DIR");
     t.model = parse_model_kind(model);
+    if (vm.count("attn-dropout")) {
+      t.attn_dropout = vm["attn-dropout"].as<float>();
+      HALOGEN_EXPECTS(t.attn_dropout >= 0.0f, "--attn-dropout must be in [0, 1), got {}", t.attn_dropout);
+    }
+    const std::string attn_terms = vm["attn-terms"].as<std::string>();
+    HALOGEN_EXPECTS(attn_terms == "fp32" || attn_terms == "quantized", "--attn-terms must be 'fp32' or 'quantized', got '{}'",
+                    attn_terms);
+    t.quantize_attention_terms = attn_terms == "quantized";
     t.bits_fwd = parse_int_list(bits_fwd, "--bits-fwd");
     t.bits_bwd = parse_int_list(bits_bwd, "--bits-bwd");
     t.mode = parse_exchange_mode(mode);

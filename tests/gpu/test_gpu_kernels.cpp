@@ -9,7 +9,10 @@
 //    input roundings of 2^-11 each), plus 1e-3 relative for an fp16 result;
 //  - dropout: bit-identical to the CPU;
 //  - softmax cross-entropy: 1e-9 relative on the loss, 1e-6 relative + 1e-9 on gradients;
-//  - Adam: 1e-6 relative (designed to be bit-identical).
+//  - Adam: 1e-6 relative (designed to be bit-identical);
+//  - GAT forward and backward (gat.hpp): 1e-5 relative + 1e-6 against the CPU kernels (the
+//    same fp32 logits and fp64 sums in the same order; expf may differ from the host's exp
+//    by an ulp).
 #include <gtest/gtest.h>
 
 #include "halogen/config.hpp"
@@ -25,6 +28,7 @@
 #include <limits>
 #include <vector>
 
+#include "gat_problem.hpp"
 #include "halogen/core/cuda/device_memory.hpp"
 #include "halogen/core/cuda/stream.hpp"
 #include "halogen/core/device.hpp"
@@ -32,6 +36,7 @@
 #include "halogen/core/rng.hpp"
 #include "halogen/train/aggregate.hpp"
 #include "halogen/train/dense.hpp"
+#include "halogen/train/gat.hpp"
 #include "halogen/train/gpu_ops.hpp"
 
 namespace halogen {
@@ -629,6 +634,102 @@ TEST_F(GpuKernels, CachingAllocatorReusesFreedBlocks) {
   done.synchronize();
   EXPECT_TRUE(done.query());
   EXPECT_EQ(moved.to_host(), (std::vector<int>{0, 0, 0}));
+}
+
+// GAT forward (alpha, out) and backward (dfeat, del, der) against the CPU kernels, with
+// attention dropout, concatenated and averaged heads, head_dim above a warp.
+TEST_F(GpuKernels, GatMatchesCpu) {
+  struct Shape {
+    int heads;
+    int64_t head_dim;
+    bool average;
+    float p;
+  };
+  for (const Shape sh : {Shape{8, 8, false, 0.6f}, Shape{3, 40, false, 0.0f}, Shape{4, 7, true, 0.3f}}) {
+    const test::GatProblem pr = test::make_gat_problem(17, 300, 120, sh.heads, sh.head_dim, sh.average, sh.p);
+    const GatStructure& st = pr.structure;
+    const GatGraph host = st.view();
+    const int64_t E = host.entries();
+    const auto dout = uniform(static_cast<size_t>(pr.rows * pr.width()), -1.0f, 1.0f, 5);
+    // CPU reference.
+    std::vector<float> alpha(static_cast<size_t>((E + pr.rows) * pr.heads)), out(dout.size());
+    std::vector<float> edge_grad(alpha.size()), dfeat(pr.feat.size()), del(pr.el.size()), der(pr.er.size());
+    auto fill = [&](auto& args, const GatGraph& g, const float* feat, const float* el, const float* er) {
+      args.graph = g;
+      args.heads = pr.heads;
+      args.head_dim = pr.head_dim;
+      args.feat = feat;
+      args.ld_feat = pr.proj();
+      args.el = el;
+      args.ld_el = pr.heads;
+      args.er = er;
+      args.dropout = {pr.p, 3, 1, 2};
+      args.average_heads = pr.average;
+    };
+    GatForwardArgs f;
+    fill(f, host, pr.feat.data(), pr.el.data(), pr.er.data());
+    f.alpha = alpha.data();
+    f.out = out.data();
+    f.ld_out = pr.width();
+    gat_forward<kDevCpu>(f);
+    GatBackwardArgs b;
+    fill(b, host, pr.feat.data(), pr.el.data(), pr.er.data());
+    b.alpha = alpha.data();
+    b.dout = dout.data();
+    b.ld_dout = pr.width();
+    b.edge_grad = edge_grad.data();
+    b.dfeat = dfeat.data();
+    b.ld_dfeat = pr.proj();
+    b.del = del.data();
+    b.der = der.data();
+    gat_backward<kDevCpu>(b);
+    // The same on the device.
+    auto up64 = [](const std::vector<int64_t>& v) { return DeviceBuffer<int64_t>::from_host(v); };
+    auto up32 = [](const std::vector<int32_t>& v) { return DeviceBuffer<int32_t>::from_host(v); };
+    auto upf = [](const std::vector<float>& v) { return DeviceBuffer<float>::from_host(v); };
+    auto d_off = up64(st.offsets), d_toff = up64(st.t_offsets), d_tentry = up64(st.t_entry);
+    auto d_idx = up32(st.indices), d_trows = up32(st.t_rows), d_dgid = up32(st.dst_gid), d_sgid = up32(st.src_gid);
+    GatGraph dev = host;
+    dev.offsets = d_off.data();
+    dev.indices = d_idx.data();
+    dev.t_offsets = d_toff.data();
+    dev.t_rows = d_trows.data();
+    dev.t_entry = d_tentry.data();
+    dev.dst_gid = d_dgid.data();
+    dev.src_gid = d_sgid.data();
+    auto d_feat = upf(pr.feat), d_el = upf(pr.el), d_er = upf(pr.er), d_dout = upf(dout);
+    DeviceBuffer<float> d_alpha(alpha.size()), d_out(out.size()), d_eg(alpha.size()), d_dfeat(dfeat.size()),
+        d_del(del.size()), d_der(der.size());
+    GatForwardArgs fd;
+    fill(fd, dev, d_feat.data(), d_el.data(), d_er.data());
+    fd.alpha = d_alpha.data();
+    fd.out = d_out.data();
+    fd.ld_out = pr.width();
+    gat_forward<kDevCuda>(fd);
+    GatBackwardArgs bd;
+    fill(bd, dev, d_feat.data(), d_el.data(), d_er.data());
+    bd.alpha = d_alpha.data();
+    bd.dout = d_dout.data();
+    bd.ld_dout = pr.width();
+    bd.edge_grad = d_eg.data();
+    bd.dfeat = d_dfeat.data();
+    bd.ld_dfeat = pr.proj();
+    bd.del = d_del.data();
+    bd.der = d_der.data();
+    gat_backward<kDevCuda>(bd);
+    HALOGEN_CHECK_CUDA(cudaDeviceSynchronize());
+    auto expect_close = [&](const std::vector<float>& want, const DeviceBuffer<float>& got_d, const char* what) {
+      const auto got = got_d.to_host();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i]) + 1e-6) << what << "[" << i << "] heads " << sh.heads;
+    };
+    expect_close(alpha, d_alpha, "alpha");
+    expect_close(out, d_out, "out");
+    expect_close(dfeat, d_dfeat, "dfeat");
+    expect_close(del, d_del, "del");
+    expect_close(der, d_der, "der");
+  }
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 // Gradient check of the hand-written backward pass: the analytic gradient of the training
-// loss matches central finite differences, for GCN and GraphSAGE with 3 layers (so halo
-// gradients flow back across ranks), with dropout on, on 1 and several ranks.
+// loss matches central finite differences, for GCN, GraphSAGE and GAT (with and without
+// residual connections) with 3 layers (so halo gradients flow back across ranks), with
+// dropout on, on 1 and several ranks.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "halogen/comm/communicator.hpp"
@@ -18,7 +20,7 @@
 namespace halogen {
 namespace {
 
-void gradcheck(ModelKind model) {
+void gradcheck(ModelKind model, const std::function<void(TrainOptions&)>& adjust = {}) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -43,6 +45,7 @@ void gradcheck(ModelKind model) {
   t.hidden = 8;
   t.dropout = 0.3f;
   t.progress = false;
+  if (adjust) adjust(t);
   // Evaluate at a generic point: the initial biases are exactly 0, which puts nodes whose
   // layer input is all zeros exactly on the ReLU kink, where finite differences see the
   // average of both slopes. Perturb every parameter a little (same on every rank).
@@ -98,6 +101,22 @@ void gradcheck(ModelKind model) {
 }
 
 TEST(GradCheck, Gcn) { gradcheck(ModelKind::kGcn); }
+// GAT: 3 heads concatenated, 2 averaged in the output layer, attention dropout on.
+TEST(GradCheck, Gat) {
+  gradcheck(ModelKind::kGat, [](TrainOptions& t) {
+    t.heads = 3;
+    t.out_heads = 2;
+    t.hidden = 4;
+  });
+}
+// With residual connections: a projection in layer 0 and identities in the hidden layers.
+TEST(GradCheck, GatResidual) {
+  gradcheck(ModelKind::kGat, [](TrainOptions& t) {
+    t.heads = 2;
+    t.hidden = 4;
+    t.residual = true;
+  });
+}
 TEST(GradCheck, Sage) { gradcheck(ModelKind::kSage); }
 
 }  // namespace

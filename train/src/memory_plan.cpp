@@ -1,5 +1,6 @@
 #include "halogen/train/memory_plan.hpp"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,10 +9,9 @@
 #include <fstream>
 #include <string>
 
-#include <fmt/format.h>
-
 #include "halogen/core/error.hpp"
 #include "halogen/core/timer.hpp"
+#include "halogen/pipeline/halo_exchanger.hpp"
 #include "halogen/quant/quantize.hpp"
 #include "input_matrix.hpp"
 
@@ -29,7 +29,8 @@ constexpr uint64_t kRuntimeBytes = uint64_t{48} << 20;
 // sum of its neighbours' nonzeros, estimated from this rank's feature density.
 // With dropout, each also keeps a masked copy of its values for the epoch (dense: the whole
 // matrix again; sparse: 4 bytes a nonzero).
-uint64_t input_matrix_bytes(const Shard& s, bool sage, bool dropout) {
+// GAT stores only the raw features (it projects before aggregating).
+uint64_t input_matrix_bytes(const Shard& s, bool aggregated, bool raw, bool dropout) {
   const int64_t owned = s.num_owned, F = s.feature_dim;
   const double cells = static_cast<double>(std::max<int64_t>(owned * F, 1));
   const double density = static_cast<double>(InputMatrix::count_nonzeros(s.features.data(), owned * F)) / cells;
@@ -40,12 +41,15 @@ uint64_t input_matrix_bytes(const Shard& s, bool sage, bool dropout) {
     return d < InputMatrix::kSparseBelow ? static_cast<uint64_t>(d * cells * (8 + 4 * copies)) + static_cast<uint64_t>(owned + 1) * 8
                             : static_cast<uint64_t>(cells * 4 * (1 + copies));
   };
-  return stored(aggregated_density) + (sage ? stored(density) : 0);
+  return (aggregated ? stored(aggregated_density) : 0) + (raw ? stored(density) : 0);
 }
 
 uint64_t f32(int64_t rows, int64_t cols) { return static_cast<uint64_t>(std::max<int64_t>(rows, 0) * cols) * 4; }
 
 uint64_t words_bytes(int bits, int64_t rows, int64_t cols) { return quant::packed_words(bits, rows, cols) * 4; }
+uint64_t message_bytes(int bits, int64_t rows, int64_t cols, int64_t fp32_tail) {
+  return HaloExchanger::message_words(bits, rows, cols, fp32_tail) * 4;
+}
 
 // Reads "Key:   123 kB" from /proc/meminfo; nullopt when absent.
 std::optional<uint64_t> meminfo_bytes(const char* key) {
@@ -109,8 +113,10 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
   const int64_t F = s.feature_dim;
   const int64_t sends = s.send_offsets.empty() ? 0 : s.send_offsets[s.num_parts];
   const bool sage = opt.model == ModelKind::kSage;
+  const bool gat = opt.model == ModelKind::kGat;
   std::vector<int64_t> dims{F};
-  for (int l = 0; l + 1 < opt.layers; ++l) dims.push_back(opt.hidden);
+  for (int l = 0; l + 1 < opt.layers; ++l)
+    dims.push_back(gat ? static_cast<int64_t>(opt.heads) * opt.hidden : opt.hidden);
   dims.push_back(s.num_classes);
   const int64_t max_dim = *std::max_element(dims.begin() + 1, dims.end());  // as DistributedTrainer::allocate
 
@@ -119,13 +125,32 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
   uint64_t shard_bytes = f32(owned, F) + static_cast<uint64_t>(owned + local + 2) * 8 + static_cast<uint64_t>(edges) * 8 +
                          static_cast<uint64_t>(local) * 4 * 3 + static_cast<uint64_t>(sends) * 4 +
                          static_cast<uint64_t>(owned) * 5;
-  const uint64_t structure = static_cast<uint64_t>(owned + 1) * 16 + static_cast<uint64_t>(edges) * 4 +
-                             static_cast<uint64_t>(owned + local) * 4;
+  // GAT (gat.hpp): rows, columns and the transposed entries with their positions, global ids
+  // and the interior/boundary row lists; the others: the owned/halo split of the CSR.
+  const uint64_t structure = gat ? static_cast<uint64_t>(edges) * 16 + static_cast<uint64_t>(owned + 1) * 8 +
+                                       static_cast<uint64_t>(local + 1) * 8 + static_cast<uint64_t>(owned) * 8 +
+                                       static_cast<uint64_t>(local) * 4
+                                 : static_cast<uint64_t>(owned + 1) * 16 + static_cast<uint64_t>(edges) * 4 +
+                                       static_cast<uint64_t>(owned + local) * 4;
+  // GAT layer l: heads x head_dim projected columns (hidden: heads x hidden; output:
+  // out_heads x classes).
+  const auto gat_heads = [&](int l) -> int64_t { return l + 1 == opt.layers ? opt.out_heads : opt.heads; };
+  const auto gat_proj = [&](int l) -> int64_t {
+    return gat_heads(l) * (l + 1 == opt.layers ? dims[l + 1] : opt.hidden);
+  };
   uint64_t num_params = 0;
-  for (int l = 0; l < opt.layers; ++l) num_params += static_cast<uint64_t>(dims[l] * dims[l + 1] * (sage ? 2 : 1) + dims[l + 1]);
+  for (int l = 0; l < opt.layers; ++l) {
+    if (gat) {
+      const bool projected_residual = opt.residual && (l == 0 || dims[l] != dims[l + 1]);
+      num_params += static_cast<uint64_t>(dims[l] * gat_proj(l) + 2 * gat_proj(l) + dims[l + 1] +
+                                          (projected_residual ? dims[l] * dims[l + 1] : 0));
+    } else {
+      num_params += static_cast<uint64_t>(dims[l] * dims[l + 1] * (sage ? 2 : 1) + dims[l + 1]);
+    }
+  }
   const uint64_t optimizer = num_params * 4 * 5;  // params, grads, Adam m and v, decayed grads
-  const uint64_t input_matrices = input_matrix_bytes(s, sage, /*dropout=*/false);
-  const uint64_t input_matrices_training = input_matrix_bytes(s, sage, opt.dropout > 0.0f);
+  const uint64_t input_matrices = input_matrix_bytes(s, !gat, sage || gat, /*dropout=*/false);
+  const uint64_t input_matrices_training = input_matrix_bytes(s, !gat, sage || gat, opt.dropout > 0.0f);
 
   // Set-up: local input features, their aggregation, the layer-0 exchange, and the stored
   // input matrix (dense bound; sparse storage is only chosen when smaller).
@@ -135,9 +160,9 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
                  {"shard", shard_bytes},
                  {"structure", structure},
                  {"optimizer", optimizer},
-                 {"input features (set-up)", f32(local, F) + f32(owned, F)},
+                 {"input features (set-up)", f32(gat ? owned : local, F) + f32(owned, F)},
                  {"input aggregation", input_matrices},
-                 {"exchange buffers", f32(sends, F) + words_bytes(32, sends, F) + words_bytes(32, halo, F)}};
+                 {"exchange buffers", gat ? 0 : f32(sends, F) + words_bytes(32, sends, F) + words_bytes(32, halo, F)}};
 
   // Training: per-layer activations, the backward work matrices, and the halo exchanges: one
   // per layer and direction at a time, S + 1 in stale mode (S in flight plus the one being
@@ -146,7 +171,31 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
   training.phase = "training";
   uint64_t activations = 0, exchange = 0, drift = 0;
   const int in_flight = opt.mode == ExchangeMode::kStale ? opt.staleness.staleness + 1 : 1;
-  for (int l = 0; l < opt.layers; ++l) {
+  if (gat) {
+    // Per layer: input (owned), output, [h | el] on local rows, er, alpha per edge and head;
+    // every layer exchanges pw + heads columns forward and pw backward.
+    int64_t max_proj = 0, max_heads = 0;
+    for (int l = 0; l < opt.layers; ++l) {
+      const int64_t pw = gat_proj(l), H = gat_heads(l);
+      const int64_t tail = opt.quantize_attention_terms ? 0 : H;  // el travels as fp32
+      if (l >= 1) activations += f32(owned, dims[l]);
+      activations += f32(owned, dims[l + 1]) + f32(local, pw + H) + f32(owned, H) + f32(edges + owned, H);
+      const int fwd = opt.bits_fwd_at(l), bwd = opt.bits_bwd_at(l);
+      exchange += static_cast<uint64_t>(in_flight) *
+                  (message_bytes(fwd, sends, pw + H, tail) + message_bytes(fwd, halo, pw + H, tail) +
+                   words_bytes(bwd, halo, pw) + words_bytes(bwd, sends, pw));
+      if (l >= 1 && opt.mode == ExchangeMode::kStale && std::isfinite(opt.staleness.drift_threshold))
+        drift += f32(owned, dims[l]);
+      max_proj = std::max(max_proj, pw);
+      max_heads = std::max(max_heads, H);
+    }
+    // Scratch: projection, dy, dz, dh, dL/d el, dL/d er, dL/de per edge and head.
+    activations += f32(owned, max_proj) + 2 * f32(owned, max_dim) + f32(local, max_proj) + f32(local, max_heads) +
+                   f32(owned, max_heads) + f32(edges + owned, max_heads);
+    exchange += f32(std::max(sends, halo), max_proj + max_heads);
+    if (opt.mode == ExchangeMode::kStale) exchange += f32(halo, max_proj + max_heads);
+  }
+  for (int l = 0; !gat && l < opt.layers; ++l) {
     if (l >= 1) activations += f32(local, dims[l]) + f32(owned, dims[l]);
     activations += f32(owned, dims[l + 1]);
     if (l >= 1) {
@@ -158,9 +207,11 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
         drift += f32(owned, dims[l]);
     }
   }
-  activations += 2 * f32(owned, max_dim) + f32(local, max_dim);  // dy, dz, dlocal
-  exchange += f32(std::max(sends, halo), max_dim);                // gather/staging rows
-  if (opt.mode == ExchangeMode::kStale) exchange += f32(halo, max_dim);  // halo kept aside during evaluation
+  if (!gat) {
+    activations += 2 * f32(owned, max_dim) + f32(local, max_dim);          // dy, dz, dlocal
+    exchange += f32(std::max(sends, halo), max_dim);                       // gather/staging rows
+    if (opt.mode == ExchangeMode::kStale) exchange += f32(halo, max_dim);  // halo kept aside during evaluation
+  }
   training.items = {{"runtime", kRuntimeBytes},
                     {"shard", shard_bytes},
                     {"structure", structure},

@@ -1,18 +1,20 @@
 #include "halogen/train/trainer.hpp"
-#include "halogen/train/memory_plan.hpp"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <thread>
 
+#include "halogen/comm/collective_error.hpp"
 #include "halogen/core/error.hpp"
+#include "halogen/core/io.hpp"
 #include "halogen/core/log.hpp"
 #include "halogen/core/metrics.hpp"
 #include "halogen/core/timer.hpp"
@@ -23,8 +25,8 @@
 #include "halogen/train/aggregate.hpp"
 #include "halogen/train/checkpoint.hpp"
 #include "halogen/train/dense.hpp"
-#include "halogen/core/io.hpp"
-#include "halogen/comm/collective_error.hpp"
+#include "halogen/train/gat.hpp"
+#include "halogen/train/memory_plan.hpp"
 #include "input_matrix.hpp"
 
 namespace halogen {
@@ -32,10 +34,20 @@ namespace halogen {
 ModelKind parse_model_kind(const std::string& name) {
   if (name == "gcn") return ModelKind::kGcn;
   if (name == "sage" || name == "graphsage") return ModelKind::kSage;
-  HALOGEN_FAIL("unknown model '{}': expected 'gcn' or 'sage'", name);
+  if (name == "gat") return ModelKind::kGat;
+  HALOGEN_FAIL("unknown model '{}': expected 'gcn', 'sage' or 'gat'", name);
 }
-std::string to_string(ModelKind k) { return k == ModelKind::kGcn ? "gcn" : "sage"; }
-
+std::string to_string(ModelKind k) {
+  switch (k) {
+    case ModelKind::kGcn:
+      return "gcn";
+    case ModelKind::kSage:
+      return "sage";
+    case ModelKind::kGat:
+      return "gat";
+  }
+  return "?";
+}
 
 void TrainOptions::validate() const {
   HALOGEN_EXPECTS(layers >= 1, "--layers must be at least 1, got {}", layers);
@@ -45,6 +57,9 @@ void TrainOptions::validate() const {
   HALOGEN_EXPECTS(weight_decay >= 0.0f, "--weight-decay must be non-negative, got {}", weight_decay);
   HALOGEN_EXPECTS(epochs >= 1, "--epochs must be at least 1, got {}", epochs);
   HALOGEN_EXPECTS(eval_every >= 1, "--eval-every must be at least 1, got {}", eval_every);
+  HALOGEN_EXPECTS(heads >= 1 && heads <= 4096, "--heads must be in [1, 4096], got {}", heads);
+  HALOGEN_EXPECTS(out_heads >= 1 && out_heads <= 4096, "--out-heads must be in [1, 4096], got {}", out_heads);
+  HALOGEN_EXPECTS(attn_dropout < 1.0f, "--attn-dropout must be in [0, 1), got {}", attn_dropout);
   BoundedStalenessAdapter(mode, staleness);  // validates the staleness options
   for (const auto* v : {&bits_fwd, &bits_bwd}) {
     const char* what = v == &bits_fwd ? "--bits-fwd" : "--bits-bwd";
@@ -79,9 +94,17 @@ namespace {
 // Parameter layout of one layer inside the flat parameter vector.
 struct LayerParams {
   int64_t in = 0, out = 0;
-  size_t w_self = 0;   // offset of W (GCN) or W_self (SAGE), in x out
+  size_t w_self = 0;   // offset of W (GCN), W_self (SAGE) or the projection W (GAT, in x heads*head_dim)
   size_t w_neigh = 0;  // SAGE only
-  size_t bias = 0;
+  // GAT only: attention vectors (heads*head_dim each) and the residual projection (in x out;
+  // kNone when there is none or it is the identity).
+  static constexpr size_t kNone = ~size_t{0};
+  size_t att_src = 0, att_dst = 0, w_res = kNone;
+  int heads = 1;
+  int64_t head_dim = 0;
+  bool identity_residual = false;
+  int64_t proj() const { return heads * head_dim; }
+  size_t bias = 0;  // weights (decayed) are [w_self, bias), biases [bias, end)
   size_t end = 0;
 };
 
@@ -131,6 +154,9 @@ LocalStructure build_structure(const Shard& s, ModelKind kind) {
   return ls;
 }
 
+// LeakyReLU slope of the attention logits (GAT's and PyG's default).
+constexpr float kGatNegativeSlope = 0.2f;
+
 class DistributedTrainer {
  public:
   DistributedTrainer(const Shard& shard, Communicator& comm, const TrainOptions& opt)
@@ -139,16 +165,20 @@ class DistributedTrainer {
         opt_(opt),
         // On an oversubscribed node the progress thread's polls take CPU from computing
         // ranks; polling every 200 us instead of 20 us still keeps socket buffers busy.
-        progress_(opt.mode == ExchangeMode::kSync
-                      ? nullptr
-                      : std::make_unique<ProgressThread>(std::chrono::microseconds(comm.sleep_while_waiting() ? 200 : 20))),
+        progress_(opt.mode == ExchangeMode::kSync ? nullptr
+                                                  : std::make_unique<ProgressThread>(std::chrono::microseconds(
+                                                        comm.sleep_while_waiting() ? 200 : 20))),
         exch_(shard, comm, progress_.get()),
-        ls_(build_structure(shard, opt.model)),
+        ls_(opt.model == ModelKind::kGat ? LocalStructure{} : build_structure(shard, opt.model)),
         adapter_(opt.mode, opt.staleness),
         tracker_(opt.layers, opt.mode == ExchangeMode::kStale ? opt.staleness.staleness : 0) {
     dims_.push_back(s_.feature_dim);
-    for (int l = 0; l + 1 < opt_.layers; ++l) dims_.push_back(opt_.hidden);
+    const int64_t hidden_width = gat() ? static_cast<int64_t>(opt_.heads) * opt_.hidden : opt_.hidden;
+    for (int l = 0; l + 1 < opt_.layers; ++l) dims_.push_back(hidden_width);
     dims_.push_back(s_.num_classes);
+    if (gat())
+      gat_ = build_gat_structure(owned(), local(), s_.row_offsets.data(), s_.col_indices.data(), s_.owned_global.data(),
+                                 s_.halo_global.data());
     init_params();
     allocate();
     precompute_input_aggregation();
@@ -164,6 +194,7 @@ class DistributedTrainer {
  private:
   void allreduce_gradients(double& loss_sum);
   int L() const { return opt_.layers; }
+  bool gat() const { return opt_.model == ModelKind::kGat; }
   int64_t owned() const { return s_.num_owned; }
   int64_t local() const { return s_.num_local(); }
 
@@ -178,12 +209,29 @@ class DistributedTrainer {
   void forward(int epoch, bool training);
   double loss_and_grad(float* grad);
   void backward(int epoch);
-  void exchange_forward(int l, int epoch, float* x, int64_t cols);
-  void exchange_forward_eval(int l, int epoch, float* x, int64_t cols);
-  void exchange_backward(int l, int epoch, float* dlocal, const float* dz, const float* dy, int64_t fin, int64_t fout);
+  void forward_gat_layer(int l, int epoch, bool training);
+  void backward_gat_layer(int l, int epoch);
+  // Halo exchange of layer l on the local matrix x (cols wide, owned rows filled).
+  // `before_halo` is the work that needs no halo row (run while the rows are in flight in
+  // overlap mode), `after_halo` the rest. Drift is measured on `drift_rows` (owned rows,
+  // drift_cols wide; nullptr: not measured).
+  using Work = std::function<void()>;
+  void exchange_forward(int l, int epoch, float* x, int64_t cols, const float* drift_rows, int64_t drift_cols,
+                        const Work& before_halo, const Work& after_halo);
+  void exchange_forward_eval(int l, int epoch, float* x, int64_t cols, const Work& before_halo, const Work& after_halo);
+  // Sends the halo rows of dlocal (cols wide) to their owners and adds what arrives into the
+  // owned rows; `owned_work` runs while the rows are in flight.
+  void exchange_backward(int l, int epoch, float* dlocal, int64_t cols, const Work& owned_work);
+  // The matrix layer l exchanges forward (its halo rows are the cache), or {nullptr, 0}.
+  std::pair<float*, int64_t> exchanged(int l);
+  int64_t backward_width(int l) const { return gat() ? lp_[l].proj() : dims_[l]; }
+  // GAT's attention terms (el, the last `heads` columns of the exchanged rows) travel as fp32
+  // unless told otherwise: they pass through a softmax, where the unbiased noise of
+  // stochastic rounding becomes biased attention weights.
+  int64_t fp32_tail(int l) const { return gat() && !opt_.quantize_attention_terms ? lp_[l].heads : 0; }
   void measure_drift(int l, const float* x, int64_t cols);
   void drain_pending();
-  void inject_faults(int epoch);
+  void inject_faults(int epoch, float* x, int64_t cols);
   static int tag_forward(int l) { return 4 * l; }
   static int tag_backward(int l) { return 4 * l + 1; }
   static int tag_eval(int l) { return 4 * l + 2; }
@@ -223,6 +271,11 @@ class DistributedTrainer {
   std::vector<Matrix<float>> z_;      // z_[l]: aggregated (GCN) / neighbour mean (SAGE), owned rows
   std::vector<Matrix<float>> y_;      // y_[l]: layer output (relu applied for hidden layers), owned
   Matrix<float> dy_, dz_, dlocal_;
+  // GAT: per layer, the local [h | el] rows (exchanged), er on owned rows, and the attention
+  // weights per edge and head; backward scratch shared by the layers.
+  GatStructure gat_;
+  std::vector<Matrix<float>> hl_, er_, alpha_;
+  Matrix<float> proj_, dh_, del_, der_, edge_grad_;
   double comm_wait_ = 0.0, allreduce_s_ = 0.0;
   uint64_t memory_estimate_ = 0;  // this rank's estimated peak host bytes (memory_plan.hpp)
 };
@@ -234,7 +287,26 @@ void DistributedTrainer::init_params() {
     p.in = dims_[l];
     p.out = dims_[l + 1];
     p.w_self = off;
-    off += static_cast<size_t>(p.in * p.out);
+    if (gat()) {
+      // Hidden layers: heads x hidden, concatenated (= out); output: out_heads x classes, averaged.
+      const bool last = l + 1 == L();
+      p.heads = last ? opt_.out_heads : opt_.heads;
+      p.head_dim = last ? p.out : opt_.hidden;
+      off += static_cast<size_t>(p.in * p.proj());
+      p.att_src = off;
+      off += static_cast<size_t>(p.proj());
+      p.att_dst = off;
+      off += static_cast<size_t>(p.proj());
+      if (opt_.residual) {
+        p.identity_residual = l > 0 && p.in == p.out;
+        if (!p.identity_residual) {
+          p.w_res = off;
+          off += static_cast<size_t>(p.in * p.out);
+        }
+      }
+    } else {
+      off += static_cast<size_t>(p.in * p.out);
+    }
     if (opt_.model == ModelKind::kSage) {
       p.w_neigh = off;
       off += static_cast<size_t>(p.in * p.out);
@@ -249,20 +321,35 @@ void DistributedTrainer::init_params() {
   params_.zero();
   // Glorot uniform, keyed by (layer, matrix, row, column): identical on every rank.
   const RngStream rng = RngStream::make(opt_.seed, RngPurpose::kWeightInit);
+  auto glorot = [&](int l, uint32_t m, float* w, int64_t rows, int64_t cols, float bound) {
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        const float u = rng.uniform(static_cast<uint32_t>(l), m, static_cast<uint32_t>(i), static_cast<uint32_t>(j / 4),
+                                    static_cast<int>(j % 4));
+        w[i * cols + j] = (2.0f * u - 1.0f) * bound;
+      }
+    }
+  };
+  if (gat()) {
+    // As PyG's GATConv: Glorot for W (in x heads*head_dim) and for the attention vectors
+    // (heads x head_dim), biases zero.
+    for (int l = 0; l < L(); ++l) {
+      const auto& p = lp_[l];
+      glorot(l, 0, params_.data() + p.w_self, p.in, p.proj(), std::sqrt(6.0f / static_cast<float>(p.in + p.proj())));
+      const float att_bound = std::sqrt(6.0f / static_cast<float>(p.heads + p.head_dim));
+      glorot(l, 2, params_.data() + p.att_src, p.heads, p.head_dim, att_bound);
+      glorot(l, 3, params_.data() + p.att_dst, p.heads, p.head_dim, att_bound);
+      if (p.w_res != LayerParams::kNone)
+        glorot(l, 4, params_.data() + p.w_res, p.in, p.out, std::sqrt(6.0f / static_cast<float>(p.in + p.out)));
+    }
+    return;
+  }
   for (int l = 0; l < L(); ++l) {
     const auto& p = lp_[l];
     const float bound = std::sqrt(6.0f / static_cast<float>(p.in + p.out));
     const int mats = opt_.model == ModelKind::kSage ? 2 : 1;
-    for (int m = 0; m < mats; ++m) {
-      float* w = params_.data() + (m == 0 ? p.w_self : p.w_neigh);
-      for (int64_t i = 0; i < p.in; ++i) {
-        for (int64_t j = 0; j < p.out; ++j) {
-          const float u = rng.uniform(static_cast<uint32_t>(l), static_cast<uint32_t>(m), static_cast<uint32_t>(i),
-                                      static_cast<uint32_t>(j / 4), static_cast<int>(j % 4));
-          w[i * p.out + j] = (2.0f * u - 1.0f) * bound;
-        }
-      }
-    }
+    for (int m = 0; m < mats; ++m)
+      glorot(l, static_cast<uint32_t>(m), params_.data() + (m == 0 ? p.w_self : p.w_neigh), p.in, p.out, bound);
   }
 }
 
@@ -270,6 +357,40 @@ void DistributedTrainer::allocate() {
   in_.resize(static_cast<size_t>(L()));
   z_.resize(static_cast<size_t>(L()));
   y_.resize(static_cast<size_t>(L()));
+  pend_fwd_.resize(static_cast<size_t>(L()));
+  pend_bwd_.resize(static_cast<size_t>(L()));
+  last_sent_.resize(static_cast<size_t>(L()));
+  drift_num_.assign(static_cast<size_t>(L()), 0.0);
+  drift_den_.assign(static_cast<size_t>(L()), 0.0);
+  if (gat()) {
+    // Inputs live on owned rows only (the exchange carries the projected rows); every layer
+    // exchanges [h | el].
+    hl_.resize(static_cast<size_t>(L()));
+    er_.resize(static_cast<size_t>(L()));
+    alpha_.resize(static_cast<size_t>(L()));
+    const int64_t entries = gat_.view().entries();
+    int64_t max_proj = 0, max_heads = 0;
+    for (int l = 0; l < L(); ++l) {
+      const auto& p = lp_[l];
+      if (l >= 1) in_[l].reshape(owned(), dims_[l]);
+      y_[l].reshape(owned(), dims_[l + 1]);
+      hl_[l].reshape(local(), p.proj() + p.heads);
+      hl_[l].zero();
+      er_[l].reshape(owned(), p.heads);
+      alpha_[l].reshape(entries + owned(), p.heads);
+      max_proj = std::max(max_proj, p.proj());
+      max_heads = std::max<int64_t>(max_heads, p.heads);
+    }
+    const int64_t max_dim = *std::max_element(dims_.begin() + 1, dims_.end());
+    proj_.reshape(owned(), max_proj);
+    dy_.reshape(owned(), max_dim);
+    dz_.reshape(owned(), max_dim);
+    dh_.reshape(local(), max_proj);
+    del_.reshape(local(), max_heads);
+    der_.reshape(owned(), max_heads);
+    edge_grad_.reshape(entries + owned(), max_heads);
+    return;
+  }
   for (int l = 0; l < L(); ++l) {
     if (l >= 1) {
       in_[l].reshape(local(), dims_[l]);
@@ -284,11 +405,6 @@ void DistributedTrainer::allocate() {
   dy_.reshape(owned(), max_dim);
   dz_.reshape(owned(), max_dim);
   dlocal_.reshape(local(), max_dim);
-  pend_fwd_.resize(static_cast<size_t>(L()));
-  pend_bwd_.resize(static_cast<size_t>(L()));
-  last_sent_.resize(static_cast<size_t>(L()));
-  drift_num_.assign(static_cast<size_t>(L()), 0.0);
-  drift_den_.assign(static_cast<size_t>(L()), 0.0);
 }
 
 void DistributedTrainer::aggregate_owned_part(const float* x, int64_t cols, float* out) {
@@ -344,7 +460,7 @@ void DistributedTrainer::aggregate_transpose(const float* dz, int64_t cols, floa
 void DistributedTrainer::precompute_input_aggregation() {
   // Layer-0 input features never change: exchange them once (fp32) and aggregate once.
   const int64_t F = dims_[0];
-  Matrix<float> x_local(local(), F);
+  Matrix<float> x_local(gat() ? owned() : local(), F);  // GAT never exchanges its inputs
   for (int64_t r = 0; r < owned(); ++r) std::copy_n(s_.features.data() + r * F, F, x_local.row(r));
   if (opt_.row_normalize_features) {
 #pragma omp parallel for schedule(static)
@@ -354,6 +470,15 @@ void DistributedTrainer::precompute_input_aggregation() {
       if (sum > 0.0)
         for (int64_t j = 0; j < F; ++j) x_local(r, j) = static_cast<float>(x_local(r, j) / sum);
     }
+  }
+  if (gat()) {
+    // GAT projects before it aggregates, so layer 0 needs only the owned input rows.
+    std::vector<int64_t> counts = {InputMatrix::count_nonzeros(x_local.data(), owned() * F), owned() * F};
+    comm_.allreduce_sum(std::span<int64_t>(counts));
+    x0_.assign(x_local.data(), owned(), F,
+               static_cast<double>(counts[0]) / static_cast<double>(std::max<int64_t>(counts[1], 1)) <
+                   InputMatrix::kSparseBelow);
+    return;
   }
   quant::QuantKey key{opt_.seed, 0, 0, quant::Direction::kForward, 0, 0};
   exch_.forward(x_local.data(), F, F, 32, key);
@@ -372,10 +497,12 @@ void DistributedTrainer::precompute_input_aggregation() {
   exch_.stats().reset();
 }
 
-void DistributedTrainer::exchange_forward(int l, int epoch, float* x, int64_t cols) {
+void DistributedTrainer::exchange_forward(int l, int epoch, float* x, int64_t cols, const float* drift_rows,
+                                          int64_t drift_cols, const Work& before_halo, const Work& after_halo) {
+  if (l == 1) inject_faults(epoch, x, cols);
   if (opt_.skip_exchange && epoch > 0) {  // benchmark floor: reuse epoch 0's halo rows
-    aggregate_owned_part(x, cols, z_[l].data());
-    aggregate_halo_part(x, cols, z_[l].data());
+    before_halo();
+    after_halo();
     return;
   }
   const quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
@@ -383,7 +510,7 @@ void DistributedTrainer::exchange_forward(int l, int epoch, float* x, int64_t co
   // Drift is measured on the activations before dropout (y_[l-1], the same rows): the rows
   // sent carry a fresh dropout mask every epoch, which alone would make them differ by ~100%
   // from one epoch to the next and hide how much the embeddings themselves moved.
-  if (adapter_.drift_enabled()) measure_drift(l, y_[l - 1].data(), cols);
+  if (adapter_.drift_enabled() && drift_rows != nullptr) measure_drift(l, drift_rows, drift_cols);
   InFlight& in_flight = pend_fwd_[l];
   if (opt_.mode == ExchangeMode::kStale && !sync_epoch_) {
     // Take in what was sent S or more epochs ago (waiting for it if it has not arrived),
@@ -395,30 +522,31 @@ void DistributedTrainer::exchange_forward(int l, int epoch, float* x, int64_t co
       in_flight.pop_front();
     }
     if (s_.num_halo > 0) tracker_.use_forward(l, epoch);  // no halo rows, nothing stale
-    in_flight.emplace_back(epoch, exch_.start_forward(x, cols, cols, bits, key, tag_forward(l)));
-    aggregate_owned_part(x, cols, z_[l].data());
-    aggregate_halo_part(x, cols, z_[l].data());
+    in_flight.emplace_back(epoch, exch_.start_forward(x, cols, cols, bits, key, tag_forward(l), fp32_tail(l)));
+    before_halo();
+    after_halo();
     return;
   }
   // Fresh exchange. In stale mode a synchronous epoch first drains what is in flight.
   for (auto& [e, p] : in_flight) exch_.finish_forward(p, x, cols);
   in_flight.clear();
-  auto pending = exch_.start_forward(x, cols, cols, bits, key, tag_forward(l));
+  auto pending = exch_.start_forward(x, cols, cols, bits, key, tag_forward(l), fp32_tail(l));
   if (opt_.mode == ExchangeMode::kSync) {
     exch_.finish_forward(pending, x, cols);
-    aggregate_owned_part(x, cols, z_[l].data());
+    before_halo();
   } else {
-    aggregate_owned_part(x, cols, z_[l].data());
+    before_halo();
     exch_.finish_forward(pending, x, cols);
   }
-  aggregate_halo_part(x, cols, z_[l].data());
+  after_halo();
   tracker_.set_forward(l, epoch);
   tracker_.use_forward(l, epoch);
 }
 
 // Evaluation always sees fresh halos. In stale mode the training halo cache is kept aside and
 // restored, so evaluating does not change what training uses.
-void DistributedTrainer::exchange_forward_eval(int l, int epoch, float* x, int64_t cols) {
+void DistributedTrainer::exchange_forward_eval(int l, int epoch, float* x, int64_t cols, const Work& before_halo,
+                                               const Work& after_halo) {
   const quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
   float* halo = x + owned() * cols;
   const int64_t halo_values = static_cast<int64_t>(s_.num_halo) * cols;
@@ -427,10 +555,10 @@ void DistributedTrainer::exchange_forward_eval(int l, int epoch, float* x, int64
     saved.resize(static_cast<size_t>(halo_values));
     std::copy_n(halo, halo_values, saved.data());
   }
-  auto pending = exch_.start_forward(x, cols, cols, opt_.bits_fwd_at(l), key, tag_eval(l));
-  aggregate_owned_part(x, cols, z_[l].data());
+  auto pending = exch_.start_forward(x, cols, cols, opt_.bits_fwd_at(l), key, tag_eval(l), fp32_tail(l));
+  before_halo();
   exch_.finish_forward(pending, x, cols);
-  aggregate_halo_part(x, cols, z_[l].data());
+  after_halo();
   if (opt_.mode == ExchangeMode::kStale) std::copy_n(saved.data(), halo_values, halo);
 }
 
@@ -457,13 +585,7 @@ void DistributedTrainer::measure_drift(int l, const float* x, int64_t cols) {
   drift_measured_ = have_last;
 }
 
-void DistributedTrainer::exchange_backward(int l, int epoch, float* dlocal, const float* dz, const float* dy, int64_t fin,
-                                           int64_t fout) {
-  const bool sage = opt_.model == ModelKind::kSage;
-  auto owned_rows = [&] {
-    aggregate_transpose(dz, fin, dlocal, /*halo_rows=*/false);
-    if (sage) gemm(false, true, owned(), fin, fout, 1.0f, dy, fout, params_.data() + lp_[l].w_self, fout, 1.0f, dlocal, fin);
-  };
+void DistributedTrainer::exchange_backward(int l, int epoch, float* dlocal, int64_t fin, const Work& owned_rows) {
   if (opt_.skip_exchange && epoch > 0) {
     owned_rows();
     return;
@@ -501,7 +623,7 @@ void DistributedTrainer::exchange_backward(int l, int epoch, float* dlocal, cons
 // HALOGEN_FAULT_RANK=r with HALOGEN_FAULT_EPOCH=e and HALOGEN_FAULT=kill|hang|nan makes rank
 // r, at the first exchanged layer of epoch e, die (SIGKILL), hang, or put a NaN into the
 // embeddings it is about to send.
-void DistributedTrainer::inject_faults(int epoch) {
+void DistributedTrainer::inject_faults(int epoch, float* x, int64_t cols) {
   static const char* rank = std::getenv("HALOGEN_FAULT_RANK");
   static const char* at = std::getenv("HALOGEN_FAULT_EPOCH");
   static const char* what = std::getenv("HALOGEN_FAULT");
@@ -511,17 +633,24 @@ void DistributedTrainer::inject_faults(int epoch) {
   if (fault == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   if (fault == "nan" && s_.send_offsets[s_.num_parts] > 0)
-    in_[1](s_.send_indices[0], 0) = std::numeric_limits<float>::quiet_NaN();
+    x[static_cast<int64_t>(s_.send_indices[0]) * cols] = std::numeric_limits<float>::quiet_NaN();
+}
+
+std::pair<float*, int64_t> DistributedTrainer::exchanged(int l) {
+  if (gat()) return {hl_[l].data(), hl_[l].cols()};
+  if (l == 0) return {nullptr, 0};
+  return {in_[l].data(), dims_[l]};
 }
 
 void DistributedTrainer::drain_pending() {
   for (int l = 0; l < L(); ++l) {
-    for (auto& [e, p] : pend_fwd_[l]) exch_.finish_forward(p, in_[l].data(), dims_[l]);
+    const auto [x, cols] = exchanged(l);
+    for (auto& [e, p] : pend_fwd_[l]) exch_.finish_forward(p, x, cols);
     pend_fwd_[l].clear();
     if (!pend_bwd_[l].empty()) {
-      Matrix<float> discard(local(), dims_[l]);
+      Matrix<float> discard(local(), backward_width(l));
       discard.zero();
-      for (auto& [e, p] : pend_bwd_[l]) exch_.finish_backward(p, discard.data(), dims_[l]);
+      for (auto& [e, p] : pend_bwd_[l]) exch_.finish_backward(p, discard.data(), backward_width(l));
       pend_bwd_[l].clear();
     }
   }
@@ -530,6 +659,10 @@ void DistributedTrainer::drain_pending() {
 void DistributedTrainer::forward(int epoch, bool training) {
   const float p = training ? opt_.dropout : 0.0f;
   const int32_t* gid = s_.owned_global.data();
+  if (gat()) {
+    for (int l = 0; l < L(); ++l) forward_gat_layer(l, epoch, training);
+    return;
+  }
   for (int l = 0; l < L(); ++l) {
     const auto& lp = lp_[l];
     const int64_t fin = lp.in, fout = lp.out;
@@ -545,11 +678,13 @@ void DistributedTrainer::forward(int epoch, bool training) {
         x0_.multiply(params_.data() + lp.w_self, fout, 1.0f, y);
       }
     } else {
-      if (training && l == 1) inject_faults(epoch);
+      float* x = in_[l].data();
+      const Work owned_part = [&] { aggregate_owned_part(x, fin, z_[l].data()); };
+      const Work halo_part = [&] { aggregate_halo_part(x, fin, z_[l].data()); };
       if (training) {
-        exchange_forward(l, epoch, in_[l].data(), fin);
+        exchange_forward(l, epoch, x, fin, y_[l - 1].data(), fin, owned_part, halo_part);
       } else {
-        exchange_forward_eval(l, epoch, in_[l].data(), fin);
+        exchange_forward_eval(l, epoch, x, fin, owned_part, halo_part);
       }
       gemm(false, false, owned(), fout, fin, 1.0f, z_[l].data(), fin, params_.data() + (sage ? lp.w_neigh : lp.w_self), fout, 1.0f, y, fout);
       if (sage) gemm(false, false, owned(), fout, fin, 1.0f, in_[l].data(), fin, params_.data() + lp.w_self, fout, 1.0f, y, fout);
@@ -567,6 +702,10 @@ void DistributedTrainer::backward(int epoch) {
   const int32_t* gid = s_.owned_global.data();
   grads_.zero();
   // dy_ holds dL/dy of the last layer on entry.
+  if (gat()) {
+    for (int l = L() - 1; l >= 0; --l) backward_gat_layer(l, epoch);
+    return;
+  }
   for (int l = L() - 1; l >= 0; --l) {
     const auto& lp = lp_[l];
     const int64_t fin = lp.in, fout = lp.out;
@@ -590,13 +729,212 @@ void DistributedTrainer::backward(int epoch) {
     gemm(false, true, owned(), fin, fout, 1.0f, dy, fout, params_.data() + (sage ? lp.w_neigh : lp.w_self), fout, 0.0f, dz, fin);
     float* dlocal = dlocal_.data();
     aggregate_transpose(dz, fin, dlocal, /*halo_rows=*/true);
-    exchange_backward(l, epoch, dlocal, dz, dy, fin, fout);
+    exchange_backward(l, epoch, dlocal, fin, [&] {
+      aggregate_transpose(dz, fin, dlocal, /*halo_rows=*/false);
+      if (sage)
+        gemm(false, true, owned(), fin, fout, 1.0f, dy, fout, params_.data() + lp.w_self, fout, 1.0f, dlocal, fin);
+    });
     // Through the dropout and relu of the previous layer: dy_{l-1} = dlocal (owned) * mask * relu'.
     float* dprev = dy_.data();
     std::copy_n(dlocal, owned() * fin, dprev);
     dropout_apply(dprev, owned(), fin, fin, gid, opt_.dropout, {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * l)});
     relu_backward(y_[l - 1].data(), dprev, owned() * fin);
   }
+}
+
+// One GAT layer (train/gat.hpp): h = dropout(x) W on owned rows, el/er from the attention
+// vectors, [h | el] exchanged like any halo row, then the fused attention over each owned
+// row's neighbours. Rows without halo neighbours are computed while the halo is in flight.
+void DistributedTrainer::forward_gat_layer(int l, int epoch, bool training) {
+  const auto& lp = lp_[l];
+  const int64_t fin = lp.in, fout = lp.out, pw = lp.proj();
+  const int H = lp.heads;
+  const float p = training ? opt_.dropout : 0.0f;
+  const int32_t* gid = s_.owned_global.data();
+  const float* w = params_.data() + lp.w_self;
+  Matrix<float>& hl = hl_[l];
+  const int64_t ldh = hl.cols();
+  // Projection into proj_ (owned x pw), then into the exchanged rows with el beside it.
+  float* h = proj_.data();
+  if (l == 0) {
+    x0_.prepare(p, {opt_.seed, static_cast<uint32_t>(epoch), 1}, gid);
+    x0_.multiply(w, pw, 0.0f, h);
+  } else {
+    gemm(false, false, owned(), pw, fin, 1.0f, in_[l].data(), fin, w, pw, 0.0f, h, pw);
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < owned(); ++i) std::copy_n(h + i * pw, pw, hl.row(i));
+  gat_attention_terms(hl.data(), ldh, owned(), H, lp.head_dim, params_.data() + lp.att_src, hl.data() + pw, ldh);
+  gat_attention_terms(hl.data(), ldh, owned(), H, lp.head_dim, params_.data() + lp.att_dst, er_[l].data(), H);
+
+  GatForwardArgs a;
+  a.graph = gat_.view();
+  a.heads = H;
+  a.head_dim = lp.head_dim;
+  a.feat = hl.data();
+  a.ld_feat = ldh;
+  a.el = hl.data() + pw;
+  a.ld_el = ldh;
+  a.er = er_[l].data();
+  a.negative_slope = kGatNegativeSlope;
+  a.dropout = {training ? opt_.attention_dropout() : 0.0f, opt_.seed, static_cast<uint32_t>(epoch),
+               static_cast<uint32_t>(l)};
+  a.average_heads = l + 1 == L();
+  a.alpha = alpha_[l].data();
+  a.out = y_[l].data();
+  a.ld_out = fout;
+  auto rows = [&](const std::vector<int32_t>& list) {
+    GatForwardArgs part = a;
+    part.row_list = list.data();
+    part.row_list_size = static_cast<int64_t>(list.size());
+    gat_forward<kDevCpu>(part);
+  };
+  const Work interior = [&] { rows(gat_.interior_rows); };
+  const Work boundary = [&] { rows(gat_.boundary_rows); };
+  if (training) {
+    exchange_forward(l, epoch, hl.data(), ldh, l > 0 ? y_[l - 1].data() : nullptr, fin, interior, boundary);
+  } else {
+    exchange_forward_eval(l, epoch, hl.data(), ldh, interior, boundary);
+  }
+
+  float* y = y_[l].data();
+  const float* bias = params_.data() + lp.bias;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < owned(); ++i)
+    for (int64_t j = 0; j < fout; ++j) y[i * fout + j] += bias[j];
+  if (lp.identity_residual) {
+    const float* x = in_[l].data();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < owned() * fout; ++i) y[i] += x[i];
+  } else if (lp.w_res != LayerParams::kNone) {
+    if (l == 0) {
+      x0_.multiply(params_.data() + lp.w_res, fout, 1.0f, y);
+    } else {
+      gemm(false, false, owned(), fout, fin, 1.0f, in_[l].data(), fin, params_.data() + lp.w_res, fout, 1.0f, y, fout);
+    }
+  }
+  if (l + 1 < L()) {
+    elu_inplace(y, owned() * fout);
+    float* next = in_[l + 1].data();
+    std::copy_n(y, owned() * fout, next);
+    dropout_apply(next, owned(), fout, fout, gid, p,
+                  {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * (l + 1))});
+  }
+}
+
+// dy_ holds dL/dy_l (before the activation) on entry; on exit, for l > 0, dL/dy_{l-1}.
+void DistributedTrainer::backward_gat_layer(int l, int epoch) {
+  const auto& lp = lp_[l];
+  const int64_t fin = lp.in, fout = lp.out, pw = lp.proj(), D = lp.head_dim;
+  const int H = lp.heads;
+  const int32_t* gid = s_.owned_global.data();
+  const float* dy = dy_.data();
+  const Matrix<float>& hl = hl_[l];
+  const int64_t ldh = hl.cols();
+  float* gb = grads_.data() + lp.bias;
+  for (int64_t i = 0; i < owned(); ++i)
+    for (int64_t j = 0; j < fout; ++j) gb[j] += dy[i * fout + j];
+  if (lp.w_res != LayerParams::kNone) {
+    float* gres = grads_.data() + lp.w_res;
+    if (l == 0) {
+      x0_.multiply_transposed(dy, fout, gres);
+    } else {
+      gemm(true, false, fin, fout, owned(), 1.0f, in_[l].data(), fin, dy, fout, 0.0f, gres, fout);
+    }
+  }
+
+  GatBackwardArgs b;
+  b.graph = gat_.view();
+  b.heads = H;
+  b.head_dim = D;
+  b.feat = hl.data();
+  b.ld_feat = ldh;
+  b.el = hl.data() + pw;
+  b.ld_el = ldh;
+  b.er = er_[l].data();
+  b.negative_slope = kGatNegativeSlope;
+  b.dropout = {opt_.attention_dropout(), opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l)};
+  b.average_heads = l + 1 == L();
+  b.alpha = alpha_[l].data();
+  b.dout = dy;
+  b.ld_dout = fout;
+  b.edge_grad = edge_grad_.data();
+  float* dh = dh_.data();  // local x pw
+  b.dfeat = dh;
+  b.ld_dfeat = pw;
+  float* del = del_.data();  // local x H
+  float* der = der_.data();  // owned x H
+  b.del = del;
+  b.der = der;
+  gat_backward<kDevCpu>(b);
+  // The attention terms' share of dh: el_j = <h_j, a_src> on every local row (halo rows go
+  // back to their owners with the rest), er_i = <h_i, a_dst> on owned rows.
+  const float* a_src = params_.data() + lp.att_src;
+  const float* a_dst = params_.data() + lp.att_dst;
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < local(); ++j) {
+    for (int hh = 0; hh < H; ++hh) {
+      const float ge = del[j * H + hh];
+      const float gr = j < owned() ? der[j * H + hh] : 0.0f;
+      float* row = dh + j * pw + hh * D;
+      for (int64_t d = 0; d < D; ++d) row[d] += ge * a_src[hh * D + d] + gr * a_dst[hh * D + d];
+    }
+  }
+  exchange_backward(l, epoch, dh, pw, [&] {
+    // Attention vectors while the halo gradients travel: sums over this rank's edges (halo
+    // sources included, with the h this rank received), all-reduced with the rest.
+    // Per-thread fp64 partial sums over a static split of the rows, added in thread order:
+    // the same result on every run with the same thread count.
+    std::vector<std::vector<double>> partial(static_cast<size_t>(omp_get_max_threads()));
+#pragma omp parallel
+    {
+      std::vector<double>& mine = partial[static_cast<size_t>(omp_get_thread_num())];
+      mine.assign(static_cast<size_t>(2 * pw), 0.0);
+#pragma omp for schedule(static)
+      for (int64_t j = 0; j < local(); ++j) {
+        const float* h = hl.row(j);
+        for (int hh = 0; hh < H; ++hh) {
+          const double ge = del[j * H + hh], gr = j < owned() ? der[j * H + hh] : 0.0;
+          for (int64_t d = 0; d < D; ++d) {
+            mine[static_cast<size_t>(hh * D + d)] += ge * h[hh * D + d];
+            mine[static_cast<size_t>(pw + hh * D + d)] += gr * h[hh * D + d];
+          }
+        }
+      }
+    }
+    float* ga_src = grads_.data() + lp.att_src;
+    float* ga_dst = grads_.data() + lp.att_dst;
+    for (int64_t c = 0; c < pw; ++c) {
+      double s_src = 0.0, s_dst = 0.0;
+      for (const auto& mine : partial) {
+        if (mine.empty()) continue;
+        s_src += mine[static_cast<size_t>(c)];
+        s_dst += mine[static_cast<size_t>(pw + c)];
+      }
+      ga_src[c] += static_cast<float>(s_src);
+      ga_dst[c] += static_cast<float>(s_dst);
+    }
+  });
+  // dW = x^T dh on owned rows (halo gradients added by now).
+  float* gw = grads_.data() + lp.w_self;
+  if (l == 0) {
+    x0_.multiply_transposed(dh, pw, gw);
+    return;  // input features need no gradient
+  }
+  gemm(true, false, fin, pw, owned(), 1.0f, in_[l].data(), fin, dh, pw, 0.0f, gw, pw);
+  // dx = dh W^T (+ the residual's share), then through dropout and the ELU of layer l-1.
+  float* dx = dz_.data();
+  gemm(false, true, owned(), fin, pw, 1.0f, dh, pw, params_.data() + lp.w_self, pw, 0.0f, dx, fin);
+  if (lp.identity_residual) {
+    for (int64_t i = 0; i < owned() * fin; ++i) dx[i] += dy[i];
+  } else if (lp.w_res != LayerParams::kNone) {
+    gemm(false, true, owned(), fin, fout, 1.0f, dy, fout, params_.data() + lp.w_res, fout, 1.0f, dx, fin);
+  }
+  float* dprev = dy_.data();
+  std::copy_n(dx, owned() * fin, dprev);
+  dropout_apply(dprev, owned(), fin, fin, gid, opt_.dropout,
+                {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * l)});
+  elu_backward(y_[l - 1].data(), dprev, owned() * fin);
 }
 
 double DistributedTrainer::loss_and_grad(float* grad) {
@@ -653,14 +991,28 @@ LossAndGradient DistributedTrainer::probe(const std::vector<float>& params) {
 }
 
 nlohmann::json DistributedTrainer::model_description() const {
-  return {{"model", to_string(opt_.model)}, {"layers", opt_.layers}, {"hidden", opt_.hidden},
-          {"feature_dim", s_.feature_dim}, {"classes", s_.num_classes}, {"parameters", params_.size()}};
+  nlohmann::json m = {{"model", to_string(opt_.model)}, {"layers", opt_.layers},     {"hidden", opt_.hidden},
+                      {"feature_dim", s_.feature_dim},  {"classes", s_.num_classes}, {"parameters", params_.size()}};
+  if (gat()) {
+    m["heads"] = opt_.heads;
+    m["out_heads"] = opt_.out_heads;
+    m["residual"] = opt_.residual;
+  }
+  return m;
 }
 
 nlohmann::json DistributedTrainer::training_description() const {
-  return {{"mode", to_string(opt_.mode)}, {"staleness", opt_.staleness.staleness}, {"bits_fwd", opt_.bits_fwd},
-          {"bits_bwd", opt_.bits_bwd}, {"seed", opt_.seed}, {"dropout", opt_.dropout}, {"lr", opt_.lr},
-          {"weight_decay", opt_.weight_decay}, {"feature_norm", opt_.row_normalize_features ? "row" : "none"}};
+  return {{"mode", to_string(opt_.mode)},
+          {"staleness", opt_.staleness.staleness},
+          {"bits_fwd", opt_.bits_fwd},
+          {"bits_bwd", opt_.bits_bwd},
+          {"seed", opt_.seed},
+          {"dropout", opt_.dropout},
+          {"lr", opt_.lr},
+          {"weight_decay", opt_.weight_decay},
+          {"feature_norm", opt_.row_normalize_features ? "row" : "none"},
+          {"attn_dropout", opt_.attention_dropout()},
+          {"attn_terms", opt_.quantize_attention_terms ? "quantized" : "fp32"}};
 }
 
 // Everything the next epoch depends on: parameters, Adam moments, each layer's halo cache
@@ -683,9 +1035,8 @@ void DistributedTrainer::save_checkpoint(int epoch) {
     std::vector<int> tracker_epochs, last_rows, last_cols;
     for (int l = 0; l < L(); ++l) {
       tracker_epochs.push_back(tracker_.forward_epoch(l));
-      if (l >= 1) {
-        const float* halo = in_[l].data() + owned() * dims_[l];
-        w.add(fmt::format("halo/{}", l), halo, static_cast<size_t>(s_.num_halo * dims_[l]) * sizeof(float));
+      if (const auto [x, cols] = exchanged(l); x != nullptr) {
+        w.add(fmt::format("halo/{}", l), x + owned() * cols, static_cast<size_t>(s_.num_halo * cols) * sizeof(float));
       }
       last_rows.push_back(static_cast<int>(last_sent_[l].rows()));
       last_cols.push_back(static_cast<int>(last_sent_[l].cols()));
@@ -771,9 +1122,9 @@ void DistributedTrainer::load_checkpoint(const std::filesystem::path& dir) {
     const auto last_cols = meta.at("last_sent_cols").get<std::vector<int>>();
     for (int l = 0; l < L(); ++l) {
       tracker_.set_forward(l, tracker_epochs[l]);
-      if (l >= 1) {
-        float* halo = in_[l].data() + owned() * dims_[l];
-        r.read_into(fmt::format("halo/{}", l), halo, static_cast<size_t>(s_.num_halo * dims_[l]) * sizeof(float));
+      if (const auto [x, cols] = exchanged(l); x != nullptr) {
+        r.read_into(fmt::format("halo/{}", l), x + owned() * cols,
+                    static_cast<size_t>(s_.num_halo * cols) * sizeof(float));
       }
       if (last_rows[l] > 0) {
         last_sent_[l].reshape(last_rows[l], last_cols[l]);
@@ -929,14 +1280,21 @@ TrainResult DistributedTrainer::run_epochs() {
   drain_pending();
   // Per rank: peak RSS and the estimate the memory check used (to judge the estimate).
   const int P = comm_.size();
-  std::vector<int64_t> memory(static_cast<size_t>(2 * P), 0);
-  memory[2 * comm_.rank()] = peak_rss_bytes();
-  memory[2 * comm_.rank() + 1] = static_cast<int64_t>(memory_estimate_);
+  // GAT: what an unfused implementation would add, per rank: a message tensor (edge x
+  // heads x head_dim, self loops included) per layer and its gradient.
+  int64_t unfused_edge_bytes = 0;
+  if (gat())
+    for (int l = 0; l < L(); ++l) unfused_edge_bytes += 2 * 4 * (gat_.view().entries() + owned()) * lp_[l].proj();
+  std::vector<int64_t> memory(static_cast<size_t>(3 * P), 0);
+  memory[3 * comm_.rank()] = peak_rss_bytes();
+  memory[3 * comm_.rank() + 1] = static_cast<int64_t>(memory_estimate_);
+  memory[3 * comm_.rank() + 2] = unfused_edge_bytes;
   comm_.allreduce_sum(std::span<int64_t>(memory));
-  std::vector<int64_t> rss_per_rank, estimate_per_rank;
+  std::vector<int64_t> rss_per_rank, estimate_per_rank, unfused_per_rank;
   for (int r = 0; r < P; ++r) {
-    rss_per_rank.push_back(memory[2 * r]);
-    estimate_per_rank.push_back(memory[2 * r + 1]);
+    rss_per_rank.push_back(memory[3 * r]);
+    estimate_per_rank.push_back(memory[3 * r + 1]);
+    unfused_per_rank.push_back(memory[3 * r + 2]);
   }
   const double rss = static_cast<double>(*std::max_element(rss_per_rank.begin(), rss_per_rank.end()));
   nlohmann::json summary;
@@ -949,6 +1307,7 @@ TrainResult DistributedTrainer::run_epochs() {
   summary["peak_rss_bytes"] = static_cast<int64_t>(rss);
   summary["peak_rss_bytes_per_rank"] = rss_per_rank;
   summary["estimated_peak_bytes_per_rank"] = estimate_per_rank;
+  if (gat()) summary["unfused_edge_feature_bytes_per_rank"] = unfused_per_rank;
   summary["device"] = "cpu";
   summary["ranks"] = comm_.size();
   summary["model"] = to_string(opt_.model);

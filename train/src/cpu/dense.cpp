@@ -88,6 +88,16 @@ void relu_backward(const float* y, float* grad, int64_t n) {
   for (int64_t i = 0; i < n; ++i) grad[i] = y[i] > 0.0f ? grad[i] : 0.0f;
 }
 
+void elu_inplace(float* x, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : std::expm1(x[i]);
+}
+
+void elu_backward(const float* y, float* grad, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) grad[i] = y[i] > 0.0f ? grad[i] : grad[i] * (y[i] + 1.0f);
+}
+
 double softmax_xent(const float* logits, int64_t rows, int64_t classes, const int32_t* labels, const uint8_t* mask,
                     float grad_scale, float* grad) {
   double loss = 0.0;

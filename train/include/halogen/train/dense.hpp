@@ -31,6 +31,10 @@ void dropout_apply(float* x, int64_t rows, int64_t cols, int64_t ld, const int32
 /// out = relu(x) in place; relu_backward: grad *= (y > 0).
 void relu_inplace(float* x, int64_t n);
 void relu_backward(const float* y, float* grad, int64_t n);
+/// out = elu(x) = x > 0 ? x : exp(x) - 1 in place; elu_backward from the output y:
+/// grad *= (y > 0 ? 1 : y + 1), since elu'(x) = exp(x) = y + 1 for x <= 0.
+void elu_inplace(float* x, int64_t n);
+void elu_backward(const float* y, float* grad, int64_t n);
 
 /// Softmax cross-entropy over the rows selected by mask (labels >= 0). Returns the summed
 /// loss (fp64); writes grad = (softmax - onehot) * grad_scale for selected rows, 0 elsewhere

@@ -20,7 +20,7 @@
 
 namespace halogen {
 
-enum class ModelKind { kGcn, kSage };
+enum class ModelKind { kGcn, kSage, kGat };
 ModelKind parse_model_kind(const std::string& name);
 std::string to_string(ModelKind k);
 
@@ -28,8 +28,17 @@ std::string to_string(ModelKind k);
 struct TrainOptions {
   ModelKind model = ModelKind::kGcn;
   int layers = 2;
-  int hidden = 16;
+  int hidden = 16;  // GAT: per head; a hidden layer is heads * hidden wide
   float dropout = 0.5f;
+  /// GAT (train/gat.hpp): attention heads of the hidden layers (concatenated) and of the
+  /// output layer (averaged); dropout on the attention weights (< 0: same as dropout);
+  /// residual connections (identity where widths match, else a learned projection).
+  int heads = 8;
+  int out_heads = 1;
+  float attn_dropout = -1.0f;
+  bool residual = false;
+  /// GAT: quantize the attention terms with the features (default: they travel as fp32).
+  bool quantize_attention_terms = false;
   float lr = 0.01f;
   float weight_decay = 5e-4f;
   int epochs = 200;
@@ -63,6 +72,7 @@ struct TrainOptions {
   void validate() const;
   int bits_fwd_at(int layer) const;
   int bits_bwd_at(int layer) const;
+  float attention_dropout() const { return attn_dropout < 0.0f ? dropout : attn_dropout; }
 };
 
 struct TrainResult {

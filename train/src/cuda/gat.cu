@@ -1,0 +1,212 @@
+// CUDA GAT kernels (train/include/halogen/train/gat.hpp), the same arithmetic as
+// train/src/cpu/gat.cpp: fp32 logits and exponentials, fp64 sums rounded once.
+//
+// Work layout: one warp per destination row (forward, backward pass 1) or per local source
+// (backward pass 2). Lanes split a row's edges for the logits and the softmax sums (warp
+// reductions), and split the head's columns for the weighted sums, walking the edges in
+// order, so each output value sums its terms in the CPU's order.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "halogen/core/error.hpp"
+#include "halogen/train/gat.hpp"
+#include "kernels.hpp"
+
+namespace halogen {
+namespace {
+
+using detail::as_stream;
+
+constexpr int kWarp = 32;
+constexpr int kWarpsPerBlock = 8;
+
+__device__ __forceinline__ float leaky(float x, float slope) { return x > 0.0f ? x : __fmul_rn(x, slope); }
+
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+struct DeviceDropout {
+  RngStream rng;
+  uint32_t epoch = 0, layer = 0;
+  uint32_t threshold;
+  float scale;
+  bool on;
+  __device__ float factor(int32_t dst, int32_t src, int h) const {
+    if (!on) return 1.0f;
+    return gat_keep(rng, epoch, layer, threshold, dst, src, h) ? scale : 0.0f;
+  }
+};
+
+DeviceDropout make_dropout(const GatDropout& d) {
+  HALOGEN_EXPECTS(d.p >= 0.0f && d.p < 1.0f, "attention dropout must be in [0, 1), got {}", d.p);
+  return DeviceDropout{RngStream::make(d.seed, RngPurpose::kAttentionDropout),
+                       d.epoch,
+                       d.layer,
+                       gat_dropout_threshold(d.p),
+                       d.p > 0.0f ? 1.0f / (1.0f - d.p) : 1.0f,
+                       d.p > 0.0f};
+}
+
+__global__ void gat_forward_kernel(GatForwardArgs a, DeviceDropout drop) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int64_t n = a.row_list != nullptr ? a.row_list_size : a.graph.rows;
+  if (warp >= n) return;
+  const GatGraph& g = a.graph;
+  const int64_t i = a.row_list != nullptr ? a.row_list[warp] : warp;
+  const int H = a.heads;
+  const int64_t D = a.head_dim, E = g.entries();
+  const int64_t begin = g.offsets[i], end = g.offsets[i + 1];
+  // Softmax of every head; alpha written to global memory, read back by the same warp.
+  for (int h = 0; h < H; ++h) {
+    const float er = a.er[i * H + h];
+    float mx = leaky(__fadd_rn(a.el[i * a.ld_el + h], er), a.negative_slope);
+    for (int64_t e = begin + lane; e < end; e += kWarp)
+      mx = fmaxf(mx, leaky(__fadd_rn(a.el[static_cast<int64_t>(g.indices[e]) * a.ld_el + h], er), a.negative_slope));
+    mx = warp_max(mx);
+    double sum = 0.0;
+    for (int64_t e = begin + lane; e <= end; e += kWarp) {
+      const int64_t j = e == end ? i : g.indices[e];
+      sum += expf(__fsub_rn(leaky(__fadd_rn(a.el[j * a.ld_el + h], er), a.negative_slope), mx));
+    }
+    const double inv = 1.0 / warp_sum(sum);
+    for (int64_t e = begin + lane; e <= end; e += kWarp) {
+      const int64_t j = e == end ? i : g.indices[e];
+      const float x = expf(__fsub_rn(leaky(__fadd_rn(a.el[j * a.ld_el + h], er), a.negative_slope), mx));
+      a.alpha[(e == end ? E + i : e) * H + h] = static_cast<float>(x * inv);
+    }
+  }
+  __syncwarp();
+  // Weighted sums: lane owns columns d = lane, lane + 32, ... of each head.
+  float* o = a.out + i * a.ld_out;
+  for (int64_t d = lane; d < D; d += kWarp) {
+    double mean = 0.0;
+    for (int h = 0; h < H; ++h) {
+      double acc = 0.0;
+      for (int64_t e = begin; e <= end; ++e) {
+        const bool self = e == end;
+        const int64_t j = self ? i : g.indices[e];
+        const double w =
+            static_cast<double>(a.alpha[(self ? E + i : e) * H + h]) * drop.factor(g.dst_gid[i], g.src_gid[j], h);
+        if (w != 0.0) acc += w * a.feat[j * a.ld_feat + h * D + d];
+      }
+      if (a.average_heads) {
+        mean += acc;
+      } else {
+        o[h * D + d] = static_cast<float>(acc);
+      }
+    }
+    if (a.average_heads) o[d] = static_cast<float>(mean / H);
+  }
+}
+
+// Pass 1: per row and head, dL/d alpha (recomputed), the softmax and LeakyReLU backward.
+__global__ void gat_backward_rows_kernel(GatBackwardArgs a, DeviceDropout drop) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const GatGraph& g = a.graph;
+  if (i >= g.rows) return;
+  const int H = a.heads;
+  const int64_t D = a.head_dim, E = g.entries();
+  const double head_scale = a.average_heads ? 1.0 / H : 1.0;
+  const int64_t begin = g.offsets[i], end = g.offsets[i + 1];
+  for (int h = 0; h < H; ++h) {
+    const float* dy = a.dout + i * a.ld_dout + (a.average_heads ? 0 : h * D);
+    const float er = a.er[i * H + h];
+    auto dalpha = [&](int64_t e) {
+      const int64_t j = e == end ? i : g.indices[e];
+      const float f = drop.factor(g.dst_gid[i], g.src_gid[j], h);
+      if (f == 0.0f) return 0.0;
+      const float* x = a.feat + j * a.ld_feat + h * D;
+      double dot = 0.0;
+      for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(dy[d]) * x[d];
+      return dot * head_scale * f;
+    };
+    double weighted = 0.0;
+    for (int64_t e = begin + lane; e <= end; e += kWarp)
+      weighted += static_cast<double>(a.alpha[(e == end ? E + i : e) * H + h]) * dalpha(e);
+    weighted = warp_sum(weighted);
+    double der = 0.0;
+    for (int64_t e = begin + lane; e <= end; e += kWarp) {
+      const bool self = e == end;
+      const int64_t j = self ? i : g.indices[e];
+      const int64_t slot = (self ? E + i : e) * H + h;
+      const float pre = __fadd_rn(a.el[j * a.ld_el + h], er);
+      const double de = static_cast<double>(a.alpha[slot]) * (dalpha(e) - weighted) *
+                        (pre > 0.0f ? 1.0 : static_cast<double>(a.negative_slope));
+      a.edge_grad[slot] = static_cast<float>(de);
+      der += de;
+    }
+    der = warp_sum(der);
+    if (lane == 0) a.der[i * H + h] = static_cast<float>(der);
+  }
+}
+
+// Pass 2: per local source, gathers over the transposed entries (and its own self loop).
+__global__ void gat_backward_sources_kernel(GatBackwardArgs a, DeviceDropout drop) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t j = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const GatGraph& g = a.graph;
+  if (j >= g.num_src) return;
+  const int H = a.heads;
+  const int64_t D = a.head_dim, E = g.entries();
+  const double head_scale = a.average_heads ? 1.0 / H : 1.0;
+  const int64_t tb = g.t_offsets[j], te = g.t_offsets[j + 1];
+  const int64_t last = te + (j < g.rows ? 1 : 0);  // t == te: the self loop
+  for (int h = 0; h < H; ++h) {
+    double del = 0.0;
+    for (int64_t t = tb + lane; t < last; t += kWarp) del += a.edge_grad[(t == te ? E + j : g.t_entry[t]) * H + h];
+    del = warp_sum(del);
+    if (lane == 0) a.del[j * H + h] = static_cast<float>(del);
+    for (int64_t d = lane; d < D; d += kWarp) {
+      double acc = 0.0;
+      for (int64_t t = tb; t < last; ++t) {
+        const bool self = t == te;
+        const int64_t i = self ? j : g.t_rows[t];
+        const int64_t slot = (self ? E + j : g.t_entry[t]) * H + h;
+        const double w = static_cast<double>(a.alpha[slot]) * drop.factor(g.dst_gid[i], g.src_gid[j], h) * head_scale;
+        if (w != 0.0) acc += w * a.dout[i * a.ld_dout + (a.average_heads ? 0 : h * D) + d];
+      }
+      a.dfeat[j * a.ld_dfeat + h * D + d] = static_cast<float>(acc);
+    }
+  }
+}
+
+unsigned int blocks_for_warps(int64_t warps) {
+  return static_cast<unsigned int>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
+
+}  // namespace
+
+template <>
+void gat_forward<kDevCuda>(const GatForwardArgs& args, void* stream) {
+  const int64_t n = args.row_list != nullptr ? args.row_list_size : args.graph.rows;
+  if (n == 0) return;
+  gat_forward_kernel<<<blocks_for_warps(n), kWarpsPerBlock * kWarp, 0, as_stream(stream)>>>(args,
+                                                                                            make_dropout(args.dropout));
+  HALOGEN_CHECK_CUDA(cudaGetLastError());
+}
+
+template <>
+void gat_backward<kDevCuda>(const GatBackwardArgs& args, void* stream) {
+  const DeviceDropout drop = make_dropout(args.dropout);
+  if (args.graph.rows > 0) {
+    gat_backward_rows_kernel<<<blocks_for_warps(args.graph.rows), kWarpsPerBlock * kWarp, 0, as_stream(stream)>>>(args,
+                                                                                                                  drop);
+    HALOGEN_CHECK_CUDA(cudaGetLastError());
+  }
+  if (args.graph.num_src > 0) {
+    gat_backward_sources_kernel<<<blocks_for_warps(args.graph.num_src), kWarpsPerBlock * kWarp, 0, as_stream(stream)>>>(
+        args, drop);
+    HALOGEN_CHECK_CUDA(cudaGetLastError());
+  }
+}
+
+}  // namespace halogen
