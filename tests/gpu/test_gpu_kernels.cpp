@@ -654,26 +654,15 @@ TEST_F(GpuKernels, GatMatchesCpu) {
     // CPU reference.
     std::vector<float> alpha(static_cast<size_t>((E + pr.rows) * pr.heads)), out(dout.size());
     std::vector<float> edge_grad(alpha.size()), dfeat(pr.feat.size()), del(pr.el.size()), der(pr.er.size());
-    auto fill = [&](auto& args, const GatGraph& g, const float* feat, const float* el, const float* er) {
-      args.graph = g;
-      args.heads = pr.heads;
-      args.head_dim = pr.head_dim;
-      args.feat = feat;
-      args.ld_feat = pr.proj();
-      args.el = el;
-      args.ld_el = pr.heads;
-      args.er = er;
-      args.dropout = {pr.p, 3, 1, 2};
-      args.average_heads = pr.average;
-    };
+    const GatInputs on_host = pr.inputs(3, 1, 2);
     GatForwardArgs f;
-    fill(f, host, pr.feat.data(), pr.el.data(), pr.er.data());
+    static_cast<GatInputs&>(f) = on_host;
     f.alpha = alpha.data();
     f.out = out.data();
     f.ld_out = pr.width();
     gat_forward<kDevCpu>(f);
     GatBackwardArgs b;
-    fill(b, host, pr.feat.data(), pr.el.data(), pr.er.data());
+    static_cast<GatInputs&>(b) = on_host;
     b.alpha = alpha.data();
     b.dout = dout.data();
     b.ld_dout = pr.width();
@@ -700,14 +689,19 @@ TEST_F(GpuKernels, GatMatchesCpu) {
     auto d_feat = upf(pr.feat), d_el = upf(pr.el), d_er = upf(pr.er), d_dout = upf(dout);
     DeviceBuffer<float> d_alpha(alpha.size()), d_out(out.size()), d_eg(alpha.size()), d_dfeat(dfeat.size()),
         d_del(del.size()), d_der(der.size());
+    GatInputs on_device = on_host;
+    on_device.graph = dev;
+    on_device.feat = d_feat.data();
+    on_device.el = d_el.data();
+    on_device.er = d_er.data();
     GatForwardArgs fd;
-    fill(fd, dev, d_feat.data(), d_el.data(), d_er.data());
+    static_cast<GatInputs&>(fd) = on_device;
     fd.alpha = d_alpha.data();
     fd.out = d_out.data();
     fd.ld_out = pr.width();
     gat_forward<kDevCuda>(fd);
     GatBackwardArgs bd;
-    fill(bd, dev, d_feat.data(), d_el.data(), d_er.data());
+    static_cast<GatInputs&>(bd) = on_device;
     bd.alpha = d_alpha.data();
     bd.dout = d_dout.data();
     bd.ld_dout = pr.width();

@@ -24,6 +24,21 @@ struct GatProblem {
   GatStructure structure;
   int64_t width() const { return average ? head_dim : heads * head_dim; }
   int64_t proj() const { return heads * head_dim; }
+  /// The kernels' shared arguments over this problem's host arrays (attention dropout p).
+  GatInputs inputs(uint64_t seed, uint32_t epoch, uint32_t layer) const {
+    GatInputs in;
+    in.graph = structure.view();
+    in.heads = heads;
+    in.head_dim = head_dim;
+    in.feat = feat.data();
+    in.ld_feat = proj();
+    in.el = el.data();
+    in.ld_el = heads;
+    in.er = er.data();
+    in.dropout = {p, seed, epoch, layer};
+    in.average_heads = average;
+    return in;
+  }
 };
 
 inline GatProblem make_gat_problem(uint32_t seed, int64_t rows, int64_t halo, int heads, int64_t head_dim, bool average,

@@ -101,16 +101,7 @@ struct Fused {
 
 GatForwardArgs forward_args(const GatProblem& pr, Fused& f) {
   GatForwardArgs a;
-  a.graph = pr.structure.view();
-  a.heads = pr.heads;
-  a.head_dim = pr.head_dim;
-  a.feat = pr.feat.data();
-  a.ld_feat = pr.proj();
-  a.el = pr.el.data();
-  a.ld_el = pr.heads;
-  a.er = pr.er.data();
-  a.dropout = {pr.p, kSeed, kEpoch, kLayer};
-  a.average_heads = pr.average;
+  static_cast<GatInputs&>(a) = pr.inputs(kSeed, kEpoch, kLayer);
   f.alpha.assign(static_cast<size_t>((a.graph.entries() + pr.rows) * pr.heads), -1.0f);
   f.out.assign(static_cast<size_t>(pr.rows * pr.width()), -1.0f);
   a.alpha = f.alpha.data();
@@ -123,16 +114,7 @@ Fused run_fused(const GatProblem& pr, const std::vector<float>& dout) {
   Fused f;
   gat_forward<kDevCpu>(forward_args(pr, f));
   GatBackwardArgs b;
-  b.graph = pr.structure.view();
-  b.heads = pr.heads;
-  b.head_dim = pr.head_dim;
-  b.feat = pr.feat.data();
-  b.ld_feat = pr.proj();
-  b.el = pr.el.data();
-  b.ld_el = pr.heads;
-  b.er = pr.er.data();
-  b.dropout = {pr.p, kSeed, kEpoch, kLayer};
-  b.average_heads = pr.average;
+  static_cast<GatInputs&>(b) = pr.inputs(kSeed, kEpoch, kLayer);
   b.alpha = f.alpha.data();
   b.dout = dout.data();
   b.ld_dout = pr.width();

@@ -210,6 +210,7 @@ class DistributedTrainer {
   double loss_and_grad(float* grad);
   void backward(int epoch);
   void forward_gat_layer(int l, int epoch, bool training);
+  GatInputs gat_inputs(int l, int epoch, bool training) const;
   void backward_gat_layer(int l, int epoch);
   // Halo exchange of layer l on the local matrix x (cols wide, owned rows filled).
   // `before_halo` is the work that needs no halo row (run while the rows are in flight in
@@ -742,6 +743,27 @@ void DistributedTrainer::backward(int epoch) {
   }
 }
 
+// Layer l's rows, attention terms and settings for the fused kernels (attention dropout only
+// while training).
+GatInputs DistributedTrainer::gat_inputs(int l, int epoch, bool training) const {
+  const auto& lp = lp_[l];
+  const Matrix<float>& hl = hl_[l];
+  GatInputs in;
+  in.graph = gat_.view();
+  in.heads = lp.heads;
+  in.head_dim = lp.head_dim;
+  in.feat = hl.data();
+  in.ld_feat = hl.cols();
+  in.el = hl.data() + lp.proj();
+  in.ld_el = hl.cols();
+  in.er = er_[l].data();
+  in.negative_slope = kGatNegativeSlope;
+  in.dropout = {training ? opt_.attention_dropout() : 0.0f, opt_.seed, static_cast<uint32_t>(epoch),
+                static_cast<uint32_t>(l)};
+  in.average_heads = l + 1 == L();
+  return in;
+}
+
 // One GAT layer (train/gat.hpp): h = dropout(x) W on owned rows, el/er from the attention
 // vectors, [h | el] exchanged like any halo row, then the fused attention over each owned
 // row's neighbours. Rows without halo neighbours are computed while the halo is in flight.
@@ -768,18 +790,7 @@ void DistributedTrainer::forward_gat_layer(int l, int epoch, bool training) {
   gat_attention_terms(hl.data(), ldh, owned(), H, lp.head_dim, params_.data() + lp.att_dst, er_[l].data(), H);
 
   GatForwardArgs a;
-  a.graph = gat_.view();
-  a.heads = H;
-  a.head_dim = lp.head_dim;
-  a.feat = hl.data();
-  a.ld_feat = ldh;
-  a.el = hl.data() + pw;
-  a.ld_el = ldh;
-  a.er = er_[l].data();
-  a.negative_slope = kGatNegativeSlope;
-  a.dropout = {training ? opt_.attention_dropout() : 0.0f, opt_.seed, static_cast<uint32_t>(epoch),
-               static_cast<uint32_t>(l)};
-  a.average_heads = l + 1 == L();
+  static_cast<GatInputs&>(a) = gat_inputs(l, epoch, training);
   a.alpha = alpha_[l].data();
   a.out = y_[l].data();
   a.ld_out = fout;
@@ -830,7 +841,6 @@ void DistributedTrainer::backward_gat_layer(int l, int epoch) {
   const int32_t* gid = s_.owned_global.data();
   const float* dy = dy_.data();
   const Matrix<float>& hl = hl_[l];
-  const int64_t ldh = hl.cols();
   float* gb = grads_.data() + lp.bias;
   for (int64_t i = 0; i < owned(); ++i)
     for (int64_t j = 0; j < fout; ++j) gb[j] += dy[i * fout + j];
@@ -844,17 +854,7 @@ void DistributedTrainer::backward_gat_layer(int l, int epoch) {
   }
 
   GatBackwardArgs b;
-  b.graph = gat_.view();
-  b.heads = H;
-  b.head_dim = D;
-  b.feat = hl.data();
-  b.ld_feat = ldh;
-  b.el = hl.data() + pw;
-  b.ld_el = ldh;
-  b.er = er_[l].data();
-  b.negative_slope = kGatNegativeSlope;
-  b.dropout = {opt_.attention_dropout(), opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l)};
-  b.average_heads = l + 1 == L();
+  static_cast<GatInputs&>(b) = gat_inputs(l, epoch, /*training=*/true);
   b.alpha = alpha_[l].data();
   b.dout = dy;
   b.ld_dout = fout;

@@ -76,7 +76,9 @@ HALOGEN_HD bool gat_keep(const RngStream& rng, uint32_t epoch, uint32_t layer, u
 }
 inline uint32_t gat_dropout_threshold(float p) { return static_cast<uint32_t>(p * 65536.0f + 0.5f); }
 
-struct GatForwardArgs {
+/// What the forward and backward passes of one layer share: the graph, the projected rows and
+/// the attention terms, and the layer's settings.
+struct GatInputs {
   GatGraph graph;
   int heads = 1;
   int64_t head_dim = 1;
@@ -86,8 +88,11 @@ struct GatForwardArgs {
   int64_t ld_el = 0;
   const float* er = nullptr;  // rows x heads, dense
   float negative_slope = 0.2f;
-  GatDropout dropout;
+  GatDropout dropout;          // the backward pass takes the forward pass's
   bool average_heads = false;  // output layer: out is rows x head_dim
+};
+
+struct GatForwardArgs : GatInputs {
   /// Optional subset of rows to compute (nullptr: all), so that interior rows can run while
   /// the halo is in flight; every row's result is the same either way.
   const int32_t* row_list = nullptr;
@@ -97,18 +102,7 @@ struct GatForwardArgs {
   int64_t ld_out = 0;
 };
 
-struct GatBackwardArgs {
-  GatGraph graph;
-  int heads = 1;
-  int64_t head_dim = 1;
-  const float* feat = nullptr;
-  int64_t ld_feat = 0;
-  const float* el = nullptr;
-  int64_t ld_el = 0;
-  const float* er = nullptr;
-  float negative_slope = 0.2f;
-  GatDropout dropout;  // the forward pass's
-  bool average_heads = false;
+struct GatBackwardArgs : GatInputs {
   const float* alpha = nullptr;  // from the forward pass
   const float* dout = nullptr;   // rows x width
   int64_t ld_dout = 0;
