@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checkpoint and resume: a 2-rank run killed right after epoch 7's checkpoint and resumed
 # reproduces epochs 8-19 of the uninterrupted run bit for bit (sync and stale modes, 1-bit
-# exchange); checkpoints of another model or partition, truncated or corrupted ones, are
+# exchange; GCN, and GAT in stale mode, whose halo caches hold [h | el] rows); checkpoints of another model or partition, truncated or corrupted ones, are
 # refused with a clear error.
 # usage: resume_test.sh HALOGEN MPIEXEC [MPI FLAGS...]
 set -uo pipefail
@@ -23,17 +23,20 @@ train=(timeout 300 "$mpiexec" -np 2 "${mpi_flags[@]}" -x HALOGEN_FAULT_EXIT_AFTE
 
 "$halogen" generate sbm --nodes 2000 --classes 4 --feature-dim 16 --seed 4 --out "$work/ds" >/dev/null
 "$halogen" partition "$work/ds" --parts 2 --out "$work/p" --hidden 16 >/dev/null
-for mode in sync stale; do
+# GAT first: the error cases below resume the last run's (GCN stale) checkpoint.
+for run in gat-stale sync stale; do
+  mode=${run#gat-}
   common=(--mode "$mode" --bits-fwd 1 --bits-bwd 1 --seed 9)
-  "${train[@]}" --parts "$work/p" "${common[@]}" --metrics "$work/full.jsonl" >/dev/null 2>&1 || fail "$mode: full run"
+  [ "$run" = gat-stale ] && common+=(--model gat --heads 2 --hidden 4)
+  "${train[@]}" --parts "$work/p" "${common[@]}" --metrics "$work/full.jsonl" >/dev/null 2>&1 || fail "$run: full run"
   rm -rf "$work/ck"
   HALOGEN_FAULT_EXIT_AFTER_EPOCH=7 "${train[@]}" --parts "$work/p" "${common[@]}" --checkpoint-dir "$work/ck" \
-    --checkpoint-every 1 >/dev/null 2>&1 && fail "$mode: the interrupted run exited 0"
-  [ -f "$work/ck/latest.json" ] && grep -q '"epoch":7' "$work/ck/latest.json" && pass "$mode: checkpoint at epoch 7" \
-    || fail "$mode: no checkpoint of epoch 7"
+    --checkpoint-every 1 >/dev/null 2>&1 && fail "$run: the interrupted run exited 0"
+  [ -f "$work/ck/latest.json" ] && grep -q '"epoch":7' "$work/ck/latest.json" && pass "$run: checkpoint at epoch 7" \
+    || fail "$run: no checkpoint of epoch 7"
   "${train[@]}" --parts "$work/p" "${common[@]}" --resume "$work/ck" --metrics "$work/resumed.jsonl" >/dev/null 2>&1 \
-    || fail "$mode: resume run"
-  python3 - "$work/full.jsonl" "$work/resumed.jsonl" <<'PY' && pass "$mode: epochs 8-19 bit-identical" || fail "$mode: resumed run differs"
+    || fail "$run: resume run"
+  python3 - "$work/full.jsonl" "$work/resumed.jsonl" <<'PY' && pass "$run: epochs 8-19 bit-identical" || fail "$run: resumed run differs"
 import json, sys
 full = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' not in l]
 res = [json.loads(l) for l in open(sys.argv[2]) if '"summary"' not in l]
