@@ -73,6 +73,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       ("staleness", po::value(&t.staleness.staleness)->default_value(1), "stale mode: oldest halo usable, in epochs (S)")
       ("sync-every", po::value(&t.staleness.sync_every)->default_value(0), "stale mode: force a synchronous epoch every k epochs (0 = never)")
       ("drift-threshold", po::value<double>(), "stale mode: force a synchronous epoch when the senders' relative embedding drift exceeds this")
+      ("stale-smoothing", po::value(&t.staleness.smoothing)->default_value(0.0f), "stale mode: use g * previous + (1 - g) * received for halo rows and gradients (0 = off; 0.9 steadies deep models)")
       ("feature-norm", po::value<std::string>()->default_value("row"), "input feature normalisation: row (rows sum to 1) | none")
       ("checkpoint-dir", po::value<std::string>(), "write checkpoints into this directory")
       ("checkpoint-every", po::value(&t.checkpoint_every)->default_value(0), "checkpoint every N epochs (0: only after the last)")

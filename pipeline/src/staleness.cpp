@@ -40,6 +40,8 @@ BoundedStalenessAdapter::BoundedStalenessAdapter(ExchangeMode mode, const Stalen
   }
   HALOGEN_EXPECTS(options.sync_every >= 0, "--sync-every must be non-negative, got {}", options.sync_every);
   HALOGEN_EXPECTS(options.drift_threshold >= 0.0, "--drift-threshold must be non-negative, got {}", options.drift_threshold);
+  HALOGEN_EXPECTS(options.smoothing >= 0.0f && options.smoothing < 1.0f, "--stale-smoothing must be in [0, 1), got {}",
+                  options.smoothing);
 }
 
 BoundedStalenessAdapter::Decision BoundedStalenessAdapter::decide(int epoch, std::span<const double> previous_drift) const {

@@ -1,7 +1,8 @@
 // Stale and overlapped training on several ranks: the staleness bound holds in every epoch
 // (the tracker throws inside the run otherwise; here we also check what the metrics say),
 // forcing every epoch synchronous (sync_every 1, or drift threshold 0) reproduces sync mode
-// exactly, and every-k forcing happens exactly at multiples of k.
+// exactly, every-k forcing happens exactly at multiples of k, and smoothing averages what
+// arrives with what was used.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -112,6 +113,38 @@ TEST(StaleRuns, HighDriftThresholdNeverForces) {
   for (size_t e = 2; e < r.epochs.size(); ++e) {
     EXPECT_FALSE(r.epochs[e]["sync"].get<bool>()) << "epoch " << e;
     EXPECT_GE(r.epochs[e]["drift"].get<double>(), 0.0);
+  }
+}
+
+// Smoothing averages stale halos and gradients as g * before + (1 - g) * received: the first
+// stale epoch has nothing to average yet (epochs 0 and 1 equal the unsmoothed run); a tiny g
+// is the unsmoothed run to rounding (so the weights sit on the right sides); g = 0.9 changes
+// later epochs. Then also on the GAT path, whose halo rows hold [h | el].
+TEST(StaleRuns, SmoothingAveragesReceivedHalos) {
+  Ranks s;
+  if (s.size == 1) GTEST_SKIP() << "needs halo rows (2 or more ranks)";
+  for (ModelKind model : {ModelKind::kGcn, ModelKind::kGat}) {
+    auto t = base_options();
+    t.model = model;
+    t.heads = 2;
+    t.hidden = 8;
+    t.epochs = 8;
+    t.mode = ExchangeMode::kStale;
+    const auto plain = s.run(t);
+    t.staleness.smoothing = 1e-6f;
+    const auto tiny = s.run(t);
+    t.staleness.smoothing = 0.9f;
+    const auto smooth = s.run(t);
+    double largest = 0.0;
+    for (size_t e = 0; e < plain.epochs.size(); ++e) {
+      const double a = plain.epochs[e]["loss"].get<double>();
+      EXPECT_NEAR(tiny.epochs[e]["loss"].get<double>(), a, 1e-5 * std::abs(a)) << to_string(model) << " epoch " << e;
+      const double d = std::abs(smooth.epochs[e]["loss"].get<double>() - a);
+      if (e < 2) EXPECT_EQ(d, 0.0) << to_string(model) << " epoch " << e;
+      largest = std::max(largest, d / std::abs(a));
+      EXPECT_LE(smooth.epochs[e]["max_staleness"].get<int>(), 1);
+    }
+    EXPECT_GT(largest, 1e-4) << to_string(model) << ": smoothing changed nothing";
   }
 }
 

@@ -169,7 +169,8 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
   // started), each holding its packed send and receive words.
   MemoryEstimate training;
   training.phase = "training";
-  uint64_t activations = 0, exchange = 0, drift = 0;
+  uint64_t activations = 0, exchange = 0, drift = 0, smoothed = 0;
+  const bool smoothing = opt.mode == ExchangeMode::kStale && opt.staleness.smoothing > 0.0f;
   const int in_flight = opt.mode == ExchangeMode::kStale ? opt.staleness.staleness + 1 : 1;
   if (gat) {
     // Per layer: input (owned), output, [h | el] on local rows, er, alpha per edge and head;
@@ -186,6 +187,7 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
                    words_bytes(bwd, halo, pw) + words_bytes(bwd, sends, pw));
       if (l >= 1 && opt.mode == ExchangeMode::kStale && std::isfinite(opt.staleness.drift_threshold))
         drift += f32(owned, dims[l]);
+      if (smoothing) smoothed += f32(owned, pw);
       max_proj = std::max(max_proj, pw);
       max_heads = std::max(max_heads, H);
     }
@@ -205,8 +207,11 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
                    words_bytes(bwd, halo, dims[l]) + words_bytes(bwd, sends, dims[l]));
       if (opt.mode == ExchangeMode::kStale && std::isfinite(opt.staleness.drift_threshold))
         drift += f32(owned, dims[l]);
+      if (smoothing) smoothed += f32(owned, dims[l]);
     }
   }
+  // Smoothing's per-epoch scratch: the halo rows used before, and the gradients received.
+  if (smoothing) smoothed += f32(halo, max_dim + (gat ? opt.heads + opt.out_heads : 0)) + f32(local, max_dim);
   if (!gat) {
     activations += 2 * f32(owned, max_dim) + f32(local, max_dim);          // dy, dz, dlocal
     exchange += f32(std::max(sends, halo), max_dim);                       // gather/staging rows
@@ -219,7 +224,8 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
                     {"input aggregation", input_matrices_training},
                     {"activations", activations},
                     {"exchange buffers", exchange},
-                    {"drift reference", drift}};
+                    {"drift reference", drift},
+                    {"stale smoothing", smoothed}};
   return setup.total() > training.total() ? setup : training;
 }
 

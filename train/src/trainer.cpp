@@ -253,6 +253,9 @@ class DistributedTrainer {
   std::vector<InFlight> pend_fwd_, pend_bwd_;
   // Drift: the rows last sent per layer, and this epoch's sums ||H - H_last||^2, ||H||^2.
   std::vector<Matrix<float>> last_sent_;
+  // Stale mode with smoothing: per layer, the running average of the halo gradients added
+  // (owned rows; empty until the first stale epoch).
+  std::vector<Matrix<float>> smoothed_grad_;
   std::vector<double> drift_num_, drift_den_, prev_drift_;
   bool drift_measured_ = false;  // this epoch compared against a previous send
   // Run state that a checkpoint carries besides the arrays.
@@ -361,6 +364,7 @@ void DistributedTrainer::allocate() {
   pend_fwd_.resize(static_cast<size_t>(L()));
   pend_bwd_.resize(static_cast<size_t>(L()));
   last_sent_.resize(static_cast<size_t>(L()));
+  smoothed_grad_.resize(static_cast<size_t>(L()));
   drift_num_.assign(static_cast<size_t>(L()), 0.0);
   drift_den_.assign(static_cast<size_t>(L()), 0.0);
   if (gat()) {
@@ -517,10 +521,24 @@ void DistributedTrainer::exchange_forward(int l, int epoch, float* x, int64_t co
     // Take in what was sent S or more epochs ago (waiting for it if it has not arrived),
     // send this epoch's rows, and aggregate with the halo we hold.
     const int S = tracker_.bound();
+    const float gamma = opt_.staleness.smoothing;
+    const int64_t halo_values = static_cast<int64_t>(s_.num_halo) * cols;
+    float* halo = x + owned() * cols;
+    HostBuffer<float> previous;  // smoothing: the halo rows used so far
+    if (gamma > 0.0f && halo_values > 0) {
+      previous.resize(static_cast<size_t>(halo_values));
+      std::copy_n(halo, halo_values, previous.data());
+    }
+    bool received = false;
     while (!in_flight.empty() && in_flight.front().first <= epoch - S) {
       exch_.finish_forward(in_flight.front().second, x, cols);
       tracker_.set_forward(l, in_flight.front().first);
       in_flight.pop_front();
+      received = true;
+    }
+    if (received && !previous.empty()) {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < halo_values; ++i) halo[i] = gamma * previous[i] + (1.0f - gamma) * halo[i];
     }
     if (s_.num_halo > 0) tracker_.use_forward(l, epoch);  // no halo rows, nothing stale
     in_flight.emplace_back(epoch, exch_.start_forward(x, cols, cols, bits, key, tag_forward(l), fp32_tail(l)));
@@ -599,10 +617,34 @@ void DistributedTrainer::exchange_backward(int l, int epoch, float* dlocal, int6
     PendingExchange fresh = exch_.start_backward(dlocal, fin, fin, bits, key, tag_backward(l));
     owned_rows();
     const int S = tracker_.bound();
+    // Smoothing: what arrives goes into `arrived` first, then into the running average, which
+    // is what is added.
+    const float gamma = opt_.staleness.smoothing;
+    Matrix<float> arrived;
+    if (gamma > 0.0f) {
+      arrived.reshape(local(), fin);
+      arrived.zero();
+    }
+    bool received = false;
     while (!in_flight.empty() && in_flight.front().first <= epoch - S) {
       if (s_.send_offsets[s_.num_parts] > 0) tracker_.use_backward(l, in_flight.front().first, epoch);
-      exch_.finish_backward(in_flight.front().second, dlocal, fin);
+      exch_.finish_backward(in_flight.front().second, gamma > 0.0f ? arrived.data() : dlocal, fin);
       in_flight.pop_front();
+      received = true;
+    }
+    if (gamma > 0.0f && received) {
+      Matrix<float>& average = smoothed_grad_[l];
+      if (average.rows() != owned() || average.cols() != fin) {
+        average.reshape(owned(), fin);
+        average.zero();
+      }
+      float* g = average.data();
+      const float* a = arrived.data();
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < owned() * fin; ++i) {
+        g[i] = gamma * g[i] + (1.0f - gamma) * a[i];
+        dlocal[i] += g[i];
+      }
     }
     in_flight.emplace_back(epoch, std::move(fresh));
     return;
@@ -1006,6 +1048,7 @@ nlohmann::json DistributedTrainer::training_description() const {
           {"staleness", opt_.staleness.staleness},
           {"bits_fwd", opt_.bits_fwd},
           {"bits_bwd", opt_.bits_bwd},
+          {"stale_smoothing", opt_.staleness.smoothing},
           {"seed", opt_.seed},
           {"dropout", opt_.dropout},
           {"lr", opt_.lr},
@@ -1032,7 +1075,7 @@ void DistributedTrainer::save_checkpoint(int epoch) {
     w.add_array("params", params_.span());
     w.add_array("adam_m", adam_.m.span());
     w.add_array("adam_v", adam_.v.span());
-    std::vector<int> tracker_epochs, last_rows, last_cols;
+    std::vector<int> tracker_epochs, last_rows, last_cols, smoothed_cols;
     for (int l = 0; l < L(); ++l) {
       tracker_epochs.push_back(tracker_.forward_epoch(l));
       if (const auto [x, cols] = exchanged(l); x != nullptr) {
@@ -1041,6 +1084,9 @@ void DistributedTrainer::save_checkpoint(int epoch) {
       last_rows.push_back(static_cast<int>(last_sent_[l].rows()));
       last_cols.push_back(static_cast<int>(last_sent_[l].cols()));
       if (last_sent_[l].size()) w.add(fmt::format("last_sent/{}", l), last_sent_[l].data(), last_sent_[l].size() * sizeof(float));
+      smoothed_cols.push_back(static_cast<int>(smoothed_grad_[l].cols()));
+      if (smoothed_grad_[l].size())
+        w.add(fmt::format("smoothed_grad/{}", l), smoothed_grad_[l].data(), smoothed_grad_[l].size() * sizeof(float));
       for (int dir_i = 0; dir_i < 2; ++dir_i) {
         auto& q = dir_i == 0 ? pend_fwd_[l] : pend_bwd_[l];
         std::vector<int> epochs;
@@ -1055,6 +1101,7 @@ void DistributedTrainer::save_checkpoint(int epoch) {
     meta["tracker_forward"] = tracker_epochs;
     meta["last_sent_rows"] = last_rows;
     meta["last_sent_cols"] = last_cols;
+    meta["smoothed_grad_cols"] = smoothed_cols;
     w.add_json("meta", meta);
     w.write(checkpoint_rank_file(dir, epoch, s_.part));
   });
@@ -1120,11 +1167,17 @@ void DistributedTrainer::load_checkpoint(const std::filesystem::path& dir) {
     const auto tracker_epochs = meta.at("tracker_forward").get<std::vector<int>>();
     const auto last_rows = meta.at("last_sent_rows").get<std::vector<int>>();
     const auto last_cols = meta.at("last_sent_cols").get<std::vector<int>>();
+    const auto smoothed_cols = meta.value("smoothed_grad_cols", std::vector<int>(static_cast<size_t>(L()), 0));
     for (int l = 0; l < L(); ++l) {
       tracker_.set_forward(l, tracker_epochs[l]);
       if (const auto [x, cols] = exchanged(l); x != nullptr) {
         r.read_into(fmt::format("halo/{}", l), x + owned() * cols,
                     static_cast<size_t>(s_.num_halo * cols) * sizeof(float));
+      }
+      if (smoothed_cols[l] > 0) {
+        smoothed_grad_[l].reshape(owned(), smoothed_cols[l]);
+        r.read_into(fmt::format("smoothed_grad/{}", l), smoothed_grad_[l].data(),
+                    smoothed_grad_[l].size() * sizeof(float));
       }
       if (last_rows[l] > 0) {
         last_sent_[l].reshape(last_rows[l], last_cols[l]);

@@ -15,6 +15,12 @@
 // threshold (--drift-threshold): drift_l = ||H_l(t) - H_l(t-1)|| / ||H_l(t)|| over all rows
 // sent in layer l, summed over ranks. Drift is measured while sending in epoch t and reduced
 // together with the weight gradients (no extra round trip), so it decides epoch t+1.
+//
+// Smoothing (--stale-smoothing g, as PipeGCN-GF): in a stale epoch the halo rows used are
+// g * (those used before) + (1 - g) * (those just received), and the halo gradients added are
+// g * (those added before) + (1 - g) * (those just received). A stale row carries the
+// sender's dropout sample of an earlier epoch; the average damps that noise, which in deep
+// models otherwise compounds from layer to layer (docs: README, "Deep GAT").
 #pragma once
 
 #include <cstdint>
@@ -33,6 +39,7 @@ struct StalenessOptions {
   int staleness = 1;   // S: oldest halo (in epochs) a stale epoch may use; >= 1 in stale mode
   int sync_every = 0;  // k: force a synchronous epoch every k epochs (0 = never, besides epoch 0)
   double drift_threshold = std::numeric_limits<double>::infinity();  // inf = drift rule off
+  float smoothing = 0.0f;  // g in [0, 1): exponential average of stale halos and gradients (0 = off)
 };
 
 /// Why an epoch is synchronous (or not).
