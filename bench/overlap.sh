@@ -7,8 +7,11 @@
 # then prints epoch time, exposed (waited) communication, its share of the epoch, bytes per
 # epoch and test accuracy. The limit is removed on every exit path.
 #
+# With --pairs N it then runs 1-bit stale and the floor alternately N more times and prints
+# each pair's ratio (the floor moves between runs, so one table is one sample).
+#
 # usage: sudo bench/overlap.sh [--dataset DIR] [--ranks 4] [--hidden 256] [--layers 3]
-#                              [--epochs 20] [--rate 1gbit] [--build build]
+#                              [--epochs 20] [--rate 1gbit] [--pairs 0] [--build build]
 # Needs root (tc) and no other qdisc on lo.
 #
 # Default graph: a generated SBM (50 000 nodes, mean degree 16, 32 features, seed 1). Its
@@ -19,13 +22,13 @@
 # limited link instead; the compute-only floor below includes it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd); root=$(dirname "$here")
-dataset=; ranks=4; hidden=256; layers=3; epochs=20; rate=1gbit
+dataset=; ranks=4; hidden=256; layers=3; epochs=20; rate=1gbit; pairs=0
 build=$root/build
 while [ $# -gt 0 ]; do
   case $1 in
     --dataset) dataset=$2; shift 2 ;; --ranks) ranks=$2; shift 2 ;; --hidden) hidden=$2; shift 2 ;;
     --layers) layers=$2; shift 2 ;; --epochs) epochs=$2; shift 2 ;; --rate) rate=$2; shift 2 ;;
-    --build) build=$2; shift 2 ;; *) echo "unknown option $1" >&2; exit 2 ;;
+    --pairs) pairs=$2; shift 2 ;; --build) build=$2; shift 2 ;; *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 halogen=$build/halogen
@@ -55,6 +58,10 @@ run 1bit-sync --bits-fwd 1 --bits-bwd 1
 run 1bit-overlap --bits-fwd 1 --bits-bwd 1 --mode overlap
 run 1bit-stale --bits-fwd 1 --bits-bwd 1 --mode stale --staleness 1
 run compute-only --skip-exchange
+for i in $(seq 1 "$pairs"); do
+  run "pair$i-stale" --bits-fwd 1 --bits-bwd 1 --mode stale --staleness 1
+  run "pair$i-floor" --skip-exchange
+done
 tc qdisc del dev lo root
 echo "$ranks ranks, $(basename "$dataset"), $layers layers, hidden $hidden, loopback limited to $rate; epochs 2..$epochs averaged"
 python3 - "$work" <<'PY'
@@ -75,4 +82,12 @@ for n in names:
     print(f"{n:14s} {r['epoch']:9.3f} {r['wait']:10.3f} {100*r['wait']/r['epoch']:9.1f}% {r['bytes']/1e6:10.2f} "
           f"{r['epoch']/floor:8.2f}x {100*r['acc']:8.1f}")
 print(f"speed-up of 1-bit stale over fp32 sync: {rows['fp32-sync']['epoch']/rows['1bit-stale']['epoch']:.2f}x")
+i = 1
+while os.path.exists(os.path.join(work, f"pair{i}-stale.jsonl")):
+    def epoch(n):
+        ep = [r for r in map(json.loads, open(os.path.join(work, n + ".jsonl"))) if "summary" not in r][2:]
+        return sum(r["epoch_s"] for r in ep) / len(ep)
+    s, f = epoch(f"pair{i}-stale"), epoch(f"pair{i}-floor")
+    print(f"pair {i}: 1-bit stale {s:.3f} s, floor {f:.3f} s, ratio {s / f:.3f}")
+    i += 1
 PY
