@@ -39,9 +39,12 @@ CONFIGS = [
     ("gcn 1-bit stale S=1", ["--model", "gcn", *STALE_1BIT]),
     ("gat fp32 sync", ["--model", "gat"], GAT, ["cora", "citeseer"]),
     ("gat 1-bit stale S=1", ["--model", "gat", *STALE_1BIT], GAT, ["cora", "citeseer"]),
-    # Stability: 4 layers with 1-bit, stale halos, a synchronous epoch every second epoch.
+    # Stability: 4 layers with 1-bit, stale halos, and a synchronous epoch every second epoch
+    # or smoothing of what arrives (README, "Deep GAT").
     ("gat4 fp32 sync", ["--model", "gat", "--layers", "4"], GAT, ["amazon-photo"]),
     ("gat4 1-bit stale S=1 k=2", ["--model", "gat", "--layers", "4", *STALE_1BIT, "--sync-every", "2"], GAT,
+     ["amazon-photo"]),
+    ("gat4 1-bit stale S=1 g=0.9", ["--model", "gat", "--layers", "4", *STALE_1BIT, "--stale-smoothing", "0.9"], GAT,
      ["amazon-photo"]),
 ]
 
