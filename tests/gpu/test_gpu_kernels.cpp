@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "gat_problem.hpp"
@@ -654,24 +655,33 @@ TEST_F(GpuKernels, GatMatchesCpu) {
     // CPU reference.
     std::vector<float> alpha(static_cast<size_t>((E + pr.rows) * pr.heads)), out(dout.size());
     std::vector<float> edge_grad(alpha.size()), dfeat(pr.feat.size()), del(pr.el.size()), der(pr.er.size());
+    // Forward then backward on one device; every pointer in `in` and the outputs on it.
+    struct Outputs {
+      float *alpha, *out, *edge_grad, *dfeat, *del, *der;
+    };
+    auto run = [&](auto device, const GatInputs& in, const float* dout_p, const Outputs& o) {
+      constexpr Device D = decltype(device)::value;
+      GatForwardArgs f;
+      static_cast<GatInputs&>(f) = in;
+      f.alpha = o.alpha;
+      f.out = o.out;
+      f.ld_out = pr.width();
+      gat_forward<D>(f);
+      GatBackwardArgs b;
+      static_cast<GatInputs&>(b) = in;
+      b.alpha = o.alpha;
+      b.dout = dout_p;
+      b.ld_dout = pr.width();
+      b.edge_grad = o.edge_grad;
+      b.dfeat = o.dfeat;
+      b.ld_dfeat = pr.proj();
+      b.del = o.del;
+      b.der = o.der;
+      gat_backward<D>(b);
+    };
     const GatInputs on_host = pr.inputs(3, 1, 2);
-    GatForwardArgs f;
-    static_cast<GatInputs&>(f) = on_host;
-    f.alpha = alpha.data();
-    f.out = out.data();
-    f.ld_out = pr.width();
-    gat_forward<kDevCpu>(f);
-    GatBackwardArgs b;
-    static_cast<GatInputs&>(b) = on_host;
-    b.alpha = alpha.data();
-    b.dout = dout.data();
-    b.ld_dout = pr.width();
-    b.edge_grad = edge_grad.data();
-    b.dfeat = dfeat.data();
-    b.ld_dfeat = pr.proj();
-    b.del = del.data();
-    b.der = der.data();
-    gat_backward<kDevCpu>(b);
+    run(std::integral_constant<Device, kDevCpu>{}, on_host, dout.data(),
+        {alpha.data(), out.data(), edge_grad.data(), dfeat.data(), del.data(), der.data()});
     // The same on the device.
     auto up64 = [](const std::vector<int64_t>& v) { return DeviceBuffer<int64_t>::from_host(v); };
     auto up32 = [](const std::vector<int32_t>& v) { return DeviceBuffer<int32_t>::from_host(v); };
@@ -694,23 +704,8 @@ TEST_F(GpuKernels, GatMatchesCpu) {
     on_device.feat = d_feat.data();
     on_device.el = d_el.data();
     on_device.er = d_er.data();
-    GatForwardArgs fd;
-    static_cast<GatInputs&>(fd) = on_device;
-    fd.alpha = d_alpha.data();
-    fd.out = d_out.data();
-    fd.ld_out = pr.width();
-    gat_forward<kDevCuda>(fd);
-    GatBackwardArgs bd;
-    static_cast<GatInputs&>(bd) = on_device;
-    bd.alpha = d_alpha.data();
-    bd.dout = d_dout.data();
-    bd.ld_dout = pr.width();
-    bd.edge_grad = d_eg.data();
-    bd.dfeat = d_dfeat.data();
-    bd.ld_dfeat = pr.proj();
-    bd.del = d_del.data();
-    bd.der = d_der.data();
-    gat_backward<kDevCuda>(bd);
+    run(std::integral_constant<Device, kDevCuda>{}, on_device, d_dout.data(),
+        {d_alpha.data(), d_out.data(), d_eg.data(), d_dfeat.data(), d_del.data(), d_der.data()});
     HALOGEN_CHECK_CUDA(cudaDeviceSynchronize());
     auto expect_close = [&](const std::vector<float>& want, const DeviceBuffer<float>& got_d, const char* what) {
       const auto got = got_d.to_host();
