@@ -17,36 +17,18 @@ namespace {
 
 inline float leaky(float x, float slope) { return x > 0.0f ? x : x * slope; }
 
-void check_shapes(const GatGraph& g, int heads, int64_t head_dim, int64_t ld_feat, int64_t ld_el) {
-  HALOGEN_EXPECTS(heads >= 1 && head_dim >= 1, "gat: heads ({}) and head_dim ({}) must be positive", heads, head_dim);
-  HALOGEN_EXPECTS(ld_feat >= heads * head_dim && ld_el >= heads, "gat: row strides too small (ld_feat {}, ld_el {})",
-                  ld_feat, ld_el);
-  HALOGEN_EXPECTS(g.rows <= g.num_src, "gat: {} rows but only {} sources", g.rows, g.num_src);
-}
-
-// Attention-dropout factor of edge (row, src) for head h: 0 or 1 / (1 - p).
-struct DropoutMask {
-  RngStream rng;
-  uint32_t epoch = 0, layer = 0;
-  uint32_t threshold = 0;
-  float scale = 1.0f;
-  bool on = false;
-  explicit DropoutMask(const GatDropout& d)
-      : rng(RngStream::make(d.seed, RngPurpose::kAttentionDropout)),
-        epoch(d.epoch),
-        layer(d.layer),
-        threshold(gat_dropout_threshold(d.p)),
-        scale(d.p > 0.0f ? 1.0f / (1.0f - d.p) : 1.0f),
-        on(d.p > 0.0f) {
-    HALOGEN_EXPECTS(d.p >= 0.0f && d.p < 1.0f, "attention dropout must be in [0, 1), got {}", d.p);
-  }
-  float factor(int32_t dst, int32_t src, int h) const {
-    if (!on) return 1.0f;
-    return gat_keep(rng, epoch, layer, threshold, dst, src, h) ? scale : 0.0f;
-  }
-};
-
 }  // namespace
+
+void check_gat_inputs(const GatInputs& in) {
+  HALOGEN_EXPECTS(in.heads >= 1 && in.head_dim >= 1, "gat: heads ({}) and head_dim ({}) must be positive", in.heads,
+                  in.head_dim);
+  HALOGEN_EXPECTS(in.ld_feat >= in.heads * in.head_dim && in.ld_el >= in.heads,
+                  "gat: row strides too small (ld_feat {}, ld_el {})", in.ld_feat, in.ld_el);
+  HALOGEN_EXPECTS(in.graph.rows <= in.graph.num_src, "gat: {} rows but only {} sources", in.graph.rows,
+                  in.graph.num_src);
+  HALOGEN_EXPECTS(in.dropout.p >= 0.0f && in.dropout.p < 1.0f, "attention dropout must be in [0, 1), got {}",
+                  in.dropout.p);
+}
 
 GatGraph GatStructure::view() const {
   GatGraph g;
@@ -121,11 +103,11 @@ void gat_attention_terms(const float* feat, int64_t ld_feat, int64_t rows, int h
 template <>
 void gat_forward<kDevCpu>(const GatForwardArgs& a, void*) {
   const GatGraph& g = a.graph;
-  check_shapes(g, a.heads, a.head_dim, a.ld_feat, a.ld_el);
+  check_gat_inputs(a);
   const int H = a.heads;
   const int64_t D = a.head_dim;
   const int64_t E = g.entries();
-  const DropoutMask mask(a.dropout);
+  const GatDropoutMask mask = GatDropoutMask::of(a.dropout);
   const int64_t n = a.row_list != nullptr ? a.row_list_size : g.rows;
 #pragma omp parallel
   {
@@ -183,11 +165,11 @@ void gat_forward<kDevCpu>(const GatForwardArgs& a, void*) {
 template <>
 void gat_backward<kDevCpu>(const GatBackwardArgs& a, void*) {
   const GatGraph& g = a.graph;
-  check_shapes(g, a.heads, a.head_dim, a.ld_feat, a.ld_el);
+  check_gat_inputs(a);
   const int H = a.heads;
   const int64_t D = a.head_dim;
   const int64_t E = g.entries();
-  const DropoutMask mask(a.dropout);
+  const GatDropoutMask mask = GatDropoutMask::of(a.dropout);
   // dL/d out_i for head h: the head's slice (concatenated) or dout_i / H (averaged).
   const double head_scale = a.average_heads ? 1.0 / H : 1.0;
   auto dout_of = [&](int64_t i, int h) { return a.dout + i * a.ld_dout + (a.average_heads ? 0 : h * D); };

@@ -32,29 +32,7 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-struct DeviceDropout {
-  RngStream rng;
-  uint32_t epoch = 0, layer = 0;
-  uint32_t threshold;
-  float scale;
-  bool on;
-  __device__ float factor(int32_t dst, int32_t src, int h) const {
-    if (!on) return 1.0f;
-    return gat_keep(rng, epoch, layer, threshold, dst, src, h) ? scale : 0.0f;
-  }
-};
-
-DeviceDropout make_dropout(const GatDropout& d) {
-  HALOGEN_EXPECTS(d.p >= 0.0f && d.p < 1.0f, "attention dropout must be in [0, 1), got {}", d.p);
-  return DeviceDropout{RngStream::make(d.seed, RngPurpose::kAttentionDropout),
-                       d.epoch,
-                       d.layer,
-                       gat_dropout_threshold(d.p),
-                       d.p > 0.0f ? 1.0f / (1.0f - d.p) : 1.0f,
-                       d.p > 0.0f};
-}
-
-__global__ void gat_forward_kernel(GatForwardArgs a, DeviceDropout drop) {
+__global__ void gat_forward_kernel(GatForwardArgs a, GatDropoutMask drop) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const int64_t n = a.row_list != nullptr ? a.row_list_size : a.graph.rows;
@@ -108,7 +86,7 @@ __global__ void gat_forward_kernel(GatForwardArgs a, DeviceDropout drop) {
 }
 
 // Pass 1: per row and head, dL/d alpha (recomputed), the softmax and LeakyReLU backward.
-__global__ void gat_backward_rows_kernel(GatBackwardArgs a, DeviceDropout drop) {
+__global__ void gat_backward_rows_kernel(GatBackwardArgs a, GatDropoutMask drop) {
   const int lane = threadIdx.x % kWarp;
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const GatGraph& g = a.graph;
@@ -150,7 +128,7 @@ __global__ void gat_backward_rows_kernel(GatBackwardArgs a, DeviceDropout drop) 
 }
 
 // Pass 2: per local source, gathers over the transposed entries (and its own self loop).
-__global__ void gat_backward_sources_kernel(GatBackwardArgs a, DeviceDropout drop) {
+__global__ void gat_backward_sources_kernel(GatBackwardArgs a, GatDropoutMask drop) {
   const int lane = threadIdx.x % kWarp;
   const int64_t j = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const GatGraph& g = a.graph;
@@ -187,16 +165,18 @@ unsigned int blocks_for_warps(int64_t warps) {
 
 template <>
 void gat_forward<kDevCuda>(const GatForwardArgs& args, void* stream) {
+  check_gat_inputs(args);
   const int64_t n = args.row_list != nullptr ? args.row_list_size : args.graph.rows;
   if (n == 0) return;
-  gat_forward_kernel<<<blocks_for_warps(n), kWarpsPerBlock * kWarp, 0, as_stream(stream)>>>(args,
-                                                                                            make_dropout(args.dropout));
+  gat_forward_kernel<<<blocks_for_warps(n), kWarpsPerBlock * kWarp, 0, as_stream(stream)>>>(
+      args, GatDropoutMask::of(args.dropout));
   HALOGEN_CHECK_CUDA(cudaGetLastError());
 }
 
 template <>
 void gat_backward<kDevCuda>(const GatBackwardArgs& args, void* stream) {
-  const DeviceDropout drop = make_dropout(args.dropout);
+  check_gat_inputs(args);
+  const GatDropoutMask drop = GatDropoutMask::of(args.dropout);
   if (args.graph.rows > 0) {
     gat_backward_rows_kernel<<<blocks_for_warps(args.graph.rows), kWarpsPerBlock * kWarp, 0, as_stream(stream)>>>(args,
                                                                                                                   drop);

@@ -76,6 +76,27 @@ HALOGEN_HD bool gat_keep(const RngStream& rng, uint32_t epoch, uint32_t layer, u
 }
 inline uint32_t gat_dropout_threshold(float p) { return static_cast<uint32_t>(p * 65536.0f + 0.5f); }
 
+/// The attention-dropout factor of an edge and head, 0 or 1 / (1 - p): made on the host,
+/// evaluated by the CPU and CUDA kernels alike.
+struct GatDropoutMask {
+  RngStream rng;
+  uint32_t epoch = 0, layer = 0, threshold = 0;
+  float scale = 1.0f;
+  bool on = false;
+  static GatDropoutMask of(const GatDropout& d) {
+    return GatDropoutMask{RngStream::make(d.seed, RngPurpose::kAttentionDropout),
+                          d.epoch,
+                          d.layer,
+                          gat_dropout_threshold(d.p),
+                          d.p > 0.0f ? 1.0f / (1.0f - d.p) : 1.0f,
+                          d.p > 0.0f};
+  }
+  HALOGEN_HD float factor(int32_t dst, int32_t src, int head) const {
+    if (!on) return 1.0f;
+    return gat_keep(rng, epoch, layer, threshold, dst, src, head) ? scale : 0.0f;
+  }
+};
+
 /// What the forward and backward passes of one layer share: the graph, the projected rows and
 /// the attention terms, and the layer's settings.
 struct GatInputs {
@@ -112,6 +133,10 @@ struct GatBackwardArgs : GatInputs {
   float* del = nullptr;  // num_src x heads, written: dL/d el
   float* der = nullptr;  // rows x heads, written: dL/d er
 };
+
+/// Throws halogen::Error when the shapes or the dropout probability are out of range (both
+/// backends call it before launching).
+void check_gat_inputs(const GatInputs& in);
 
 /// Forward: alpha and out. CPU: OpenMP over rows. CUDA: all pointers on the device, `stream`
 /// a cudaStream_t, asynchronous.
