@@ -187,21 +187,37 @@ PendingExchange HaloExchanger::start_forward(const float* local, int64_t cols, i
   });
 }
 
-void HaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t ld) {
+void HaloExchanger::unpack_forward_rows(const PendingExchange& p, int q, int64_t rows, float* dst, int64_t ld) const {
+  const uint32_t* words = p.recv_words_.data() + p.recv_offsets_[q];
+  const int64_t tail = p.fp32_tail_, quantized = p.cols_ - tail;
+  quant::dequantize_rows<kDevCpu>(words, rows, quantized, p.bits_, dst, ld, false);
+  if (tail > 0) {
+    const float* values = reinterpret_cast<const float*>(words + quant::packed_words(p.bits_, rows, quantized));
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(dst + r * ld + quantized, values + r * tail, static_cast<size_t>(tail) * sizeof(float));
+  }
+}
+
+void HaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t ld, float keep) {
   HALOGEN_EXPECTS(p.active() && !p.backward_, "finish_forward without a pending forward exchange");
   wait(p);
   Stopwatch sw;
+  const int64_t cols = p.cols_;
   for (int q = 0; q < shard_.num_parts; ++q) {
     const int64_t rows = shard_.halo_count_from(q);
     if (rows == 0) continue;
     float* dst = local + (static_cast<int64_t>(shard_.num_owned) + shard_.halo_offsets[q]) * ld;
-    const uint32_t* words = p.recv_words_.data() + p.recv_offsets_[q];
-    const int64_t tail = p.fp32_tail_, quantized = p.cols_ - tail;
-    quant::dequantize_rows<kDevCpu>(words, rows, quantized, p.bits_, dst, ld, false);
-    if (tail > 0) {
-      const float* values = reinterpret_cast<const float*>(words + quant::packed_words(p.bits_, rows, quantized));
-      for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(dst + r * ld + quantized, values + r * tail, static_cast<size_t>(tail) * sizeof(float));
+    if (keep == 0.0f) {
+      unpack_forward_rows(p, q, rows, dst, ld);
+      continue;
+    }
+    gather_.resize(static_cast<size_t>(rows * cols));
+    unpack_forward_rows(p, q, rows, gather_.data(), cols);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = dst + r * ld;
+      const float* received = gather_.data() + r * cols;
+      for (int64_t j = 0; j < cols; ++j) row[j] = keep * row[j] + (1.0f - keep) * received[j];
     }
   }
   stats_.quant_s += sw.seconds();
@@ -216,8 +232,9 @@ PendingExchange HaloExchanger::start_backward(const float* local_grad, int64_t c
   });
 }
 
-void HaloExchanger::finish_backward(PendingExchange& p, float* local_grad, int64_t ld) {
+void HaloExchanger::finish_backward(PendingExchange& p, float* local_grad, int64_t ld, float keep, float* average) {
   HALOGEN_EXPECTS(p.active() && p.backward_, "finish_backward without a pending backward exchange");
+  HALOGEN_EXPECTS(keep == 0.0f || average != nullptr, "finish_backward: smoothing needs the running average");
   wait(p);
   Stopwatch sw;
   const int64_t cols = p.cols_;
@@ -230,11 +247,20 @@ void HaloExchanger::finish_backward(PendingExchange& p, float* local_grad, int64
     // A node appears at most once in one peer's send list, so rows are disjoint here; peers
     // are added in ascending order, so the sum order is fixed.
     const int32_t* idx = shard_.send_indices.data() + shard_.send_offsets[q];
+    float* avg = keep == 0.0f ? nullptr : average + static_cast<int64_t>(shard_.send_offsets[q]) * cols;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
       float* dst = local_grad + static_cast<int64_t>(idx[i]) * ld;
       const float* src = gather_.data() + i * cols;
-      for (int64_t j = 0; j < cols; ++j) dst[j] += src[j];
+      if (avg == nullptr) {
+        for (int64_t j = 0; j < cols; ++j) dst[j] += src[j];
+      } else {
+        float* a = avg + i * cols;
+        for (int64_t j = 0; j < cols; ++j) {
+          a[j] = keep * a[j] + (1.0f - keep) * src[j];
+          dst[j] += a[j];
+        }
+      }
     }
   }
   stats_.quant_s += sw.seconds();

@@ -187,7 +187,7 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
                    words_bytes(bwd, halo, pw) + words_bytes(bwd, sends, pw));
       if (l >= 1 && opt.mode == ExchangeMode::kStale && std::isfinite(opt.staleness.drift_threshold))
         drift += f32(owned, dims[l]);
-      if (smoothing) smoothed += f32(owned, pw);
+      if (smoothing) smoothed += f32(sends, pw);
       max_proj = std::max(max_proj, pw);
       max_heads = std::max(max_heads, H);
     }
@@ -207,11 +207,9 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
                    words_bytes(bwd, halo, dims[l]) + words_bytes(bwd, sends, dims[l]));
       if (opt.mode == ExchangeMode::kStale && std::isfinite(opt.staleness.drift_threshold))
         drift += f32(owned, dims[l]);
-      if (smoothing) smoothed += f32(owned, dims[l]);
+      if (smoothing) smoothed += f32(sends, dims[l]);
     }
   }
-  // Smoothing's per-epoch scratch: the halo rows used before, and the gradients received.
-  if (smoothing) smoothed += f32(halo, max_dim + (gat ? opt.heads + opt.out_heads : 0)) + f32(local, max_dim);
   if (!gat) {
     activations += 2 * f32(owned, max_dim) + f32(local, max_dim);          // dy, dz, dlocal
     exchange += f32(std::max(sends, halo), max_dim);                       // gather/staging rows

@@ -254,7 +254,7 @@ class DistributedTrainer {
   // Drift: the rows last sent per layer, and this epoch's sums ||H - H_last||^2, ||H||^2.
   std::vector<Matrix<float>> last_sent_;
   // Stale mode with smoothing: per layer, the running average of the halo gradients added
-  // (owned rows; empty until the first stale epoch).
+  // (one row per send-list entry; empty until the first stale epoch).
   std::vector<Matrix<float>> smoothed_grad_;
   std::vector<double> drift_num_, drift_den_, prev_drift_;
   bool drift_measured_ = false;  // this epoch compared against a previous send
@@ -521,24 +521,10 @@ void DistributedTrainer::exchange_forward(int l, int epoch, float* x, int64_t co
     // Take in what was sent S or more epochs ago (waiting for it if it has not arrived),
     // send this epoch's rows, and aggregate with the halo we hold.
     const int S = tracker_.bound();
-    const float gamma = opt_.staleness.smoothing;
-    const int64_t halo_values = static_cast<int64_t>(s_.num_halo) * cols;
-    float* halo = x + owned() * cols;
-    HostBuffer<float> previous;  // smoothing: the halo rows used so far
-    if (gamma > 0.0f && halo_values > 0) {
-      previous.resize(static_cast<size_t>(halo_values));
-      std::copy_n(halo, halo_values, previous.data());
-    }
-    bool received = false;
     while (!in_flight.empty() && in_flight.front().first <= epoch - S) {
-      exch_.finish_forward(in_flight.front().second, x, cols);
+      exch_.finish_forward(in_flight.front().second, x, cols, opt_.staleness.smoothing);
       tracker_.set_forward(l, in_flight.front().first);
       in_flight.pop_front();
-      received = true;
-    }
-    if (received && !previous.empty()) {
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < halo_values; ++i) halo[i] = gamma * previous[i] + (1.0f - gamma) * halo[i];
     }
     if (s_.num_halo > 0) tracker_.use_forward(l, epoch);  // no halo rows, nothing stale
     in_flight.emplace_back(epoch, exch_.start_forward(x, cols, cols, bits, key, tag_forward(l), fp32_tail(l)));
@@ -617,34 +603,18 @@ void DistributedTrainer::exchange_backward(int l, int epoch, float* dlocal, int6
     PendingExchange fresh = exch_.start_backward(dlocal, fin, fin, bits, key, tag_backward(l));
     owned_rows();
     const int S = tracker_.bound();
-    // Smoothing: what arrives goes into `arrived` first, then into the running average, which
-    // is what is added.
-    const float gamma = opt_.staleness.smoothing;
-    Matrix<float> arrived;
-    if (gamma > 0.0f) {
-      arrived.reshape(local(), fin);
-      arrived.zero();
+    // Smoothing keeps a running average of the received gradients, one row per send-list entry.
+    const float keep = opt_.staleness.smoothing;
+    Matrix<float>& average = smoothed_grad_[l];
+    const int64_t sends = s_.send_offsets[s_.num_parts];
+    if (keep > 0.0f && (average.rows() != sends || average.cols() != fin)) {
+      average.reshape(sends, fin);
+      average.zero();
     }
-    bool received = false;
     while (!in_flight.empty() && in_flight.front().first <= epoch - S) {
-      if (s_.send_offsets[s_.num_parts] > 0) tracker_.use_backward(l, in_flight.front().first, epoch);
-      exch_.finish_backward(in_flight.front().second, gamma > 0.0f ? arrived.data() : dlocal, fin);
+      if (sends > 0) tracker_.use_backward(l, in_flight.front().first, epoch);
+      exch_.finish_backward(in_flight.front().second, dlocal, fin, keep, average.data());
       in_flight.pop_front();
-      received = true;
-    }
-    if (gamma > 0.0f && received) {
-      Matrix<float>& average = smoothed_grad_[l];
-      if (average.rows() != owned() || average.cols() != fin) {
-        average.reshape(owned(), fin);
-        average.zero();
-      }
-      float* g = average.data();
-      const float* a = arrived.data();
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < owned() * fin; ++i) {
-        g[i] = gamma * g[i] + (1.0f - gamma) * a[i];
-        dlocal[i] += g[i];
-      }
     }
     in_flight.emplace_back(epoch, std::move(fresh));
     return;
@@ -1175,7 +1145,7 @@ void DistributedTrainer::load_checkpoint(const std::filesystem::path& dir) {
                     static_cast<size_t>(s_.num_halo * cols) * sizeof(float));
       }
       if (smoothed_cols[l] > 0) {
-        smoothed_grad_[l].reshape(owned(), smoothed_cols[l]);
+        smoothed_grad_[l].reshape(s_.send_offsets[s_.num_parts], smoothed_cols[l]);
         r.read_into(fmt::format("smoothed_grad/{}", l), smoothed_grad_[l].data(),
                     smoothed_grad_[l].size() * sizeof(float));
       }

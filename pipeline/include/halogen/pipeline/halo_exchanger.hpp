@@ -84,14 +84,20 @@ class HaloExchanger {
   /// (see Communicator).
   PendingExchange start_forward(const float* local, int64_t cols, int64_t ld, int bits, const quant::QuantKey& key,
                                 int tag = 0, int64_t fp32_tail = 0);
-  /// Waits for a forward exchange and writes the halo rows of `local`.
-  void finish_forward(PendingExchange& pending, float* local, int64_t ld);
+  /// Waits for a forward exchange and writes the halo rows of `local`. With keep > 0 (stale
+  /// smoothing, staleness.hpp) each halo row becomes keep * (its previous value) + (1 - keep)
+  /// * (the received row).
+  void finish_forward(PendingExchange& pending, float* local, int64_t ld, float keep = 0.0f);
 
   /// Quantizes the halo rows of `local_grad` and posts them back to their owners.
   PendingExchange start_backward(const float* local_grad, int64_t cols, int64_t ld, int bits,
                                  const quant::QuantKey& key, int tag = 0);
-  /// Waits for a backward exchange and adds the received gradients into the owned rows.
-  void finish_backward(PendingExchange& pending, float* local_grad, int64_t ld);
+  /// Waits for a backward exchange and adds the received gradients into the owned rows. With
+  /// keep > 0, `average` (one row of `cols` per entry of the send lists, send_offsets order)
+  /// becomes keep * average + (1 - keep) * (the received rows), and the average is what is
+  /// added.
+  void finish_backward(PendingExchange& pending, float* local_grad, int64_t ld, float keep = 0.0f,
+                       float* average = nullptr);
 
   /// Blocking conveniences.
   void forward(float* local, int64_t cols, int64_t ld, int bits, const quant::QuantKey& key) {
@@ -118,6 +124,8 @@ class HaloExchanger {
   PendingExchange post(bool backward, int64_t cols, int64_t fp32_tail, int bits, const quant::QuantKey& key, int tag,
                        const std::function<const float*(int q, int64_t& ld)>& rows_of);
   void wait(PendingExchange& p);
+  // The rows received from peer q (forward): dequantized codes, then the fp32 columns.
+  void unpack_forward_rows(const PendingExchange& p, int q, int64_t rows, float* dst, int64_t ld) const;
   void wait_unchecked(PendingExchange& p);
 
   const Shard& shard_;
