@@ -24,8 +24,9 @@ class InputMatrix {
   /// Applies dropout for this epoch (p = 0: the stored values as they are). Global ids key
   /// the mask by node.
   void prepare(float p, const DropoutKey& key, const int32_t* global_ids);
-  /// Y = beta * Y + D W, D the prepared matrix (rows x cols), W cols x n.
-  void multiply(const float* w, int64_t n, float beta, float* y) const;
+  /// Y = beta * Y + D W, D the prepared matrix (rows x cols), W cols x n, Y with row stride
+  /// ldy (0: n).
+  void multiply(const float* w, int64_t n, float beta, float* y, int64_t ldy = 0) const;
   /// dW = D^T dY (cols x n), dY rows x n.
   void multiply_transposed(const float* dy, int64_t n, float* dw) const;
 

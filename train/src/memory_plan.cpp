@@ -191,9 +191,9 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
       max_proj = std::max(max_proj, pw);
       max_heads = std::max(max_heads, H);
     }
-    // Scratch: projection, dy, dz, dh, dL/d el, dL/d er, dL/de per edge and head.
-    activations += f32(owned, max_proj) + 2 * f32(owned, max_dim) + f32(local, max_proj) + f32(local, max_heads) +
-                   f32(owned, max_heads) + f32(edges + owned, max_heads);
+    // Scratch: dy, dz, dh, dL/d el, dL/d er, dL/de per edge and head.
+    activations += 2 * f32(owned, max_dim) + f32(local, max_proj) + f32(local, max_heads) + f32(owned, max_heads) +
+                   f32(edges + owned, max_heads);
     exchange += f32(std::max(sends, halo), max_proj + max_heads);
     if (opt.mode == ExchangeMode::kStale) exchange += f32(halo, max_proj + max_heads);
   }

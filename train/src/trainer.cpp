@@ -279,7 +279,7 @@ class DistributedTrainer {
   // weights per edge and head; backward scratch shared by the layers.
   GatStructure gat_;
   std::vector<Matrix<float>> hl_, er_, alpha_;
-  Matrix<float> proj_, dh_, del_, der_, edge_grad_;
+  Matrix<float> dh_, del_, der_, edge_grad_;
   double comm_wait_ = 0.0, allreduce_s_ = 0.0;
   uint64_t memory_estimate_ = 0;  // this rank's estimated peak host bytes (memory_plan.hpp)
 };
@@ -387,7 +387,6 @@ void DistributedTrainer::allocate() {
       max_heads = std::max<int64_t>(max_heads, p.heads);
     }
     const int64_t max_dim = *std::max_element(dims_.begin() + 1, dims_.end());
-    proj_.reshape(owned(), max_proj);
     dy_.reshape(owned(), max_dim);
     dz_.reshape(owned(), max_dim);
     dh_.reshape(local(), max_proj);
@@ -788,16 +787,13 @@ void DistributedTrainer::forward_gat_layer(int l, int epoch, bool training) {
   const float* w = params_.data() + lp.w_self;
   Matrix<float>& hl = hl_[l];
   const int64_t ldh = hl.cols();
-  // Projection into proj_ (owned x pw), then into the exchanged rows with el beside it.
-  float* h = proj_.data();
+  // The projection straight into the exchanged rows; el beside it.
   if (l == 0) {
     x0_.prepare(p, {opt_.seed, static_cast<uint32_t>(epoch), 1}, gid);
-    x0_.multiply(w, pw, 0.0f, h);
+    x0_.multiply(w, pw, 0.0f, hl.data(), ldh);
   } else {
-    gemm(false, false, owned(), pw, fin, 1.0f, in_[l].data(), fin, w, pw, 0.0f, h, pw);
+    gemm(false, false, owned(), pw, fin, 1.0f, in_[l].data(), fin, w, pw, 0.0f, hl.data(), ldh);
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < owned(); ++i) std::copy_n(h + i * pw, pw, hl.row(i));
   gat_attention_terms(hl.data(), ldh, owned(), H, lp.head_dim, params_.data() + lp.att_src, hl.data() + pw, ldh);
   gat_attention_terms(hl.data(), ldh, owned(), H, lp.head_dim, params_.data() + lp.att_dst, er_[l].data(), H);
 

@@ -77,15 +77,17 @@ void InputMatrix::prepare(float p, const DropoutKey& key, const int32_t* global_
   }
 }
 
-void InputMatrix::multiply(const float* w, int64_t n, float beta, float* y) const {
+void InputMatrix::multiply(const float* w, int64_t n, float beta, float* y, int64_t ldy) const {
+  if (ldy == 0) ldy = n;
   if (!sparse_) {
-    gemm(false, false, rows_, n, cols_, 1.0f, dropped_ ? dense_dropped_.data() : dense_.data(), cols_, w, n, beta, y, n);
+    gemm(false, false, rows_, n, cols_, 1.0f, dropped_ ? dense_dropped_.data() : dense_.data(), cols_, w, n, beta, y,
+         ldy);
     return;
   }
   const float* val = dropped_ ? val_dropped_.data() : val_.data();
 #pragma omp parallel for schedule(dynamic, 64)
   for (int64_t i = 0; i < rows_; ++i) {
-    float* yi = y + i * n;
+    float* yi = y + i * ldy;
     if (beta == 0.0f) {
       std::fill(yi, yi + n, 0.0f);
     } else if (beta != 1.0f) {
