@@ -475,13 +475,17 @@ void DistributedTrainer::precompute_input_aggregation() {
         for (int64_t j = 0; j < F; ++j) x_local(r, j) = static_cast<float>(x_local(r, j) / sum);
     }
   }
-  if (gat()) {
-    // GAT projects before it aggregates, so layer 0 needs only the owned input rows.
-    std::vector<int64_t> counts = {InputMatrix::count_nonzeros(x_local.data(), owned() * F), owned() * F};
+  // Sparse storage when a matrix is sparse enough over all ranks (global counts, so every rank
+  // takes the same path).
+  const auto store = [&](InputMatrix& m, const float* values) {
+    std::vector<int64_t> counts = {InputMatrix::count_nonzeros(values, owned() * F), owned() * F};
     comm_.allreduce_sum(std::span<int64_t>(counts));
-    x0_.assign(x_local.data(), owned(), F,
-               static_cast<double>(counts[0]) / static_cast<double>(std::max<int64_t>(counts[1], 1)) <
-                   InputMatrix::kSparseBelow);
+    m.assign(values, owned(), F,
+             static_cast<double>(counts[0]) <
+                 InputMatrix::kSparseBelow * static_cast<double>(std::max<int64_t>(counts[1], 1)));
+  };
+  if (gat()) {  // GAT projects before it aggregates: layer 0 needs only the owned input rows
+    store(x0_, x_local.data());
     return;
   }
   quant::QuantKey key{opt_.seed, 0, 0, quant::Direction::kForward, 0, 0};
@@ -489,15 +493,8 @@ void DistributedTrainer::precompute_input_aggregation() {
   Matrix<float> agg(owned(), F);
   aggregate_owned_part(x_local.data(), F, agg.data());
   aggregate_halo_part(x_local.data(), F, agg.data());
-  // Sparse storage when the inputs are sparse enough; decided from global counts so every
-  // rank takes the same path.
-  std::vector<int64_t> counts = {InputMatrix::count_nonzeros(agg.data(), owned() * F),
-                                 InputMatrix::count_nonzeros(x_local.data(), owned() * F), owned() * F};
-  comm_.allreduce_sum(std::span<int64_t>(counts));
-  const double total = static_cast<double>(std::max<int64_t>(counts[2], 1));
-  agg0_.assign(agg.data(), owned(), F, static_cast<double>(counts[0]) / total < InputMatrix::kSparseBelow);
-  if (opt_.model == ModelKind::kSage)
-    x0_.assign(x_local.data(), owned(), F, static_cast<double>(counts[1]) / total < InputMatrix::kSparseBelow);
+  store(agg0_, agg.data());
+  if (opt_.model == ModelKind::kSage) store(x0_, x_local.data());
   exch_.stats().reset();
 }
 
