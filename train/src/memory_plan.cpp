@@ -14,6 +14,7 @@
 #include "halogen/pipeline/halo_exchanger.hpp"
 #include "halogen/quant/quantize.hpp"
 #include "input_matrix.hpp"
+#include "layer_shapes.hpp"
 
 namespace halogen {
 
@@ -114,9 +115,9 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
   const int64_t sends = s.send_offsets.empty() ? 0 : s.send_offsets[s.num_parts];
   const bool sage = opt.model == ModelKind::kSage;
   const bool gat = opt.model == ModelKind::kGat;
-  std::vector<int64_t> dims{F};
-  for (int l = 0; l + 1 < opt.layers; ++l)
-    dims.push_back(gat ? static_cast<int64_t>(opt.heads) * opt.hidden : opt.hidden);
+  const std::vector<LayerShape> shapes = layer_shapes(opt, F, s.num_classes);
+  std::vector<int64_t> dims;  // dims[l]: input width of layer l; dims[L]: classes
+  for (const LayerShape& shape : shapes) dims.push_back(shape.in);
   dims.push_back(s.num_classes);
   const int64_t max_dim = *std::max_element(dims.begin() + 1, dims.end());  // as DistributedTrainer::allocate
 
@@ -132,22 +133,8 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
                                        static_cast<uint64_t>(local) * 4
                                  : static_cast<uint64_t>(owned + 1) * 16 + static_cast<uint64_t>(edges) * 4 +
                                        static_cast<uint64_t>(owned + local) * 4;
-  // GAT layer l: heads x head_dim projected columns (hidden: heads x hidden; output:
-  // out_heads x classes).
-  const auto gat_heads = [&](int l) -> int64_t { return l + 1 == opt.layers ? opt.out_heads : opt.heads; };
-  const auto gat_proj = [&](int l) -> int64_t {
-    return gat_heads(l) * (l + 1 == opt.layers ? dims[l + 1] : opt.hidden);
-  };
   uint64_t num_params = 0;
-  for (int l = 0; l < opt.layers; ++l) {
-    if (gat) {
-      const bool projected_residual = opt.residual && (l == 0 || dims[l] != dims[l + 1]);
-      num_params += static_cast<uint64_t>(dims[l] * gat_proj(l) + 2 * gat_proj(l) + dims[l + 1] +
-                                          (projected_residual ? dims[l] * dims[l + 1] : 0));
-    } else {
-      num_params += static_cast<uint64_t>(dims[l] * dims[l + 1] * (sage ? 2 : 1) + dims[l + 1]);
-    }
-  }
+  for (const LayerShape& shape : shapes) num_params += static_cast<uint64_t>(shape.num_params(opt.model));
   const uint64_t optimizer = num_params * 4 * 5;  // params, grads, Adam m and v, decayed grads
   const uint64_t input_matrices = input_matrix_bytes(s, !gat, sage || gat, /*dropout=*/false);
   const uint64_t input_matrices_training = input_matrix_bytes(s, !gat, sage || gat, opt.dropout > 0.0f);
@@ -177,7 +164,7 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
     // every layer exchanges pw + heads columns forward and pw backward.
     int64_t max_proj = 0, max_heads = 0;
     for (int l = 0; l < opt.layers; ++l) {
-      const int64_t pw = gat_proj(l), H = gat_heads(l);
+      const int64_t pw = shapes[static_cast<size_t>(l)].proj(), H = shapes[static_cast<size_t>(l)].heads;
       const int64_t tail = opt.quantize_attention_terms ? 0 : H;  // el travels as fp32
       if (l >= 1) activations += f32(owned, dims[l]);
       activations += f32(owned, dims[l + 1]) + f32(local, pw + H) + f32(owned, H) + f32(edges + owned, H);

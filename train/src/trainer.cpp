@@ -28,6 +28,7 @@
 #include "halogen/train/gat.hpp"
 #include "halogen/train/memory_plan.hpp"
 #include "input_matrix.hpp"
+#include "layer_shapes.hpp"
 
 namespace halogen {
 
@@ -92,18 +93,13 @@ void check_shards_consistent(const Shard& shard, Communicator& comm) {
 namespace {
 
 // Parameter layout of one layer inside the flat parameter vector.
-struct LayerParams {
-  int64_t in = 0, out = 0;
+struct LayerParams : LayerShape {
   size_t w_self = 0;   // offset of W (GCN), W_self (SAGE) or the projection W (GAT, in x heads*head_dim)
   size_t w_neigh = 0;  // SAGE only
   // GAT only: attention vectors (heads*head_dim each) and the residual projection (in x out;
-  // kNone when there is none or it is the identity).
+  // kNone unless projected_residual).
   static constexpr size_t kNone = ~size_t{0};
   size_t att_src = 0, att_dst = 0, w_res = kNone;
-  int heads = 1;
-  int64_t head_dim = 0;
-  bool identity_residual = false;
-  int64_t proj() const { return heads * head_dim; }
   size_t bias = 0;  // weights (decayed) are [w_self, bias), biases [bias, end)
   size_t end = 0;
 };
@@ -172,9 +168,12 @@ class DistributedTrainer {
         ls_(opt.model == ModelKind::kGat ? LocalStructure{} : build_structure(shard, opt.model)),
         adapter_(opt.mode, opt.staleness),
         tracker_(opt.layers, opt.mode == ExchangeMode::kStale ? opt.staleness.staleness : 0) {
-    dims_.push_back(s_.feature_dim);
-    const int64_t hidden_width = gat() ? static_cast<int64_t>(opt_.heads) * opt_.hidden : opt_.hidden;
-    for (int l = 0; l + 1 < opt_.layers; ++l) dims_.push_back(hidden_width);
+    for (const LayerShape& shape : layer_shapes(opt_, s_.feature_dim, s_.num_classes)) {
+      LayerParams p;
+      static_cast<LayerShape&>(p) = shape;
+      lp_.push_back(p);
+      dims_.push_back(shape.in);
+    }
     dims_.push_back(s_.num_classes);
     if (gat())
       gat_ = build_gat_structure(owned(), local(), s_.row_offsets.data(), s_.col_indices.data(), s_.owned_global.data(),
@@ -285,40 +284,27 @@ class DistributedTrainer {
 };
 
 void DistributedTrainer::init_params() {
+  // Offsets of each layer's parameters in the flat vector (shapes from layer_shapes).
   size_t off = 0;
-  for (int l = 0; l < L(); ++l) {
-    LayerParams p;
-    p.in = dims_[l];
-    p.out = dims_[l + 1];
-    p.w_self = off;
+  const auto take = [&](int64_t n) {
+    const size_t at = off;
+    off += static_cast<size_t>(n);
+    return at;
+  };
+  for (LayerParams& p : lp_) {
     if (gat()) {
-      // Hidden layers: heads x hidden, concatenated (= out); output: out_heads x classes, averaged.
-      const bool last = l + 1 == L();
-      p.heads = last ? opt_.out_heads : opt_.heads;
-      p.head_dim = last ? p.out : opt_.hidden;
-      off += static_cast<size_t>(p.in * p.proj());
-      p.att_src = off;
-      off += static_cast<size_t>(p.proj());
-      p.att_dst = off;
-      off += static_cast<size_t>(p.proj());
-      if (opt_.residual) {
-        p.identity_residual = l > 0 && p.in == p.out;
-        if (!p.identity_residual) {
-          p.w_res = off;
-          off += static_cast<size_t>(p.in * p.out);
-        }
-      }
+      p.w_self = take(p.in * p.proj());
+      p.att_src = take(p.proj());
+      p.att_dst = take(p.proj());
+      if (p.projected_residual) p.w_res = take(p.in * p.out);
     } else {
-      off += static_cast<size_t>(p.in * p.out);
+      p.w_self = take(p.in * p.out);
+      if (opt_.model == ModelKind::kSage) p.w_neigh = take(p.in * p.out);
     }
-    if (opt_.model == ModelKind::kSage) {
-      p.w_neigh = off;
-      off += static_cast<size_t>(p.in * p.out);
-    }
-    p.bias = off;
-    off += static_cast<size_t>(p.out);
+    p.bias = take(p.out);
     p.end = off;
-    lp_.push_back(p);
+    HALOGEN_EXPECTS(p.end - p.w_self == static_cast<size_t>(p.num_params(opt_.model)),
+                    "parameter layout of a layer disagrees with its shape");
   }
   params_.resize(off);
   grads_.resize(off);
