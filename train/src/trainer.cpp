@@ -707,9 +707,7 @@ void DistributedTrainer::backward(int epoch) {
     const float* dy = dy_.data();  // owned x fout
     const bool sage = opt_.model == ModelKind::kSage;
     // Bias and weight gradients (local partial sums, all-reduced later).
-    float* gb = grads_.data() + lp.bias;
-    for (int64_t i = 0; i < owned(); ++i)
-      for (int64_t j = 0; j < fout; ++j) gb[j] += dy[i * fout + j];
+    add_column_sums(dy, owned(), fout, grads_.data() + lp.bias);
     float* gw_main = grads_.data() + (sage ? lp.w_neigh : lp.w_self);
     if (l == 0) {
       agg0_.multiply_transposed(dy, fout, gw_main);
@@ -832,9 +830,7 @@ void DistributedTrainer::backward_gat_layer(int l, int epoch) {
   const int32_t* gid = s_.owned_global.data();
   const float* dy = dy_.data();
   const Matrix<float>& hl = hl_[l];
-  float* gb = grads_.data() + lp.bias;
-  for (int64_t i = 0; i < owned(); ++i)
-    for (int64_t j = 0; j < fout; ++j) gb[j] += dy[i * fout + j];
+  add_column_sums(dy, owned(), fout, grads_.data() + lp.bias);
   if (lp.w_res != LayerParams::kNone) {
     float* gres = grads_.data() + lp.w_res;
     if (l == 0) {

@@ -78,6 +78,11 @@ void dropout_apply(float* x, int64_t rows, int64_t cols, int64_t ld, const int32
   }
 }
 
+void add_column_sums(const float* x, int64_t rows, int64_t cols, float* sums) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) sums[j] += x[i * cols + j];
+}
+
 void relu_inplace(float* x, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;

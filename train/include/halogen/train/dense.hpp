@@ -28,6 +28,9 @@ struct DropoutKey {
 void dropout_apply(float* x, int64_t rows, int64_t cols, int64_t ld, const int32_t* global_ids, float p,
                    const DropoutKey& key);
 
+/// sums[j] += sum over rows of x[i, j] (x rows x cols, dense): bias gradients.
+void add_column_sums(const float* x, int64_t rows, int64_t cols, float* sums);
+
 /// out = relu(x) in place; relu_backward: grad *= (y > 0).
 void relu_inplace(float* x, int64_t n);
 void relu_backward(const float* y, float* grad, int64_t n);
