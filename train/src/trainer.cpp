@@ -29,6 +29,7 @@
 #include "halogen/train/memory_plan.hpp"
 #include "input_matrix.hpp"
 #include "layer_shapes.hpp"
+#include "trainer_common.hpp"
 
 namespace halogen {
 
@@ -92,63 +93,10 @@ void check_shards_consistent(const Shard& shard, Communicator& comm) {
 
 namespace {
 
-// Parameter layout of one layer inside the flat parameter vector.
-struct LayerParams : LayerShape {
-  size_t w_self = 0;   // offset of W (GCN), W_self (SAGE) or the projection W (GAT, in x heads*head_dim)
-  size_t w_neigh = 0;  // SAGE only
-  // GAT only: attention vectors (heads*head_dim each) and the residual projection (in x out;
-  // kNone unless projected_residual).
-  static constexpr size_t kNone = ~size_t{0};
-  size_t att_src = 0, att_dst = 0, w_res = kNone;
-  size_t bias = 0;  // weights (decayed) are [w_self, bias), biases [bias, end)
-  size_t end = 0;
-};
-
-// Local structure split for overlap: owned-column and halo-column blocks of the forward CSR
-// and the owned-row and halo-row blocks of its transpose.
-struct LocalStructure {
-  HostBuffer<int64_t> own_off, halo_off;
-  HostBuffer<int32_t> own_idx, halo_idx;
-  HostBuffer<float> dst_scale;  // per owned row
-  HostBuffer<float> src_scale;  // per local node
-  bool self_loops = false;
-};
-
-LocalStructure build_structure(const Shard& s, ModelKind kind) {
-  LocalStructure ls;
-  const int64_t n = s.num_owned;
-  ls.own_off.resize(static_cast<size_t>(n) + 1);
-  ls.halo_off.resize(static_cast<size_t>(n) + 1);
-  ls.own_off[0] = ls.halo_off[0] = 0;
-  for (int64_t r = 0; r < n; ++r) {
-    int64_t own = 0, halo = 0;
-    for (int64_t e = s.row_offsets[r]; e < s.row_offsets[r + 1]; ++e) (s.col_indices[e] < s.num_owned ? own : halo)++;
-    ls.own_off[r + 1] = ls.own_off[r] + own;
-    ls.halo_off[r + 1] = ls.halo_off[r] + halo;
-  }
-  ls.own_idx.resize(static_cast<size_t>(ls.own_off[n]));
-  ls.halo_idx.resize(static_cast<size_t>(ls.halo_off[n]));
-  for (int64_t r = 0; r < n; ++r) {
-    int64_t o = ls.own_off[r], h = ls.halo_off[r];
-    for (int64_t e = s.row_offsets[r]; e < s.row_offsets[r + 1]; ++e) {
-      const int32_t c = s.col_indices[e];
-      if (c < s.num_owned) ls.own_idx[o++] = c; else ls.halo_idx[h++] = c;
-    }
-  }
-  const int64_t nl = s.num_local();
-  ls.dst_scale.resize(static_cast<size_t>(n));
-  ls.src_scale.resize(static_cast<size_t>(nl));
-  if (kind == ModelKind::kGcn) {
-    ls.self_loops = true;
-    for (int64_t r = 0; r < n; ++r) ls.dst_scale[r] = 1.0f / std::sqrt(static_cast<float>(s.in_degree[r]) + 1.0f);
-    for (int64_t c = 0; c < nl; ++c) ls.src_scale[c] = 1.0f / std::sqrt(static_cast<float>(s.out_degree[c]) + 1.0f);
-  } else {
-    ls.self_loops = false;
-    for (int64_t r = 0; r < n; ++r) ls.dst_scale[r] = s.in_degree[r] > 0 ? 1.0f / static_cast<float>(s.in_degree[r]) : 0.0f;
-    for (int64_t c = 0; c < nl; ++c) ls.src_scale[c] = 1.0f;
-  }
-  return ls;
-}
+using train_detail::EpochFigures;
+using train_detail::EpochLog;
+using train_detail::LayerParams;
+using train_detail::LocalStructure;
 
 // LeakyReLU slope of the attention logits (GAT's and PyG's default).
 constexpr float kGatNegativeSlope = 0.2f;
@@ -165,15 +113,12 @@ class DistributedTrainer {
                                                   : std::make_unique<ProgressThread>(std::chrono::microseconds(
                                                         comm.sleep_while_waiting() ? 200 : 20))),
         exch_(shard, comm, progress_.get()),
-        ls_(opt.model == ModelKind::kGat ? LocalStructure{} : build_structure(shard, opt.model)),
+        ls_(opt.model == ModelKind::kGat ? LocalStructure{} : train_detail::build_structure(shard, opt.model)),
         adapter_(opt.mode, opt.staleness),
-        tracker_(opt.layers, opt.mode == ExchangeMode::kStale ? opt.staleness.staleness : 0) {
-    for (const LayerShape& shape : layer_shapes(opt_, s_.feature_dim, s_.num_classes)) {
-      LayerParams p;
-      static_cast<LayerShape&>(p) = shape;
-      lp_.push_back(p);
-      dims_.push_back(shape.in);
-    }
+        tracker_(opt.layers, opt.mode == ExchangeMode::kStale ? opt.staleness.staleness : 0),
+        log_(comm, shard, opt) {
+    lp_ = train_detail::layout_parameters(opt_, s_.feature_dim, s_.num_classes);
+    for (const LayerParams& p : lp_) dims_.push_back(p.in);
     dims_.push_back(s_.num_classes);
     if (gat())
       gat_ = build_gat_structure(owned(), local(), s_.row_offsets.data(), s_.col_indices.data(), s_.owned_global.data(),
@@ -259,8 +204,7 @@ class DistributedTrainer {
   bool drift_measured_ = false;  // this epoch compared against a previous send
   // Run state that a checkpoint carries besides the arrays.
   int start_epoch_ = 0;
-  double best_val_ = -1.0, test_at_best_ = 0.0;
-  int best_epoch_ = -1;
+  EpochLog log_;  // metrics records and the best-validation epoch
   nlohmann::json model_description() const;
   nlohmann::json training_description() const;
   std::vector<int64_t> dims_;
@@ -284,63 +228,9 @@ class DistributedTrainer {
 };
 
 void DistributedTrainer::init_params() {
-  // Offsets of each layer's parameters in the flat vector (shapes from layer_shapes).
-  size_t off = 0;
-  const auto take = [&](int64_t n) {
-    const size_t at = off;
-    off += static_cast<size_t>(n);
-    return at;
-  };
-  for (LayerParams& p : lp_) {
-    if (gat()) {
-      p.w_self = take(p.in * p.proj());
-      p.att_src = take(p.proj());
-      p.att_dst = take(p.proj());
-      if (p.projected_residual) p.w_res = take(p.in * p.out);
-    } else {
-      p.w_self = take(p.in * p.out);
-      if (opt_.model == ModelKind::kSage) p.w_neigh = take(p.in * p.out);
-    }
-    p.bias = take(p.out);
-    p.end = off;
-    HALOGEN_EXPECTS(p.end - p.w_self == static_cast<size_t>(p.num_params(opt_.model)),
-                    "parameter layout of a layer disagrees with its shape");
-  }
-  params_.resize(off);
-  grads_.resize(off);
-  params_.zero();
-  // Glorot uniform, keyed by (layer, matrix, row, column): identical on every rank.
-  const RngStream rng = RngStream::make(opt_.seed, RngPurpose::kWeightInit);
-  auto glorot = [&](int l, uint32_t m, float* w, int64_t rows, int64_t cols, float bound) {
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < cols; ++j) {
-        const float u = rng.uniform(static_cast<uint32_t>(l), m, static_cast<uint32_t>(i), static_cast<uint32_t>(j / 4),
-                                    static_cast<int>(j % 4));
-        w[i * cols + j] = (2.0f * u - 1.0f) * bound;
-      }
-    }
-  };
-  if (gat()) {
-    // As PyG's GATConv: Glorot for W (in x heads*head_dim) and for the attention vectors
-    // (heads x head_dim), biases zero.
-    for (int l = 0; l < L(); ++l) {
-      const auto& p = lp_[l];
-      glorot(l, 0, params_.data() + p.w_self, p.in, p.proj(), std::sqrt(6.0f / static_cast<float>(p.in + p.proj())));
-      const float att_bound = std::sqrt(6.0f / static_cast<float>(p.heads + p.head_dim));
-      glorot(l, 2, params_.data() + p.att_src, p.heads, p.head_dim, att_bound);
-      glorot(l, 3, params_.data() + p.att_dst, p.heads, p.head_dim, att_bound);
-      if (p.w_res != LayerParams::kNone)
-        glorot(l, 4, params_.data() + p.w_res, p.in, p.out, std::sqrt(6.0f / static_cast<float>(p.in + p.out)));
-    }
-    return;
-  }
-  for (int l = 0; l < L(); ++l) {
-    const auto& p = lp_[l];
-    const float bound = std::sqrt(6.0f / static_cast<float>(p.in + p.out));
-    const int mats = opt_.model == ModelKind::kSage ? 2 : 1;
-    for (int m = 0; m < mats; ++m)
-      glorot(l, static_cast<uint32_t>(m), params_.data() + (m == 0 ? p.w_self : p.w_neigh), p.in, p.out, bound);
-  }
+  params_.resize(lp_.back().end);
+  grads_.resize(lp_.back().end);
+  train_detail::init_parameters(opt_, lp_, params_.data());
 }
 
 void DistributedTrainer::allocate() {
@@ -450,17 +340,8 @@ void DistributedTrainer::aggregate_transpose(const float* dz, int64_t cols, floa
 void DistributedTrainer::precompute_input_aggregation() {
   // Layer-0 input features never change: exchange them once (fp32) and aggregate once.
   const int64_t F = dims_[0];
-  Matrix<float> x_local(gat() ? owned() : local(), F);  // GAT never exchanges its inputs
-  for (int64_t r = 0; r < owned(); ++r) std::copy_n(s_.features.data() + r * F, F, x_local.row(r));
-  if (opt_.row_normalize_features) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < owned(); ++r) {
-      double sum = 0.0;
-      for (int64_t j = 0; j < F; ++j) sum += std::abs(x_local(r, j));
-      if (sum > 0.0)
-        for (int64_t j = 0; j < F; ++j) x_local(r, j) = static_cast<float>(x_local(r, j) / sum);
-    }
-  }
+  // GAT never exchanges its inputs.
+  Matrix<float> x_local = train_detail::input_features(s_, opt_, gat() ? owned() : local());
   // Sparse storage when a matrix is sparse enough over all ranks (global counts, so every rank
   // takes the same path).
   const auto store = [&](InputMatrix& m, const float* values) {
@@ -1012,11 +893,19 @@ void DistributedTrainer::save_checkpoint(int epoch) {
   run_collectively(MPI_COMM_WORLD, fmt::format("writing the checkpoint of epoch {}", epoch), [&] {
     std::filesystem::create_directories(checkpoint_epoch_dir(dir, epoch));
     CheckpointWriter w;
-    nlohmann::json meta = {{"format", "halogen-checkpoint"}, {"epoch", epoch}, {"rank", s_.part},
-                           {"num_parts", s_.num_parts}, {"partition_id", fmt::format("{:016x}", s_.partition_id)},
-                           {"model", model_description()}, {"training", training_description()},
-                           {"adam_step", adam_.step}, {"best_val", best_val_}, {"best_epoch", best_epoch_},
-                           {"test_at_best", test_at_best_}, {"prev_drift", prev_drift_}, {"drift_measured", drift_measured_}};
+    nlohmann::json meta = {{"format", "halogen-checkpoint"},
+                           {"epoch", epoch},
+                           {"rank", s_.part},
+                           {"num_parts", s_.num_parts},
+                           {"partition_id", fmt::format("{:016x}", s_.partition_id)},
+                           {"model", model_description()},
+                           {"training", training_description()},
+                           {"adam_step", adam_.step},
+                           {"best_val", log_.best_val},
+                           {"best_epoch", log_.best_epoch},
+                           {"test_at_best", log_.test_at_best},
+                           {"prev_drift", prev_drift_},
+                           {"drift_measured", drift_measured_}};
     w.add_array("params", params_.span());
     w.add_array("adam_m", adam_.m.span());
     w.add_array("adam_v", adam_.v.span());
@@ -1104,9 +993,9 @@ void DistributedTrainer::load_checkpoint(const std::filesystem::path& dir) {
     r.read_array("adam_m", adam_.m.span());
     r.read_array("adam_v", adam_.v.span());
     adam_.step = meta.at("adam_step").get<int64_t>();
-    best_val_ = meta.at("best_val").get<double>();
-    best_epoch_ = meta.at("best_epoch").get<int>();
-    test_at_best_ = meta.at("test_at_best").get<double>();
+    log_.best_val = meta.at("best_val").get<double>();
+    log_.best_epoch = meta.at("best_epoch").get<int>();
+    log_.test_at_best = meta.at("test_at_best").get<double>();
     prev_drift_ = meta.at("prev_drift").get<std::vector<double>>();
     drift_measured_ = meta.at("drift_measured").get<bool>();
     const auto tracker_epochs = meta.at("tracker_forward").get<std::vector<int>>();
@@ -1164,8 +1053,6 @@ TrainResult DistributedTrainer::run() {
 
 TrainResult DistributedTrainer::run_epochs() {
   TrainResult result;
-  MetricsWriter metrics(comm_.rank() == 0 ? opt_.metrics_path : std::filesystem::path());
-  const int64_t C = dims_.back();
   Stopwatch total;
   for (int epoch = start_epoch_; epoch < opt_.epochs; ++epoch) {
     Stopwatch epoch_sw;
@@ -1219,54 +1106,14 @@ TrainResult DistributedTrainer::run_epochs() {
     const bool eval = (epoch + 1) % opt_.eval_every == 0 || epoch + 1 == opt_.epochs;
     if (eval) {
       forward(epoch, /*training=*/false);
-      std::vector<int64_t> counts = {
-          count_correct(y_[L() - 1].data(), owned(), C, s_.labels.data(), s_.split.data(), static_cast<uint8_t>(SplitRole::kTrain)),
-          count_correct(y_[L() - 1].data(), owned(), C, s_.labels.data(), s_.split.data(), static_cast<uint8_t>(SplitRole::kValid)),
-          count_correct(y_[L() - 1].data(), owned(), C, s_.labels.data(), s_.split.data(), static_cast<uint8_t>(SplitRole::kTest))};
-      comm_.allreduce_sum(std::span<int64_t>(counts));
-      auto acc = [](int64_t c, int64_t n) { return n > 0 ? static_cast<double>(c) / static_cast<double>(n) : 0.0; };
-      const double train_acc = acc(counts[0], s_.global_train_count);
-      const double val_acc = acc(counts[1], s_.global_valid_count);
-      const double test_acc = acc(counts[2], s_.global_test_count);
-      rec["train_acc"] = train_acc;
-      rec["val_acc"] = val_acc;
-      rec["test_acc"] = test_acc;
-      if (val_acc > best_val_) {
-        best_val_ = val_acc;
-        test_at_best_ = test_acc;
-        best_epoch_ = epoch;
-      }
+      log_.add_accuracy(rec, epoch, train_detail::count_correct_by_role(y_[L() - 1].data(), s_));
     }
-    const auto& st = exch_.stats();
-    // Per-epoch figures: time is the slowest rank's, bytes the sum over ranks.
-    std::vector<double> mx = {epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s,
-                              static_cast<double>(tracker_.max_used()), st.transfer_s};
-    std::vector<int64_t> bytes = {static_cast<int64_t>(comm_.bytes_sent() - bytes_before)};
-    comm_.allreduce_max(mx.data(), mx.size());
-    comm_.allreduce_sum(std::span<int64_t>(bytes));
-    rec["epoch_s"] = mx[0];
-    rec["comm_s"] = mx[1];
-    rec["quant_s"] = mx[2];
-    rec["comm_wait_s"] = mx[3];
-    rec["compute_s"] = std::max(0.0, mx[0] - mx[1] - mx[2]);
-    rec["bytes_sent"] = bytes[0];
-    rec["mode"] = to_string(opt_.mode);
-    rec["max_staleness"] = static_cast<int>(mx[4]);
     rec["sync"] = decision.sync;
     rec["sync_reason"] = to_string(decision.reason);
     if (adapter_.drift_enabled()) rec["drift"] = decision.max_drift;
-    // Share of the transfer time that was hidden behind computation (slowest rank's view).
-    rec["overlap"] = mx[5] > 0.0 ? std::clamp(1.0 - mx[3] / mx[5], 0.0, 1.0) : 0.0;
-    metrics.write(rec);
-    if (opt_.progress && comm_.rank() == 0) {
-      if (eval) {
-        std::printf("epoch %4d  loss %.4f  train %.4f  val %.4f  test %.4f  %.3f s\n", epoch, loss,
-                    rec["train_acc"].get<double>(), rec["val_acc"].get<double>(), rec["test_acc"].get<double>(), mx[0]);
-      } else {
-        std::printf("epoch %4d  loss %.4f  %.3f s\n", epoch, loss, mx[0]);
-      }
-      std::fflush(stdout);
-    }
+    const auto& st = exch_.stats();
+    log_.finish(rec, EpochFigures{epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s, st.transfer_s,
+                                  tracker_.max_used(), comm_.bytes_sent() - bytes_before});
     result.epochs.push_back(std::move(rec));
     if (!opt_.checkpoint_dir.empty() &&
         ((opt_.checkpoint_every > 0 && (epoch + 1) % opt_.checkpoint_every == 0) || epoch + 1 == opt_.epochs)) {
@@ -1277,41 +1124,26 @@ TrainResult DistributedTrainer::run_epochs() {
   }
   drain_pending();
   // Per rank: peak RSS and the estimate the memory check used (to judge the estimate).
-  const int P = comm_.size();
   // GAT: what an unfused implementation would add, per rank: a message tensor (edge x
   // heads x head_dim, self loops included) per layer and its gradient.
   int64_t unfused_edge_bytes = 0;
   if (gat())
     for (int l = 0; l < L(); ++l) unfused_edge_bytes += 2 * 4 * (gat_.view().entries() + owned()) * lp_[l].proj();
-  std::vector<int64_t> memory(static_cast<size_t>(3 * P), 0);
-  memory[3 * comm_.rank()] = peak_rss_bytes();
-  memory[3 * comm_.rank() + 1] = static_cast<int64_t>(memory_estimate_);
-  memory[3 * comm_.rank() + 2] = unfused_edge_bytes;
-  comm_.allreduce_sum(std::span<int64_t>(memory));
+  const auto memory = train_detail::gather_per_rank(
+      comm_, {peak_rss_bytes(), static_cast<int64_t>(memory_estimate_), unfused_edge_bytes});
   std::vector<int64_t> rss_per_rank, estimate_per_rank, unfused_per_rank;
-  for (int r = 0; r < P; ++r) {
-    rss_per_rank.push_back(memory[3 * r]);
-    estimate_per_rank.push_back(memory[3 * r + 1]);
-    unfused_per_rank.push_back(memory[3 * r + 2]);
+  for (const auto& m : memory) {
+    rss_per_rank.push_back(m[0]);
+    estimate_per_rank.push_back(m[1]);
+    unfused_per_rank.push_back(m[2]);
   }
   const double rss = static_cast<double>(*std::max_element(rss_per_rank.begin(), rss_per_rank.end()));
-  nlohmann::json summary;
-  summary["summary"] = true;
-  summary["epochs"] = opt_.epochs;
-  summary["best_val_acc"] = best_val_;
-  summary["best_epoch"] = best_epoch_;
-  summary["test_acc_at_best_val"] = test_at_best_;
-  summary["total_s"] = total.seconds();
+  nlohmann::json summary = log_.summary("cpu", total.seconds(), start_epoch_);
   summary["peak_rss_bytes"] = static_cast<int64_t>(rss);
   summary["peak_rss_bytes_per_rank"] = rss_per_rank;
   summary["estimated_peak_bytes_per_rank"] = estimate_per_rank;
   if (gat()) summary["unfused_edge_feature_bytes_per_rank"] = unfused_per_rank;
-  summary["device"] = "cpu";
-  summary["ranks"] = comm_.size();
-  summary["model"] = to_string(opt_.model);
-  summary["mode"] = to_string(opt_.mode);
-  summary["start_epoch"] = start_epoch_;
-  metrics.write(summary);
+  log_.write_summary(summary);
   result.summary = summary;
   return result;
 }

@@ -1,0 +1,228 @@
+#include "trainer_common.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "halogen/core/error.hpp"
+#include "halogen/core/rng.hpp"
+#include "halogen/train/dense.hpp"
+
+namespace halogen::train_detail {
+
+LocalStructure build_structure(const Shard& s, ModelKind kind) {
+  LocalStructure ls;
+  const int64_t n = s.num_owned;
+  ls.own_off.resize(static_cast<size_t>(n) + 1);
+  ls.halo_off.resize(static_cast<size_t>(n) + 1);
+  ls.own_off[0] = ls.halo_off[0] = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t own = 0, halo = 0;
+    for (int64_t e = s.row_offsets[r]; e < s.row_offsets[r + 1]; ++e) (s.col_indices[e] < s.num_owned ? own : halo)++;
+    ls.own_off[r + 1] = ls.own_off[r] + own;
+    ls.halo_off[r + 1] = ls.halo_off[r] + halo;
+  }
+  ls.own_idx.resize(static_cast<size_t>(ls.own_off[n]));
+  ls.halo_idx.resize(static_cast<size_t>(ls.halo_off[n]));
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t o = ls.own_off[r], h = ls.halo_off[r];
+    for (int64_t e = s.row_offsets[r]; e < s.row_offsets[r + 1]; ++e) {
+      const int32_t c = s.col_indices[e];
+      if (c < s.num_owned)
+        ls.own_idx[o++] = c;
+      else
+        ls.halo_idx[h++] = c;
+    }
+  }
+  const int64_t nl = s.num_local();
+  ls.dst_scale.resize(static_cast<size_t>(n));
+  ls.src_scale.resize(static_cast<size_t>(nl));
+  if (kind == ModelKind::kGcn) {
+    ls.self_loops = true;
+    for (int64_t r = 0; r < n; ++r) ls.dst_scale[r] = 1.0f / std::sqrt(static_cast<float>(s.in_degree[r]) + 1.0f);
+    for (int64_t c = 0; c < nl; ++c) ls.src_scale[c] = 1.0f / std::sqrt(static_cast<float>(s.out_degree[c]) + 1.0f);
+  } else {
+    ls.self_loops = false;
+    for (int64_t r = 0; r < n; ++r)
+      ls.dst_scale[r] = s.in_degree[r] > 0 ? 1.0f / static_cast<float>(s.in_degree[r]) : 0.0f;
+    for (int64_t c = 0; c < nl; ++c) ls.src_scale[c] = 1.0f;
+  }
+  return ls;
+}
+
+std::vector<LayerParams> layout_parameters(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {
+  const bool gat = opt.model == ModelKind::kGat;
+  std::vector<LayerParams> layout;
+  size_t off = 0;
+  const auto take = [&](int64_t n) {
+    const size_t at = off;
+    off += static_cast<size_t>(n);
+    return at;
+  };
+  for (const LayerShape& shape : layer_shapes(opt, feature_dim, classes)) {
+    LayerParams p;
+    static_cast<LayerShape&>(p) = shape;
+    if (gat) {
+      p.w_self = take(p.in * p.proj());
+      p.att_src = take(p.proj());
+      p.att_dst = take(p.proj());
+      if (p.projected_residual) p.w_res = take(p.in * p.out);
+    } else {
+      p.w_self = take(p.in * p.out);
+      if (opt.model == ModelKind::kSage) p.w_neigh = take(p.in * p.out);
+    }
+    p.bias = take(p.out);
+    p.end = off;
+    HALOGEN_EXPECTS(p.end - p.w_self == static_cast<size_t>(p.num_params(opt.model)),
+                    "parameter layout of a layer disagrees with its shape");
+    layout.push_back(p);
+  }
+  return layout;
+}
+
+void init_parameters(const TrainOptions& opt, const std::vector<LayerParams>& layout, float* params) {
+  std::fill_n(params, layout.empty() ? 0 : layout.back().end, 0.0f);
+  // Glorot uniform, keyed by (layer, matrix, row, column): identical on every rank.
+  const RngStream rng = RngStream::make(opt.seed, RngPurpose::kWeightInit);
+  auto glorot = [&](int l, uint32_t m, float* w, int64_t rows, int64_t cols, float bound) {
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        const float u = rng.uniform(static_cast<uint32_t>(l), m, static_cast<uint32_t>(i), static_cast<uint32_t>(j / 4),
+                                    static_cast<int>(j % 4));
+        w[i * cols + j] = (2.0f * u - 1.0f) * bound;
+      }
+    }
+  };
+  const int L = static_cast<int>(layout.size());
+  if (opt.model == ModelKind::kGat) {
+    // As PyG's GATConv: Glorot for W (in x heads*head_dim) and for the attention vectors
+    // (heads x head_dim), biases zero.
+    for (int l = 0; l < L; ++l) {
+      const auto& p = layout[l];
+      glorot(l, 0, params + p.w_self, p.in, p.proj(), std::sqrt(6.0f / static_cast<float>(p.in + p.proj())));
+      const float att_bound = std::sqrt(6.0f / static_cast<float>(p.heads + p.head_dim));
+      glorot(l, 2, params + p.att_src, p.heads, p.head_dim, att_bound);
+      glorot(l, 3, params + p.att_dst, p.heads, p.head_dim, att_bound);
+      if (p.w_res != LayerParams::kNone)
+        glorot(l, 4, params + p.w_res, p.in, p.out, std::sqrt(6.0f / static_cast<float>(p.in + p.out)));
+    }
+    return;
+  }
+  for (int l = 0; l < L; ++l) {
+    const auto& p = layout[l];
+    const float bound = std::sqrt(6.0f / static_cast<float>(p.in + p.out));
+    const int mats = opt.model == ModelKind::kSage ? 2 : 1;
+    for (int m = 0; m < mats; ++m)
+      glorot(l, static_cast<uint32_t>(m), params + (m == 0 ? p.w_self : p.w_neigh), p.in, p.out, bound);
+  }
+}
+
+Matrix<float> input_features(const Shard& s, const TrainOptions& opt, int64_t rows) {
+  const int64_t F = s.feature_dim;
+  const int64_t owned = s.num_owned;
+  HALOGEN_EXPECTS(rows >= owned, "input_features: {} rows cannot hold {} owned nodes", rows, owned);
+  Matrix<float> x(rows, F);
+  x.zero();
+  for (int64_t r = 0; r < owned; ++r) std::copy_n(s.features.data() + r * F, F, x.row(r));
+  if (opt.row_normalize_features) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < owned; ++r) {
+      double sum = 0.0;
+      for (int64_t j = 0; j < F; ++j) sum += std::abs(x(r, j));
+      if (sum > 0.0)
+        for (int64_t j = 0; j < F; ++j) x(r, j) = static_cast<float>(x(r, j) / sum);
+    }
+  }
+  return x;
+}
+
+std::array<int64_t, 3> count_correct_by_role(const float* logits, const Shard& s) {
+  std::array<int64_t, 3> correct{};
+  const SplitRole roles[3] = {SplitRole::kTrain, SplitRole::kValid, SplitRole::kTest};
+  for (int i = 0; i < 3; ++i)
+    correct[i] = count_correct(logits, s.num_owned, s.num_classes, s.labels.data(), s.split.data(),
+                               static_cast<uint8_t>(roles[i]));
+  return correct;
+}
+
+std::vector<std::vector<int64_t>> gather_per_rank(Communicator& comm, const std::vector<int64_t>& values) {
+  const size_t k = values.size();
+  const int P = comm.size();
+  std::vector<int64_t> all(k * static_cast<size_t>(P), 0);
+  std::copy(values.begin(), values.end(),
+            all.begin() + static_cast<std::ptrdiff_t>(k * static_cast<size_t>(comm.rank())));
+  comm.allreduce_sum(std::span<int64_t>(all));
+  std::vector<std::vector<int64_t>> by_rank(static_cast<size_t>(P));
+  for (int r = 0; r < P; ++r)
+    by_rank[r].assign(all.begin() + static_cast<std::ptrdiff_t>(k * r),
+                      all.begin() + static_cast<std::ptrdiff_t>(k * (r + 1)));
+  return by_rank;
+}
+
+EpochLog::EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& opt)
+    : comm_(comm), s_(shard), opt_(opt), metrics_(comm.rank() == 0 ? opt.metrics_path : std::filesystem::path()) {}
+
+void EpochLog::add_accuracy(nlohmann::json& rec, int epoch, const std::array<int64_t, 3>& correct) {
+  std::vector<int64_t> counts(correct.begin(), correct.end());
+  comm_.allreduce_sum(std::span<int64_t>(counts));
+  auto acc = [](int64_t c, int64_t n) { return n > 0 ? static_cast<double>(c) / static_cast<double>(n) : 0.0; };
+  const double val_acc = acc(counts[1], s_.global_valid_count);
+  const double test_acc = acc(counts[2], s_.global_test_count);
+  rec["train_acc"] = acc(counts[0], s_.global_train_count);
+  rec["val_acc"] = val_acc;
+  rec["test_acc"] = test_acc;
+  if (val_acc > best_val) {
+    best_val = val_acc;
+    test_at_best = test_acc;
+    best_epoch = epoch;
+  }
+}
+
+void EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
+  // Time is the slowest rank's, bytes the sum over ranks.
+  std::vector<double> mx = {f.epoch_s,   f.comm_s, f.quant_s, f.wait_s, static_cast<double>(f.max_staleness),
+                            f.transfer_s};
+  std::vector<int64_t> bytes = {static_cast<int64_t>(f.bytes_sent)};
+  comm_.allreduce_max(mx.data(), mx.size());
+  comm_.allreduce_sum(std::span<int64_t>(bytes));
+  rec["epoch_s"] = mx[0];
+  rec["comm_s"] = mx[1];
+  rec["quant_s"] = mx[2];
+  rec["comm_wait_s"] = mx[3];
+  rec["compute_s"] = std::max(0.0, mx[0] - mx[1] - mx[2]);
+  rec["bytes_sent"] = bytes[0];
+  rec["mode"] = to_string(opt_.mode);
+  rec["max_staleness"] = static_cast<int>(mx[4]);
+  // Share of the transfer time that was hidden behind computation (slowest rank's view).
+  rec["overlap"] = mx[5] > 0.0 ? std::clamp(1.0 - mx[3] / mx[5], 0.0, 1.0) : 0.0;
+  metrics_.write(rec);
+  if (opt_.progress && comm_.rank() == 0) {
+    const int epoch = rec["epoch"].get<int>();
+    const double loss = rec["loss"].get<double>();
+    if (rec.contains("val_acc")) {
+      std::printf("epoch %4d  loss %.4f  train %.4f  val %.4f  test %.4f  %.3f s\n", epoch, loss,
+                  rec["train_acc"].get<double>(), rec["val_acc"].get<double>(), rec["test_acc"].get<double>(), mx[0]);
+    } else {
+      std::printf("epoch %4d  loss %.4f  %.3f s\n", epoch, loss, mx[0]);
+    }
+    std::fflush(stdout);
+  }
+}
+
+nlohmann::json EpochLog::summary(const std::string& device, double total_s, int start_epoch) const {
+  nlohmann::json summary;
+  summary["summary"] = true;
+  summary["epochs"] = opt_.epochs;
+  summary["best_val_acc"] = best_val;
+  summary["best_epoch"] = best_epoch;
+  summary["test_acc_at_best_val"] = test_at_best;
+  summary["total_s"] = total_s;
+  summary["device"] = device;
+  summary["ranks"] = comm_.size();
+  summary["model"] = to_string(opt_.model);
+  summary["mode"] = to_string(opt_.mode);
+  summary["start_epoch"] = start_epoch;
+  return summary;
+}
+
+}  // namespace halogen::train_detail

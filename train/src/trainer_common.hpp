@@ -1,0 +1,96 @@
+// What the CPU trainer (trainer.cpp) and the GPU trainer (cuda/gpu_trainer.cpp) share, so that
+// the two paths train the same model on the same inputs and report it the same way: the
+// owned/halo split of the local structure and its normalisation, the parameter layout and its
+// keyed initialisation, the layer-0 input features, and the per-epoch metrics.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "halogen/comm/communicator.hpp"
+#include "halogen/core/buffer.hpp"
+#include "halogen/core/metrics.hpp"
+#include "halogen/partition/shard.hpp"
+#include "halogen/train/trainer.hpp"
+#include "layer_shapes.hpp"
+
+namespace halogen::train_detail {
+
+// Local structure split for overlap: owned-column and halo-column blocks of the forward CSR
+// (rows = owned nodes), and the normalisation of aggregate.hpp (GCN: symmetric with self
+// loops; SAGE: mean).
+struct LocalStructure {
+  HostBuffer<int64_t> own_off, halo_off;
+  HostBuffer<int32_t> own_idx, halo_idx;
+  HostBuffer<float> dst_scale;  // per owned row
+  HostBuffer<float> src_scale;  // per local node
+  bool self_loops = false;
+};
+LocalStructure build_structure(const Shard& s, ModelKind kind);
+
+// Parameter layout of one layer inside the flat parameter vector.
+struct LayerParams : LayerShape {
+  size_t w_self = 0;   // offset of W (GCN), W_self (SAGE) or the projection W (GAT, in x heads*head_dim)
+  size_t w_neigh = 0;  // SAGE only
+  // GAT only: attention vectors (heads*head_dim each) and the residual projection (in x out;
+  // kNone unless projected_residual).
+  static constexpr size_t kNone = ~size_t{0};
+  size_t att_src = 0, att_dst = 0, w_res = kNone;
+  size_t bias = 0;  // weights (decayed) are [w_self, bias), biases [bias, end)
+  size_t end = 0;
+};
+/// The layers of `opt`'s model and their offsets; the last layer's `end` is the total.
+std::vector<LayerParams> layout_parameters(const TrainOptions& opt, int64_t feature_dim, int64_t classes);
+/// Glorot-uniform weights keyed by (seed, layer, matrix, row, column), zero biases: identical
+/// on every rank and on every device. `params` has layout.back().end values.
+void init_parameters(const TrainOptions& opt, const std::vector<LayerParams>& layout, float* params);
+
+/// The owned nodes' input features (row-normalised when the options say so) in the first
+/// num_owned rows of a rows x feature_dim matrix (rows >= num_owned; the rest zero).
+Matrix<float> input_features(const Shard& s, const TrainOptions& opt, int64_t rows);
+
+/// Correct predictions among this rank's train, validation and test nodes.
+std::array<int64_t, 3> count_correct_by_role(const float* logits, const Shard& s);
+
+/// Every rank's `values` (the same count on each), by rank: result[r][k] = rank r's values[k].
+/// Collective.
+std::vector<std::vector<int64_t>> gather_per_rank(Communicator& comm, const std::vector<int64_t>& values);
+
+/// Timing and volume of one epoch on this rank, reduced over ranks by EpochLog::finish.
+struct EpochFigures {
+  double epoch_s = 0, comm_s = 0, quant_s = 0, wait_s = 0, transfer_s = 0;
+  int max_staleness = 0;
+  uint64_t bytes_sent = 0;
+};
+
+/// The per-epoch records (metrics file and progress lines, written by rank 0) and the best
+/// validation epoch. Collective: every rank calls each method in the same order.
+class EpochLog {
+ public:
+  EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& opt);
+
+  /// Sums this rank's correct counts over ranks, adds train/val/test accuracy to `rec` and
+  /// remembers the epoch with the best validation accuracy.
+  void add_accuracy(nlohmann::json& rec, int epoch, const std::array<int64_t, 3>& correct);
+  /// Adds the figures (time: slowest rank; bytes: sum over ranks) to `rec`, writes it and
+  /// prints the progress line.
+  void finish(nlohmann::json& rec, const EpochFigures& figures);
+  /// The summary's common fields; the trainer adds its memory figures, then write_summary.
+  nlohmann::json summary(const std::string& device, double total_s, int start_epoch) const;
+  void write_summary(const nlohmann::json& summary) { metrics_.write(summary); }
+
+  // The best-validation record (checkpointed with the run).
+  double best_val = -1.0, test_at_best = 0.0;
+  int best_epoch = -1;
+
+ private:
+  Communicator& comm_;
+  const Shard& s_;
+  const TrainOptions& opt_;
+  MetricsWriter metrics_;
+};
+
+}  // namespace halogen::train_detail
