@@ -1,10 +1,13 @@
 // halogen train: one rank per shard, under mpirun (or srun).
 #include <cstdio>
 #include <fstream>
+#include <memory>
 
 #include "cli.hpp"
 #include "halogen/comm/collective_error.hpp"
 #include "halogen/comm/communicator.hpp"
+#include "halogen/comm/device_binding.hpp"
+#include "halogen/comm/nccl_communicator.hpp"
 #include "halogen/core/device.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/log.hpp"
@@ -46,7 +49,7 @@ Shard scatter_partitioned_dataset(const std::string& path, int rank, int size, u
 int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   po::options_description opts("train options");
   std::string parts_dir, dataset, model = "gcn", bits_fwd = "32", bits_bwd = "32", mode = "sync", device = "cpu",
-                                  metrics, log_level = "info";
+                                  precision = "fp32", comm_name = "auto", metrics, log_level = "info";
   TrainOptions t;
   bool quiet = false;
   opts.add_options()
@@ -82,7 +85,9 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       ("on-nonfinite", po::value<std::string>()->default_value("stop"), "non-finite loss or gradients: stop | skip-step")
       ("memory-limit", po::value<std::string>()->default_value("auto"), "host memory per rank: auto (the node's available memory shared among its ranks), none (no check), or a size such as 8G; training is refused if the estimate exceeds it")
       ("skip-exchange", po::bool_switch(&t.skip_exchange), "benchmark floor: exchange halos in epoch 0 only")
-      ("device", po::value(&device)->default_value(device), "cpu | cuda")
+      ("device", po::value(&device)->default_value(device), "cpu | cuda (one GPU per rank; gcn and sage, sync and overlap modes)")
+      ("precision", po::value(&precision)->default_value(precision), "cuda: fp32 | fp16 (fp16 storage, fp32 accumulation and master weights, dynamic loss scaling)")
+      ("comm", po::value(&comm_name)->default_value(comm_name), "cuda: nccl | mpi (staged through pinned host memory) | auto (nccl when built with it)")
       ("log-level", po::value(&log_level)->default_value(log_level), "trace|debug|info|warn|error")
       ("quiet,q", po::bool_switch(&quiet), "no per-epoch progress lines");
   po::positional_options_description pos;
@@ -118,8 +123,12 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     t.row_normalize_features = norm == "row";
     t.progress = !quiet;
     t.memory_limit = parse_memory_limit(vm["memory-limit"].as<std::string>());
-    const Device dev = parse_device(device);
-    HALOGEN_EXPECTS(dev == Device::kCpu, "--device cuda: the GPU training path is not available in this version");
+    t.device = parse_device(device);
+    t.precision = parse_precision(precision);
+    HALOGEN_EXPECTS(comm_name == "auto" || comm_name == "nccl" || comm_name == "mpi",
+                    "--comm must be auto, nccl or mpi, got '{}'", comm_name);
+    HALOGEN_EXPECTS(t.device == Device::kCuda || comm_name != "nccl", "--comm nccl needs --device cuda");
+    HALOGEN_EXPECTS(HALOGEN_HAVE_NCCL || comm_name != "nccl", "--comm nccl: this halogen was built without NCCL");
     t.validate();
   });
 
@@ -144,10 +153,19 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   } else {
     shard = scatter_partitioned_dataset(dataset, mpi.rank(), mpi.size(), t.seed);
   }
-  MpiCommunicator comm(MPI_COMM_WORLD);
+  // The GPU path binds each rank to its node-local GPU, then talks NCCL between device buffers
+  // (or MPI through pinned host memory).
+  std::unique_ptr<Communicator> comm;
+  if (t.device == Device::kCuda) {
+    select_local_device(MPI_COMM_WORLD);
+#if HALOGEN_HAVE_NCCL
+    if (comm_name != "mpi") comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD);
+#endif
+  }
+  if (!comm) comm = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
   TrainResult result;
-  run_collectively(MPI_COMM_WORLD, "checking shards", [&] { check_shards_consistent(shard, comm); });
-  result = train(shard, comm, t);
+  run_collectively(MPI_COMM_WORLD, "checking shards", [&] { check_shards_consistent(shard, *comm); });
+  result = train(shard, *comm, t);
   if (mpi.rank() == 0) {
     std::printf("best val acc %.4f at epoch %d, test acc there %.4f, %.2f s total\n",
                 result.summary["best_val_acc"].get<double>(), result.summary["best_epoch"].get<int>(),

@@ -9,6 +9,7 @@
 #include "halogen/train/dense.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/train/memory_plan.hpp"
+#include "halogen/train/trainer.hpp"
 
 namespace halogen {
 namespace {
@@ -153,6 +154,36 @@ TEST(MemoryPlan, ParsesLimits) {
   EXPECT_THROW(parse_memory_limit("lots"), Error);
   EXPECT_EQ(format_bytes(17), "17 B");
   EXPECT_EQ(format_bytes(uint64_t{3} << 29), "1.50 GiB");
+}
+
+// What the GPU path does not do is refused up front, naming the option and the alternative,
+// instead of silently training on the CPU.
+TEST(TrainOptions, GpuPathRefusesWhatItDoesNotDo) {
+  const auto message = [](auto&& edit) {
+    TrainOptions t;
+    t.device = Device::kCuda;
+    edit(t);
+    try {
+      t.validate();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message([](TrainOptions&) {}), "");
+  EXPECT_EQ(message([](TrainOptions& t) { t.precision = Precision::kFp16; }), "");
+  EXPECT_NE(message([](TrainOptions& t) { t.model = ModelKind::kGat; }).find("--model gat runs with --device cpu"),
+            std::string::npos);
+  EXPECT_NE(message([](TrainOptions& t) { t.mode = ExchangeMode::kStale; }).find("--mode stale runs with --device cpu"),
+            std::string::npos);
+  EXPECT_NE(message([](TrainOptions& t) { t.checkpoint_dir = "ckpt"; }).find("checkpoints"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& t) {
+              t.device = Device::kCpu;
+              t.precision = Precision::kFp16;
+            }).find("--precision fp16 needs --device cuda"),
+            std::string::npos);
+  EXPECT_EQ(parse_precision("fp16"), Precision::kFp16);
+  EXPECT_THROW(parse_precision("bf16"), Error);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "halogen/train/memory_plan.hpp"
 #include "input_matrix.hpp"
 #include "layer_shapes.hpp"
+#include "train_gpu.hpp"
 #include "trainer_common.hpp"
 
 namespace halogen {
@@ -51,6 +52,14 @@ std::string to_string(ModelKind k) {
   return "?";
 }
 
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "fp16") return Precision::kFp16;
+  HALOGEN_FAIL("--precision must be 'fp32' or 'fp16', got '{}'", name);
+}
+
+std::string to_string(Precision p) { return p == Precision::kFp16 ? "fp16" : "fp32"; }
+
 void TrainOptions::validate() const {
   HALOGEN_EXPECTS(layers >= 1, "--layers must be at least 1, got {}", layers);
   HALOGEN_EXPECTS(hidden >= 1, "--hidden must be at least 1, got {}", hidden);
@@ -68,6 +77,18 @@ void TrainOptions::validate() const {
     HALOGEN_EXPECTS(v->size() == 1 || static_cast<int>(v->size()) == layers,
                     "{} takes one value or one per layer ({}), got {}", what, layers, v->size());
     for (int b : *v) HALOGEN_EXPECTS(quant::is_supported_bits(b), "{}: {} bits not supported (1, 2, 4, 8, 16, 32)", what, b);
+  }
+  HALOGEN_EXPECTS(precision == Precision::kFp32 || device == Device::kCuda,
+                  "--precision fp16 needs --device cuda (the CPU path computes in fp32)");
+  if (device == Device::kCuda) {
+    // What the GPU path does not do yet: refused up front rather than silently run on the CPU.
+    HALOGEN_EXPECTS(model != ModelKind::kGat, "--device cuda trains gcn and sage; --model gat runs with --device cpu");
+    HALOGEN_EXPECTS(mode != ExchangeMode::kStale,
+                    "--device cuda supports --mode sync and overlap; --mode stale runs with --device cpu");
+    HALOGEN_EXPECTS(checkpoint_dir.empty() && resume_dir.empty(),
+                    "--device cuda does not write or resume checkpoints yet; use --device cpu for --checkpoint-dir / "
+                    "--resume");
+    HALOGEN_EXPECTS(!skip_exchange, "--skip-exchange is a CPU benchmark floor; not available with --device cuda");
   }
 }
 int TrainOptions::bits_fwd_at(int layer) const { return bits_fwd.size() == 1 ? bits_fwd[0] : bits_fwd[layer]; }
@@ -1172,6 +1193,7 @@ TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& op
   set_compute_threads(std::getenv("OMP_NUM_THREADS") != nullptr ? omp_get_max_threads()
                                                                  : std::max(1, node_cores / node.local_size));
   comm.set_timeout(options.timeout_s);
+  if (options.device == Device::kCuda) return train_detail::train_gpu(shard, comm, options);
   // More ranks than cores on this node: a rank that polls for a transfer would take a core
   // from a rank that computes, so waiting ranks sleep between polls.
   // HALOGEN_WAIT=spin|sleep overrides the choice (to compare the two, or to pin a policy).
@@ -1189,3 +1211,13 @@ TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& op
 }
 
 }  // namespace halogen
+
+#if !HALOGEN_HAVE_CUDA
+namespace halogen::train_detail {
+TrainResult train_gpu(const Shard&, Communicator&, const TrainOptions&) {
+  HALOGEN_FAIL(
+      "--device cuda: this halogen was built without CUDA (configure with -DHALOGEN_CUDA=ON on a machine "
+      "with the CUDA toolkit)");
+}
+}  // namespace halogen::train_detail
+#endif

@@ -145,6 +145,16 @@ void copy_to_host_sync(void* host, const void* src, size_t bytes, void* stream) 
   HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
 }
 
+void* pinned_allocate(size_t bytes) {
+  void* ptr = nullptr;
+  if (bytes != 0) HALOGEN_CHECK_CUDA(cudaHostAlloc(&ptr, bytes, cudaHostAllocDefault));
+  return ptr;
+}
+
+void pinned_free(void* ptr) noexcept {
+  if (ptr != nullptr) cudaFreeHost(ptr);
+}
+
 }  // namespace detail
 
 }  // namespace halogen::cuda

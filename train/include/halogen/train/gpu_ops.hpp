@@ -234,6 +234,27 @@ void unscale_gpu(float* x, int64_t n, float factor, unsigned int* count, void* s
 bool all_finite_gpu(const float* x, int64_t n, void* stream = nullptr);
 bool all_finite_gpu(const __half* x, int64_t n, void* stream = nullptr);
 
+// ---------------------------------------------------------------------------------------------
+// Rows of a halo exchange on the device (train/src/cuda/rows.cu).
+
+/// out[i, :] = x[rows[i], :] as fp32, i < n (out contiguous, n x cols): a peer's send rows
+/// gathered into the block the quantizer reads.
+void gather_rows_gpu(const float* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* out,
+                     void* stream = nullptr);
+void gather_rows_gpu(const __half* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* out,
+                     void* stream = nullptr);
+/// x[rows[i], :] += in[i, :], i < n (rows distinct, so no two threads write one value): the
+/// gradients a peer returns, added into the owned rows it received. One fp32 addition per value,
+/// correctly rounded (as the CPU exchanger); fp16 rounds the fp32 sum once and overflows to
+/// +-Inf (the loss scaler's signal).
+void scatter_add_rows_gpu(const float* in, const int32_t* rows, int64_t n, int64_t cols, float* x, int64_t ldx,
+                          void* stream = nullptr);
+void scatter_add_rows_gpu(const float* in, const int32_t* rows, int64_t n, int64_t cols, __half* x, int64_t ldx,
+                          void* stream = nullptr);
+/// y[i] += a * x[i], correctly rounded fp32 product and sum (no contraction), as the CPU
+/// trainer adds weight decay to gradients.
+void axpy_gpu(int64_t n, float a, const float* x, float* y, void* stream = nullptr);
+
 #endif  // HALOGEN_HAVE_CUDA
 
 }  // namespace halogen

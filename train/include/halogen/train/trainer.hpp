@@ -8,13 +8,13 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "halogen/comm/communicator.hpp"
+#include "halogen/core/device.hpp"
 #include "halogen/partition/shard.hpp"
 #include "halogen/pipeline/staleness.hpp"
 
@@ -24,6 +24,11 @@ enum class ModelKind { kGcn, kSage, kGat };
 ModelKind parse_model_kind(const std::string& name);
 std::string to_string(ModelKind k);
 
+/// Storage precision of activations on the GPU path: fp32, or fp16 with fp32 accumulation,
+/// fp32 master weights and dynamic loss scaling.
+enum class Precision { kFp32, kFp16 };
+Precision parse_precision(const std::string& name);
+std::string to_string(Precision p);
 
 struct TrainOptions {
   ModelKind model = ModelKind::kGcn;
@@ -65,6 +70,10 @@ struct TrainOptions {
   /// Host memory each rank may use: nullopt = automatic (the node's available memory shared
   /// among its ranks), 0 = no check, else bytes. Training is refused when the estimate exceeds it.
   std::optional<uint64_t> memory_limit;
+  /// Where the ranks compute: CPU, or one GPU per rank (GCN and GraphSAGE, sync and overlap
+  /// modes; the caller binds the device and picks the communicator, see gpu_trainer.hpp).
+  Device device = Device::kCpu;
+  Precision precision = Precision::kFp32;
   bool skip_exchange = false;  // benchmark floor: compute only, halos left stale from epoch 0
   bool progress = true;        // one line per epoch on rank 0
 

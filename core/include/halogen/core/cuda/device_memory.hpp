@@ -102,6 +102,9 @@ void memset_async(void* dst, size_t bytes, void* stream);
 /// Copy on `stream` (nullptr = default stream), then synchronise it.
 void copy_to_device_sync(void* dst, const void* host, size_t bytes, void* stream);
 void copy_to_host_sync(void* host, const void* src, size_t bytes, void* stream);
+/// cudaHostAlloc / cudaFreeHost (pinned_free never throws).
+void* pinned_allocate(size_t bytes);
+void pinned_free(void* ptr) noexcept;
 }  // namespace detail
 
 /// An owning array of trivially copyable T in device memory from the CachingAllocator.
@@ -179,6 +182,44 @@ class DeviceBuffer {
   T* data_ = nullptr;
   size_t size_ = 0;
   int device_ = 0;
+};
+
+/// Page-locked host memory (cudaHostAlloc) for staging between device and host: copies to and
+/// from it run asynchronously and at full link speed, which pageable memory does not allow.
+/// Not initialised; move-only. Growing reallocates without preserving the contents.
+template <typename T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() { detail::pinned_free(data_); }
+  PinnedBuffer(PinnedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    if (this != &o) {
+      detail::pinned_free(data_);
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  /// Makes room for at least n values (keeps the block when it is large enough).
+  void reserve(size_t n) {
+    if (n <= size_) return;
+    detail::pinned_free(data_);
+    data_ = nullptr;
+    size_ = 0;
+    data_ = static_cast<T*>(detail::pinned_allocate(n * sizeof(T)));
+    size_ = n;
+  }
+  T* data() noexcept { return data_; }
+  const T* data() const noexcept { return data_; }
+  size_t size() const noexcept { return size_; }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
 };
 
 }  // namespace halogen::cuda

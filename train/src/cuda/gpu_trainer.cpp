@@ -1,0 +1,568 @@
+// train --device cuda (gpu_trainer.hpp). GCN and GraphSAGE, synchronous or overlapped halo
+// exchange, fp32 or fp16 storage.
+//
+// Precision. In fp16 the activations, their gradients and a half copy of the weights are
+// stored in fp16; aggregation (aggregate_half) and GEMMs (cublasGemmEx) accumulate in fp32;
+// logits, weight gradients, the master weights and Adam stay fp32. The loss is multiplied by
+// DynamicLossScaler's scale before the backward pass; gradients are unscaled after the
+// all-reduce, and a step with Inf/NaN gradients is skipped and the scale backed off (the
+// backward aggregation does not saturate, so an overflow shows up as Inf).
+//
+// Overlap. The halo transfer of a layer runs while the rows with no halo neighbour are
+// aggregated: with NCCL on the communicator's own stream, with MPI on the host while the
+// compute stream works.
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <type_traits>
+
+#include "../train_gpu.hpp"
+#include "../trainer_common.hpp"
+#include "device_halo_exchanger.hpp"
+#include "halogen/comm/nccl_communicator.hpp"
+#include "halogen/core/cuda/device_memory.hpp"
+#include "halogen/core/cuda/stream.hpp"
+#include "halogen/core/error.hpp"
+#include "halogen/core/log.hpp"
+#include "halogen/core/timer.hpp"
+#include "halogen/train/aggregate.hpp"
+#include "halogen/train/dense.hpp"
+#include "halogen/train/gpu_ops.hpp"
+
+namespace halogen::train_detail {
+namespace {
+
+template <typename T>
+using DBuf = cuda::DeviceBuffer<T>;
+
+template <typename T>
+DBuf<T> upload(const T* host, size_t n, void* stream) {
+  DBuf<T> d;
+  d.upload(host, n, stream);
+  return d;
+}
+
+template <typename T>
+class GpuTrainer {
+  static constexpr bool kHalf = std::is_same_v<T, __half>;
+
+ public:
+  GpuTrainer(const Shard& shard, Communicator& comm, const TrainOptions& opt)
+      : s_(shard), comm_(comm), opt_(opt), exch_(shard, comm, stream_.get()), log_(comm, shard, opt) {
+    lp_ = layout_parameters(opt_, s_.feature_dim, s_.num_classes);
+    for (const LayerParams& p : lp_) dims_.push_back(p.in);
+    dims_.push_back(s_.num_classes);
+    check_memory();
+    upload_structure();
+    init_params();
+    allocate();
+    precompute_input_aggregation();
+  }
+
+  TrainResult run();
+
+ private:
+  int L() const { return opt_.layers; }
+  int64_t owned() const { return s_.num_owned; }
+  int64_t local() const { return s_.num_local(); }
+  bool sage() const { return opt_.model == ModelKind::kSage; }
+  void* st() const { return stream_.handle(); }
+  const T* weights(size_t offset) const { return params_t() + offset; }
+  const T* params_t() const {
+    if constexpr (kHalf)
+      return params_h_.data();
+    else
+      return params_.data();
+  }
+  int64_t max_dim() const { return *std::max_element(dims_.begin() + 1, dims_.end()); }
+
+  void check_memory();
+  void upload_structure();
+  void init_params();
+  void allocate();
+  void precompute_input_aggregation();
+  // out (+)= aggregation over one block of the structure (aggregate.hpp's formula).
+  void aggregate_block(const CsrBlock& block, const HalfAggregationPlan* plan, const float* dst_scale,
+                       const float* src_scale, bool self, bool accumulate, const T* x, int64_t cols, T* out,
+                       bool saturate);
+  void aggregate_forward(const T* x, int64_t cols, T* out, bool halo_part);
+  void aggregate_transpose(const T* dz, int64_t cols, T* dlocal, bool halo_rows);
+  // Layer-0 input for this epoch: the stored matrix, or a copy with dropout applied.
+  const T* layer0_input(const DBuf<T>& stored, DBuf<T>& dropped, float p, int epoch, uint32_t site);
+  void forward(int epoch, bool training);
+  void backward(int epoch);
+  // C (+)= op(A) op(B) into layer l's output (fp32 logits for the last layer).
+  void gemm_into_output(int l, int64_t k, const T* a, int64_t lda, const T* b, float beta);
+  // Returns true when the step is applied.
+  bool allreduce_and_step(double& loss_sum, int epoch);
+
+  const Shard& s_;
+  Communicator& comm_;
+  const TrainOptions& opt_;
+  cuda::CudaStream stream_;
+  DeviceHaloExchanger<T> exch_;
+  EpochLog log_;
+  std::vector<LayerParams> lp_;
+  std::vector<int64_t> dims_;
+  DynamicLossScaler scaler_;
+  double allreduce_s_ = 0.0;
+
+  // Structure (device).
+  DBuf<int64_t> own_off_, halo_off_, t_off_;
+  DBuf<int32_t> own_idx_, halo_idx_, t_idx_, gid_, labels_;
+  DBuf<uint8_t> train_mask_;
+  DBuf<float> dst_scale_, src_scale_;
+  bool self_loops_ = false;
+  // fp16: the chunking plans of the four blocks (forward owned/halo columns, transposed
+  // owned/halo rows).
+  std::optional<HalfAggregationPlan> plan_own_, plan_halo_, plan_t_own_, plan_t_halo_;
+
+  // Parameters: fp32 master weights, gradients and Adam moments; fp16 copy in fp16 mode.
+  DBuf<float> params_, grads_;
+  DBuf<__half> params_h_;
+  AdamStateGpu adam_;
+  std::vector<float> grads_host_;
+
+  DBuf<T> ones_;                             // owned ones: bias broadcast and column sums
+  DBuf<T> agg0_, agg0_drop_, x0_, x0_drop_;  // layer-0 inputs
+  std::vector<DBuf<T>> in_, z_, y_;          // as the CPU trainer; y_ of hidden layers only
+  DBuf<float> logits_, dlogits_;
+  DBuf<T> dy_, dz_, dlocal_;
+  DBuf<double> loss_;
+  int64_t memory_estimate_ = 0;  // device bytes check_memory() expected
+};
+
+template <typename T>
+void GpuTrainer<T>::check_memory() {
+  // What allocate() and the layer-0 precomputation will hold, plus the exchange buffers at
+  // their widest; refused before anything large is allocated.
+  const int64_t F = dims_[0], W = max_dim();
+  int64_t elems_t = 2 * owned() * F * (sage() ? 2 : 1) + owned();
+  for (int l = 1; l < L(); ++l) elems_t += local() * dims_[l] + owned() * dims_[l] + owned() * dims_[l];
+  elems_t += 2 * owned() * W + local() * W;
+  const int64_t params = static_cast<int64_t>(lp_.back().end);
+  int64_t bytes = elems_t * static_cast<int64_t>(sizeof(T)) + 2 * owned() * dims_.back() * 4 + 4 * params * 4 +
+                  local() * F * 4 /* layer-0 exchange */ +
+                  static_cast<int64_t>(s_.col_indices.size() + 2 * static_cast<size_t>(local())) * 16 /* structure */ +
+                  static_cast<int64_t>(s_.send_indices.size() + s_.num_halo) * std::max<int64_t>(F, W) * 8;
+  size_t free_bytes = 0, total_bytes = 0;
+  HALOGEN_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const int64_t too_big = bytes > static_cast<int64_t>(free_bytes) ? 1 : 0;
+  const auto per_rank = gather_per_rank(comm_, {bytes, static_cast<int64_t>(free_bytes), too_big});
+  for (size_t r = 0; r < per_rank.size(); ++r)
+    HALOGEN_EXPECTS(per_rank[r][2] == 0,
+                    "rank {}: training needs about {:.2f} GiB of GPU memory but only {:.2f} GiB are free on its "
+                    "device; use more ranks (GPUs) or --precision fp16",
+                    r, static_cast<double>(per_rank[r][0]) / (1 << 30),
+                    static_cast<double>(per_rank[r][1]) / (1 << 30));
+  memory_estimate_ = bytes;
+}
+
+template <typename T>
+void GpuTrainer<T>::upload_structure() {
+  const LocalStructure ls = build_structure(s_, opt_.model);
+  own_off_ = upload(ls.own_off.data(), ls.own_off.size(), st());
+  halo_off_ = upload(ls.halo_off.data(), ls.halo_off.size(), st());
+  own_idx_ = upload(ls.own_idx.data(), ls.own_idx.size(), st());
+  halo_idx_ = upload(ls.halo_idx.data(), ls.halo_idx.size(), st());
+  dst_scale_ = upload(ls.dst_scale.data(), ls.dst_scale.size(), st());
+  src_scale_ = upload(ls.src_scale.data(), ls.src_scale.size(), st());
+  self_loops_ = ls.self_loops;
+  const std::vector<int64_t> t_off(s_.t_offsets.begin(), s_.t_offsets.end());
+  t_off_ = upload(t_off.data(), t_off.size(), st());
+  t_idx_ = upload(s_.t_indices.begin(), s_.t_indices.size(), st());
+  gid_ = upload(s_.owned_global.begin(), s_.owned_global.size(), st());
+  labels_ = upload(s_.labels.begin(), s_.labels.size(), st());
+  std::vector<uint8_t> mask(static_cast<size_t>(owned()));
+  for (int64_t i = 0; i < owned(); ++i) mask[i] = s_.split[i] == static_cast<uint8_t>(SplitRole::kTrain);
+  train_mask_ = upload(mask.data(), mask.size(), st());
+  if constexpr (kHalf) {
+    plan_own_.emplace(CsrBlock{own_off_.data(), own_idx_.data(), owned()}, HalfAggregationPlan::kDefaultChunk, st());
+    plan_halo_.emplace(CsrBlock{halo_off_.data(), halo_idx_.data(), owned()}, HalfAggregationPlan::kDefaultChunk, st());
+    plan_t_own_.emplace(CsrBlock{t_off_.data(), t_idx_.data(), owned()}, HalfAggregationPlan::kDefaultChunk, st());
+    plan_t_halo_.emplace(CsrBlock{t_off_.data() + owned(), t_idx_.data(), s_.num_halo},
+                         HalfAggregationPlan::kDefaultChunk, st());
+  }
+}
+
+template <typename T>
+void GpuTrainer<T>::init_params() {
+  const size_t n = lp_.back().end;
+  std::vector<float> host(n);
+  init_parameters(opt_, lp_, host.data());
+  params_.upload(host, st());
+  grads_.resize(n);
+  grads_host_.resize(n);
+  adam_.m.resize(n);
+  adam_.v.resize(n);
+  adam_.m.zero(st());
+  adam_.v.zero(st());
+  if constexpr (kHalf) {
+    params_h_.resize(n);
+    float_to_half_gpu(params_.data(), params_h_.data(), static_cast<int64_t>(n), st());
+  }
+}
+
+template <typename T>
+void GpuTrainer<T>::allocate() {
+  in_.resize(static_cast<size_t>(L()));
+  z_.resize(static_cast<size_t>(L()));
+  y_.resize(static_cast<size_t>(L()));
+  for (int l = 0; l < L(); ++l) {
+    if (l >= 1) {
+      in_[l].resize(static_cast<size_t>(local() * dims_[l]));
+      in_[l].zero(st());
+      z_[l].resize(static_cast<size_t>(owned() * dims_[l]));
+    }
+    if (l + 1 < L()) y_[l].resize(static_cast<size_t>(owned() * dims_[l + 1]));
+  }
+  const int64_t C = dims_.back();
+  logits_.resize(static_cast<size_t>(owned() * C));
+  dlogits_.resize(static_cast<size_t>(owned() * C));
+  dy_.resize(static_cast<size_t>(owned() * max_dim()));
+  dz_.resize(static_cast<size_t>(owned() * max_dim()));
+  dlocal_.resize(static_cast<size_t>(local() * max_dim()));
+  loss_.resize(1);
+  std::vector<T> ones(static_cast<size_t>(owned()));
+  for (auto& v : ones) v = static_cast<T>(1.0f);
+  ones_.upload(ones, st());
+}
+
+template <typename T>
+void GpuTrainer<T>::precompute_input_aggregation() {
+  // As the CPU trainer: the input features are exchanged once (fp32) and aggregated once.
+  const int64_t F = dims_[0];
+  const Matrix<float> x_host = input_features(s_, opt_, local());
+  DBuf<float> x = upload(x_host.data(), static_cast<size_t>(local() * F), st());
+  {
+    DeviceHaloExchanger<float> exchange(s_, comm_, stream_.get());
+    exchange.start_forward(x.data(), F, 32, {opt_.seed, 0, 0, quant::Direction::kForward, 0, 0}, 0);
+    exchange.finish_forward(x.data());
+  }
+  DBuf<float> agg(static_cast<size_t>(owned() * F));
+  for (int part = 0; part < 2; ++part) {
+    AggregateArgs a;
+    a.graph = part == 0 ? CsrBlock{own_off_.data(), own_idx_.data(), owned()}
+                        : CsrBlock{halo_off_.data(), halo_idx_.data(), owned()};
+    a.dst_scale = dst_scale_.data();
+    a.src_scale = src_scale_.data();
+    a.include_self = part == 0 && self_loops_;
+    a.accumulate = part == 1;
+    a.x = x.data();
+    a.ldx = a.ldo = a.cols = F;
+    a.out = agg.data();
+    aggregate<kDevCuda>(a, st());
+  }
+  const auto store = [&](DBuf<T>& dst, const float* src) {
+    if constexpr (kHalf) {
+      dst.resize(static_cast<size_t>(owned() * F));
+      float_to_half_gpu(src, dst.data(), owned() * F, st());
+    } else {
+      dst.resize(static_cast<size_t>(owned() * F));
+      HALOGEN_CHECK_CUDA(cudaMemcpyAsync(dst.data(), src, static_cast<size_t>(owned() * F) * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, stream_.get()));
+    }
+  };
+  store(agg0_, agg.data());
+  if (sage()) store(x0_, x.data());
+  stream_.synchronize();  // x and agg are freed at scope exit
+}
+
+template <typename T>
+void GpuTrainer<T>::aggregate_block(const CsrBlock& block, const HalfAggregationPlan* plan, const float* dst_scale,
+                                    const float* src_scale, bool self, bool accumulate, const T* x, int64_t cols,
+                                    T* out, bool saturate) {
+  if (block.rows == 0 || cols == 0) return;
+  const auto fill = [&](auto& a) {
+    a.graph = block;
+    a.dst_scale = dst_scale;
+    a.src_scale = src_scale;
+    a.include_self = self;
+    a.accumulate = accumulate;
+    a.x = x;
+    a.ldx = a.ldo = a.cols = cols;
+    a.out = out;
+  };
+  if constexpr (kHalf) {
+    AggregateHalfArgs a;
+    fill(a);
+    a.saturate = saturate;
+    aggregate_half<kDevCuda>(a, plan, st());
+  } else {
+    AggregateArgs a;
+    fill(a);
+    aggregate<kDevCuda>(a, st());
+  }
+}
+
+template <typename T>
+void GpuTrainer<T>::aggregate_forward(const T* x, int64_t cols, T* out, bool halo_part) {
+  if (!halo_part) {
+    aggregate_block({own_off_.data(), own_idx_.data(), owned()}, plan_own_ ? &*plan_own_ : nullptr, dst_scale_.data(),
+                    src_scale_.data(), self_loops_, false, x, cols, out, true);
+  } else if (s_.num_halo > 0) {
+    aggregate_block({halo_off_.data(), halo_idx_.data(), owned()}, plan_halo_ ? &*plan_halo_ : nullptr,
+                    dst_scale_.data(), src_scale_.data(), false, true, x, cols, out, true);
+  }
+}
+
+// dx[c] = src_scale[c] * (self: dst_scale[c] * dz[c] + sum_{r : c in row r} dst_scale[r] * dz[r])
+template <typename T>
+void GpuTrainer<T>::aggregate_transpose(const T* dz, int64_t cols, T* dlocal, bool halo_rows) {
+  const int64_t first = halo_rows ? owned() : 0;
+  const int64_t rows = halo_rows ? s_.num_halo : owned();
+  if (rows == 0) return;
+  const HalfAggregationPlan* plan =
+      halo_rows ? (plan_t_halo_ ? &*plan_t_halo_ : nullptr) : (plan_t_own_ ? &*plan_t_own_ : nullptr);
+  // Gradients under loss scaling must overflow to Inf (the scaler's signal), not saturate.
+  aggregate_block({t_off_.data() + first, t_idx_.data(), rows}, plan, src_scale_.data() + first, dst_scale_.data(),
+                  self_loops_ && !halo_rows, false, dz, cols, dlocal + first * cols, false);
+}
+
+template <typename T>
+const T* GpuTrainer<T>::layer0_input(const DBuf<T>& stored, DBuf<T>& dropped, float p, int epoch, uint32_t site) {
+  if (p <= 0.0f) return stored.data();
+  dropped.resize(stored.size());
+  HALOGEN_CHECK_CUDA(
+      cudaMemcpyAsync(dropped.data(), stored.data(), stored.bytes(), cudaMemcpyDeviceToDevice, stream_.get()));
+  dropout_apply_gpu(dropped.data(), owned(), dims_[0], dims_[0], gid_.data(), p,
+                    {opt_.seed, static_cast<uint32_t>(epoch), site}, st());
+  return dropped.data();
+}
+
+template <typename T>
+void GpuTrainer<T>::gemm_into_output(int l, int64_t k, const T* a, int64_t lda, const T* b, float beta) {
+  const int64_t fout = dims_[l + 1];
+  if (l + 1 == L()) {
+    gemm_gpu(false, false, owned(), fout, k, 1.0f, a, lda, b, fout, beta, logits_.data(), fout, st());
+  } else {
+    gemm_gpu(false, false, owned(), fout, k, 1.0f, a, lda, b, fout, beta, y_[l].data(), fout, st());
+  }
+}
+
+template <typename T>
+void GpuTrainer<T>::forward(int epoch, bool training) {
+  const float p = training ? opt_.dropout : 0.0f;
+  for (int l = 0; l < L(); ++l) {
+    const auto& lp = lp_[l];
+    const int64_t fin = lp.in, fout = lp.out;
+    const T* w_main = weights(sage() ? lp.w_neigh : lp.w_self);
+    // out = 1 * bias (a rank-1 product broadcasts the bias to every row).
+    gemm_into_output(l, 1, ones_.data(), 1, weights(lp.bias), 0.0f);
+    if (l == 0) {
+      gemm_into_output(l, fin, layer0_input(agg0_, agg0_drop_, p, epoch, 0), fin, w_main, 1.0f);
+      if (sage()) gemm_into_output(l, fin, layer0_input(x0_, x0_drop_, p, epoch, 1), fin, weights(lp.w_self), 1.0f);
+    } else {
+      T* x = in_[l].data();
+      // Evaluation exchanges on its own tag, as the CPU trainer, with the same key.
+      const quant::QuantKey key{
+          opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
+      exch_.start_forward(x, fin, opt_.bits_fwd_at(l), key, training ? 4 * l : 4 * l + 2);
+      if (opt_.mode == ExchangeMode::kOverlap) aggregate_forward(x, fin, z_[l].data(), false);
+      exch_.finish_forward(x);
+      if (opt_.mode != ExchangeMode::kOverlap) aggregate_forward(x, fin, z_[l].data(), false);
+      aggregate_forward(x, fin, z_[l].data(), true);
+      gemm_into_output(l, fin, z_[l].data(), fin, w_main, 1.0f);
+      if (sage()) gemm_into_output(l, fin, x, fin, weights(lp.w_self), 1.0f);
+    }
+    if (l + 1 < L()) {
+      T* y = y_[l].data();
+      relu_inplace_gpu(y, owned() * fout, st());
+      T* next = in_[l + 1].data();
+      HALOGEN_CHECK_CUDA(cudaMemcpyAsync(next, y, static_cast<size_t>(owned() * fout) * sizeof(T),
+                                         cudaMemcpyDeviceToDevice, stream_.get()));
+      if (p > 0.0f)
+        dropout_apply_gpu(next, owned(), fout, fout, gid_.data(), p,
+                          {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * (l + 1))}, st());
+    }
+  }
+}
+
+template <typename T>
+void GpuTrainer<T>::backward(int epoch) {
+  grads_.zero(st());
+  const int64_t C = dims_.back();
+  // dL/dlogits (scaled in fp16) as T.
+  T* dy = dy_.data();
+  if constexpr (kHalf) {
+    float_to_half_gpu(dlogits_.data(), dy, owned() * C, st());
+  } else {
+    HALOGEN_CHECK_CUDA(cudaMemcpyAsync(dy, dlogits_.data(), static_cast<size_t>(owned() * C) * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, stream_.get()));
+  }
+  for (int l = L() - 1; l >= 0; --l) {
+    const auto& lp = lp_[l];
+    const int64_t fin = lp.in, fout = lp.out;
+    float* g = grads_.data();
+    // Bias: column sums of dy as ones^T dy; weights: input^T dy (local partial sums).
+    gemm_gpu(true, false, 1, fout, owned(), 1.0f, ones_.data(), 1, dy, fout, 0.0f, g + lp.bias, fout, st());
+    float* gw_main = g + (sage() ? lp.w_neigh : lp.w_self);
+    const T* input_main = l == 0 ? (opt_.dropout > 0.0f ? agg0_drop_.data() : agg0_.data()) : z_[l].data();
+    gemm_gpu(true, false, fin, fout, owned(), 1.0f, input_main, fin, dy, fout, 0.0f, gw_main, fout, st());
+    if (sage()) {
+      const T* self_in = l == 0 ? (opt_.dropout > 0.0f ? x0_drop_.data() : x0_.data()) : in_[l].data();
+      gemm_gpu(true, false, fin, fout, owned(), 1.0f, self_in, fin, dy, fout, 0.0f, g + lp.w_self, fout, st());
+    }
+    if (l == 0) break;  // input features need no gradient
+    // dz = dy W^T; dlocal = transpose aggregation of dz over [owned | halo].
+    T* dz = dz_.data();
+    gemm_gpu(false, true, owned(), fin, fout, 1.0f, dy, fout, weights(sage() ? lp.w_neigh : lp.w_self), fout, 0.0f, dz,
+             fin, st());
+    T* dlocal = dlocal_.data();
+    aggregate_transpose(dz, fin, dlocal, /*halo_rows=*/true);
+    const quant::QuantKey key{
+        opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0, 0};
+    exch_.start_backward(dlocal, fin, opt_.bits_bwd_at(l), key, 4 * l + 1);
+    aggregate_transpose(dz, fin, dlocal, /*halo_rows=*/false);
+    if (sage())
+      gemm_gpu(false, true, owned(), fin, fout, 1.0f, dy, fout, weights(lp.w_self), fout, 1.0f, dlocal, fin, st());
+    exch_.finish_backward(dlocal);
+    // Through the dropout and ReLU of the layer below: dy_{l-1} = dlocal (owned) * mask * relu'.
+    HALOGEN_CHECK_CUDA(cudaMemcpyAsync(dy, dlocal, static_cast<size_t>(owned() * fin) * sizeof(T),
+                                       cudaMemcpyDeviceToDevice, stream_.get()));
+    if (opt_.dropout > 0.0f)
+      dropout_apply_gpu(dy, owned(), fin, fin, gid_.data(), opt_.dropout,
+                        {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * l)}, st());
+    relu_backward_gpu(y_[l - 1].data(), dy, owned() * fin, st());
+  }
+}
+
+template <typename T>
+bool GpuTrainer<T>::allreduce_and_step(double& loss_sum, int epoch) {
+  Stopwatch ar;
+  const size_t n = grads_.size();
+  // Gradients summed over ranks: with NCCL on the device (fp32 sums); otherwise in fp64 on the
+  // host in one message with the loss, as the CPU trainer.
+  const bool on_device = exch_.uses_device_buffers();
+  if (on_device) {
+    comm_.allreduce_sum(grads_.data(), n, ReduceDtype::kFloat32);
+    comm_.allreduce_sum(std::span<double>(&loss_sum, 1));
+  } else {
+    grads_.download(grads_host_.data(), st());
+    std::vector<double> packed(n + 1);
+    for (size_t i = 0; i < n; ++i) packed[i] = grads_host_[i];
+    packed[n] = loss_sum;
+    comm_.allreduce_sum(std::span<double>(packed));
+    for (size_t i = 0; i < n; ++i) grads_host_[i] = static_cast<float>(packed[i]);
+    loss_sum = packed[n];
+    grads_.upload(grads_host_.data(), n, st());
+  }
+  allreduce_s_ += ar.seconds();
+  // Identical gradients on every rank, so every rank takes the same decision.
+  bool finite = std::isfinite(loss_sum);
+  if constexpr (kHalf) {
+    DBuf<unsigned int> bad(1);
+    bad.zero(st());
+    unscale_gpu(grads_.data(), static_cast<int64_t>(n), scaler_.inverse_scale(), bad.data(), st());
+    unsigned int count = 0;
+    bad.download(&count, st());
+    const float scale = scaler_.scale();
+    if (!scaler_.update(finite && count == 0)) {
+      if (s_.part == 0)
+        log::warn("epoch {}: fp16 gradients overflowed at loss scale {}; step skipped, scale now {}", epoch, scale,
+                  scaler_.scale());
+      return false;
+    }
+  } else {
+    finite = finite && all_finite_gpu(grads_.data(), static_cast<int64_t>(n), st());
+    if (!finite) {
+      HALOGEN_EXPECTS(opt_.skip_nonfinite_steps,
+                      "epoch {}: non-finite loss or gradients on the GPU (loss {}); stopping (--on-nonfinite "
+                      "skip-step would skip such steps)",
+                      epoch, loss_sum);
+      if (s_.part == 0) log::warn("epoch {}: non-finite loss or gradients, step skipped", epoch);
+      return false;
+    }
+  }
+  // Weight decay on weights, not biases; then one Adam step over all parameters.
+  for (const LayerParams& lp : lp_)
+    axpy_gpu(static_cast<int64_t>(lp.bias - lp.w_self), opt_.weight_decay, params_.data() + lp.w_self,
+             grads_.data() + lp.w_self, st());
+  adam_step_gpu(params_.data(), grads_.data(), static_cast<int64_t>(n), adam_, opt_.lr, 0.0f, 0.9f, 0.999f, 1e-8f,
+                st());
+  if constexpr (kHalf) float_to_half_gpu(params_.data(), params_h_.data(), static_cast<int64_t>(n), st());
+  return true;
+}
+
+template <typename T>
+TrainResult GpuTrainer<T>::run() {
+  TrainResult result;
+  const int64_t C = dims_.back();
+  const float inv_train = 1.0f / static_cast<float>(std::max<int64_t>(s_.global_train_count, 1));
+  cuda::CachingAllocator::instance().reset_peak();
+  Stopwatch total;
+  std::vector<float> logits_host(static_cast<size_t>(owned() * C));
+  for (int epoch = 0; epoch < opt_.epochs; ++epoch) {
+    Stopwatch epoch_sw;
+    exch_.stats().reset();
+    allreduce_s_ = 0.0;
+    const uint64_t bytes_before = comm_.bytes_sent();
+    forward(epoch, /*training=*/true);
+    const float loss_scale = kHalf ? scaler_.scale() : 1.0f;
+    softmax_xent_gpu(logits_.data(), owned(), C, labels_.data(), train_mask_.data(), inv_train * loss_scale,
+                     dlogits_.data(), loss_.data(), st());
+    backward(epoch);
+    double loss_sum = 0.0;
+    loss_.download(&loss_sum, st());
+    const bool stepped = allreduce_and_step(loss_sum, epoch);
+    const double loss = loss_sum / static_cast<double>(std::max<int64_t>(s_.global_train_count, 1));
+    nlohmann::json rec;
+    rec["epoch"] = epoch;
+    rec["loss"] = loss;
+    if (!stepped) rec["skipped_step"] = true;
+    if constexpr (kHalf) rec["loss_scale"] = scaler_.scale();
+    const bool eval = (epoch + 1) % opt_.eval_every == 0 || epoch + 1 == opt_.epochs;
+    if (eval) {
+      forward(epoch, /*training=*/false);
+      logits_.download(logits_host.data(), st());
+      log_.add_accuracy(rec, epoch, count_correct_by_role(logits_host.data(), s_));
+    }
+    stream_.synchronize();
+    const auto& stats = exch_.stats();
+    log_.finish(rec, EpochFigures{epoch_sw.seconds(), stats.wait_s + allreduce_s_, stats.quant_s, stats.wait_s, 0.0, 0,
+                                  comm_.bytes_sent() - bytes_before});
+    result.epochs.push_back(std::move(rec));
+  }
+  // Device memory: the allocator's peak (halogen's buffers) and what the device had in use at
+  // the end (adds cuBLAS and NCCL workspaces and the CUDA context).
+  const cuda::AllocatorStats gpu = cuda::CachingAllocator::instance().stats();
+  size_t free_bytes = 0, total_bytes = 0;
+  HALOGEN_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const auto memory = gather_per_rank(comm_, {peak_rss_bytes(), static_cast<int64_t>(gpu.peak_allocated_bytes),
+                                              static_cast<int64_t>(gpu.peak_reserved_bytes),
+                                              static_cast<int64_t>(total_bytes - free_bytes), memory_estimate_});
+  std::vector<int64_t> rss, allocated, reserved, used, estimate;
+  for (const auto& m : memory) {
+    rss.push_back(m[0]);
+    allocated.push_back(m[1]);
+    reserved.push_back(m[2]);
+    used.push_back(m[3]);
+    estimate.push_back(m[4]);
+  }
+  nlohmann::json summary = log_.summary("cuda", total.seconds(), 0);
+  summary["precision"] = kHalf ? "fp16" : "fp32";
+  summary["comm"] = comm_.backend_name();
+  summary["peak_rss_bytes_per_rank"] = rss;
+  summary["peak_rss_bytes"] = *std::max_element(rss.begin(), rss.end());
+  summary["peak_gpu_allocated_bytes_per_rank"] = allocated;
+  summary["peak_gpu_reserved_bytes_per_rank"] = reserved;
+  summary["gpu_used_bytes_at_end_per_rank"] = used;
+  summary["estimated_gpu_bytes_per_rank"] = estimate;
+  if constexpr (kHalf) summary["fp16_skipped_steps"] = scaler_.skipped_steps();
+  log_.write_summary(summary);
+  result.summary = summary;
+  return result;
+}
+
+}  // namespace
+
+TrainResult train_gpu(const Shard& shard, Communicator& comm, const TrainOptions& options) {
+  HALOGEN_EXPECTS(cuda_device_count() > 0, "rank {}: --device cuda but no GPU is visible to this process", comm.rank());
+  if (options.precision == Precision::kFp16) return GpuTrainer<__half>(shard, comm, options).run();
+  return GpuTrainer<float>(shard, comm, options).run();
+}
+
+}  // namespace halogen::train_detail
