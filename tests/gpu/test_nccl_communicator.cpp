@@ -1,6 +1,6 @@
 // NcclCommunicator on device buffers: grouped exchange (sizes differ per pair, a zero-byte
 // message, a message to self), exchanges in flight together, all-reduce, broadcast,
-// barrier, host-buffer rejection, abort. Runs under mpirun with 1 and 2 ranks; every rank
+// barrier, host-buffer rejection, abort, the timeout on a dead peer. Runs under mpirun with 1 and 2 ranks; every rank
 // skips (the decision is agreed over MPI) when a node has fewer GPUs than ranks, and builds
 // without NCCL compile to a single skipped test.
 #include <gtest/gtest.h>
@@ -218,6 +218,35 @@ TEST_F(Nccl, AbortMakesLaterCallsThrow) {
   EXPECT_THROW(comm_->allreduce_sum(d.data(), 4, ReduceDtype::kFloat32), Error);
   EXPECT_THROW(comm_->start_exchange({}, {}), Error);
   comm_.reset();  // destroying an aborted communicator is safe
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A peer that never sends: the wait gives up after the timeout, aborts the communicator
+// (ncclCommAbort ends the receive kernel, which would otherwise wait forever) and names the
+// rank it waited for.
+TEST_F(Nccl, DeadPeerTimesOutAbortsAndNamesTheRank) {
+  if (size_ < 2) GTEST_SKIP() << "needs two ranks";
+  comm_->set_timeout(2.0);
+  DeviceBuffer<float> in(16);
+  if (rank_ == 0) {
+    const std::vector<PeerBuffer> recvs = {{1, in.data(), in.bytes()}};
+    auto request = comm_->start_exchange({}, recvs, 3);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      request->wait();
+      ADD_FAILURE() << "the wait for a rank that never sends returned";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("with ranks 1"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_GE(waited, 2.0);
+    EXPECT_LT(waited, 20.0);
+    EXPECT_TRUE(comm_->aborted());
+  } else {
+    comm_->abort();  // rank 1 plays dead: it posts nothing
+  }
+  comm_.reset();
   MPI_Barrier(MPI_COMM_WORLD);
 }
 

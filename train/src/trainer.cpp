@@ -1056,20 +1056,7 @@ void DistributedTrainer::load_checkpoint(const std::filesystem::path& dir) {
 }
 
 TrainResult DistributedTrainer::run() {
-  try {
-    return run_epochs();
-  } catch (const CollectiveError&) {
-    throw;  // every rank knows and exits on its own
-  } catch (const std::exception& e) {
-    // An error on this rank leaves the others waiting for it: report it and take the whole
-    // job down now, before destructors wait for transfers that cannot complete.
-    if (comm_.size() > 1) {
-      std::fprintf(stderr, "halogen train: error: %s\n", e.what());
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    throw;
-  }
+  return train_detail::run_or_end_job(comm_, [this] { return run_epochs(); });
 }
 
 TrainResult DistributedTrainer::run_epochs() {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "halogen/comm/collective_error.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
 #include "halogen/train/dense.hpp"
@@ -157,6 +158,24 @@ std::vector<std::vector<int64_t>> gather_per_rank(Communicator& comm, const std:
     by_rank[r].assign(all.begin() + static_cast<std::ptrdiff_t>(k * r),
                       all.begin() + static_cast<std::ptrdiff_t>(k * (r + 1)));
   return by_rank;
+}
+
+TrainResult run_or_end_job(Communicator& comm, const std::function<TrainResult()>& loop) {
+  try {
+    return loop();
+  } catch (const CollectiveError&) {
+    throw;  // every rank knows and exits on its own
+  } catch (const std::exception& e) {
+    // Report and take the whole job down now, before destructors wait for transfers that
+    // cannot complete.
+    if (comm.size() > 1) {
+      std::fprintf(stderr, "halogen train: error: %s\n", e.what());
+      std::fflush(stderr);
+      comm.abort();
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    throw;
+  }
 }
 
 EpochLog::EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& opt)

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -58,6 +59,12 @@ std::array<int64_t, 3> count_correct_by_role(const float* logits, const Shard& s
 /// Every rank's `values` (the same count on each), by rank: result[r][k] = rank r's values[k].
 /// Collective.
 std::vector<std::vector<int64_t>> gather_per_rank(Communicator& comm, const std::vector<int64_t>& values);
+
+/// Runs a training loop. An error raised on this rank alone (not a CollectiveError, which
+/// every rank raises together) would leave the other ranks waiting for it forever: it is
+/// reported, the communicator's operations in flight are aborted (NCCL kernels), and the whole
+/// job is ended with MPI_Abort. On one rank the error is simply rethrown.
+TrainResult run_or_end_job(Communicator& comm, const std::function<TrainResult()>& loop);
 
 /// Timing and volume of one epoch on this rank, reduced over ranks by EpochLog::finish.
 struct EpochFigures {

@@ -3,10 +3,12 @@
 #if HALOGEN_HAVE_NCCL
 
 #include <cuda_runtime_api.h>
+#include <fmt/ranges.h>
 #include <nccl.h>
 
 #include <chrono>
 #include <functional>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -58,7 +60,8 @@ void poll_until(Done&& done) {
 
 class NcclRequest final : public CommRequest {
  public:
-  NcclRequest(const NcclCommunicator& owner, cuda::CudaEvent event) : owner_(owner), event_(std::move(event)) {}
+  NcclRequest(NcclCommunicator& owner, cuda::CudaEvent event, std::string what)
+      : owner_(owner), event_(std::move(event)), what_(std::move(what)) {}
   ~NcclRequest() override {
     if (!done_) {
       // Never let the buffers go while the transfer runs; errors cannot be thrown here (an
@@ -69,7 +72,7 @@ class NcclRequest final : public CommRequest {
   void wait() override {
     if (done_) return;
     done_ = true;  // even if it throws: the destructor must not wait again on a failed transfer
-    owner_.wait_event(event_.get());
+    owner_.wait_event(event_.get(), what_);
   }
   bool test() override {
     if (!done_) done_ = owner_.event_done(event_.get());
@@ -77,8 +80,9 @@ class NcclRequest final : public CommRequest {
   }
 
  private:
-  const NcclCommunicator& owner_;
+  NcclCommunicator& owner_;
   cuda::CudaEvent event_;
+  std::string what_;  // for the timeout message: which ranks this transfer waits for
   bool done_ = false;
 };
 
@@ -143,8 +147,20 @@ bool NcclCommunicator::event_done(cudaEvent_t event) const {
   return false;
 }
 
-void NcclCommunicator::wait_event(cudaEvent_t event) const {
-  poll_until([&] { return event_done(event); });
+void NcclCommunicator::wait_event(cudaEvent_t event, const std::string& what) {
+  // NCCL itself waits forever for a peer that is gone. Past the timeout the communicator is
+  // aborted (ncclCommAbort ends the kernels in flight, which nothing else can) and the wait
+  // fails, naming what it waited for, so the job ends instead of hanging.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout());
+  poll_until([&] {
+    if (event_done(event)) return true;
+    if (std::chrono::steady_clock::now() < deadline) return false;
+    abort();
+    HALOGEN_FAIL(
+        "rank {}: {} did not complete within {} s (--timeout): a peer rank is dead or hung; the NCCL "
+        "communicator was aborted",
+        rank_, what.empty() ? std::string("an NCCL operation") : what, timeout());
+  });
 }
 
 void NcclCommunicator::set_compute_stream(void* stream) {
@@ -159,7 +175,7 @@ void NcclCommunicator::wait_for_compute() {
 
 void NcclCommunicator::synchronize_stream() {
   done_.record(stream_);
-  wait_event(done_.get());
+  wait_event(done_.get(), fmt::format("a collective over all {} ranks", size_));
 }
 
 std::unique_ptr<CommRequest> NcclCommunicator::start_exchange(std::span<const PeerBuffer> sends,
@@ -195,7 +211,13 @@ std::unique_ptr<CommRequest> NcclCommunicator::start_exchange(std::span<const Pe
   for (const auto& s : sends) bytes_sent_.fetch_add(s.bytes, std::memory_order_relaxed);
   cuda::CudaEvent event(false);
   event.record(stream_);
-  return std::make_unique<NcclRequest>(*this, std::move(event));
+  std::set<int> peers;
+  for (const auto& r : recvs)
+    if (r.bytes != 0) peers.insert(r.peer);
+  for (const auto& s : sends)
+    if (s.bytes != 0) peers.insert(s.peer);
+  return std::make_unique<NcclRequest>(*this, std::move(event),
+                                       fmt::format("the exchange (tag {}) with ranks {}", tag, fmt::join(peers, ", ")));
 }
 
 void NcclCommunicator::collective(void* data, size_t bytes, const std::function<void(void*)>& issue) {

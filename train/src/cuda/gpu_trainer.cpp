@@ -62,9 +62,12 @@ class GpuTrainer {
     precompute_input_aggregation();
   }
 
-  TrainResult run();
+  TrainResult run() {
+    return run_or_end_job(comm_, [this] { return run_epochs(); });
+  }
 
  private:
+  TrainResult run_epochs();
   int L() const { return opt_.layers; }
   int64_t owned() const { return s_.num_owned; }
   int64_t local() const { return s_.num_local(); }
@@ -488,7 +491,7 @@ bool GpuTrainer<T>::allreduce_and_step(double& loss_sum, int epoch) {
 }
 
 template <typename T>
-TrainResult GpuTrainer<T>::run() {
+TrainResult GpuTrainer<T>::run_epochs() {
   TrainResult result;
   const int64_t C = dims_.back();
   const float inv_train = 1.0f / static_cast<float>(std::max<int64_t>(s_.global_train_count, 1));

@@ -67,6 +67,11 @@ class Communicator {
   void set_sleep_while_waiting(bool sleep) noexcept { sleep_while_waiting_ = sleep; }
   bool sleep_while_waiting() const noexcept { return sleep_while_waiting_; }
 
+  /// Ends this rank's operations in flight so that a failing rank can exit (NCCL:
+  /// ncclCommAbort, since its kernels would otherwise wait for peers forever; MPI: nothing, the
+  /// MPI_Abort that follows ends them). Safe from any thread; idempotent.
+  virtual void abort() noexcept {}
+
   /// Payload bytes this rank has sent through start_exchange since construction.
   uint64_t bytes_sent() const noexcept { return bytes_sent_.load(std::memory_order_relaxed); }
 

@@ -16,8 +16,10 @@
 // anything. Calls from several threads are serialised by a mutex.
 //
 // Failures. A request's wait() and every blocking call poll ncclCommGetAsyncError, so a
-// network error surfaces as a halogen::Error instead of a hang; abort() (ncclCommAbort, safe
-// from another thread) ends operations in flight, after which every call throws. A request
+// network error surfaces as a halogen::Error instead of a hang; one that outlasts timeout()
+// (a dead or hung peer, which NCCL would wait for forever) aborts the communicator and throws,
+// naming the ranks it waited for. abort() (ncclCommAbort, safe from another thread) ends
+// operations in flight, after which every call throws. A request
 // must not outlive its communicator.
 #pragma once
 
@@ -78,13 +80,15 @@ class NcclCommunicator final : public Communicator {
   MPI_Comm mpi_comm() const noexcept { return mpi_comm_; }
 
   /// ncclCommAbort: operations in flight end with an error, later calls throw. Safe from any
-  /// thread, also while another thread waits; idempotent.
-  void abort() noexcept;
+  /// thread, also while another thread waits; idempotent. Also what a wait does itself when
+  /// an operation has not completed within timeout() (a dead or hung peer).
+  void abort() noexcept override;
   bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
 
   /// Blocks until `event` (recorded on this communicator's stream) has completed, throwing if
-  /// NCCL reports an asynchronous error or the communicator was aborted meanwhile.
-  void wait_event(cudaEvent_t event) const;
+  /// NCCL reports an asynchronous error or the communicator was aborted meanwhile. After
+  /// timeout() seconds it aborts the communicator and throws, naming `what` it waited for.
+  void wait_event(cudaEvent_t event, const std::string& what = {});
   /// Non-blocking form of wait_event: true when complete.
   bool event_done(cudaEvent_t event) const;
 
