@@ -508,6 +508,53 @@ TEST_F(GpuKernels, ReluForwardAndBackward) {
   }
 }
 
+// The device halo exchange's row movement: gathering send rows (fp32 and fp16 sources),
+// adding returned gradients into distinct rows (one correctly rounded fp32 addition, as the
+// CPU exchanger), and the weight-decay axpy (no contraction).
+TEST_F(GpuKernels, HaloRowGatherScatterAndAxpy) {
+  const int64_t rows = 50, cols = 13;
+  const std::vector<float> x = uniform(rows * cols, -2.0f, 2.0f, 70), in = uniform(7 * cols, -1.0f, 1.0f, 71);
+  const std::vector<int32_t> idx = {4, 0, 49, 17, 3, 22, 8};
+  const DeviceBuffer<float> dx = DeviceBuffer<float>::from_host(x);
+  const DeviceBuffer<int32_t> didx = DeviceBuffer<int32_t>::from_host(idx);
+  DeviceBuffer<float> out(idx.size() * cols);
+  gather_rows_gpu(dx.data(), cols, didx.data(), 7, cols, out.data());
+  const std::vector<float> gathered = out.to_host();
+  const DeviceBuffer<__half> hx = DeviceBuffer<__half>::from_host(to_half(x));
+  gather_rows_gpu(hx.data(), cols, didx.data(), 7, cols, out.data());
+  const std::vector<float> gathered_half = out.to_host();
+  for (size_t r = 0; r < idx.size(); ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      EXPECT_EQ(gathered[r * cols + c], x[idx[r] * cols + c]);
+      EXPECT_EQ(gathered_half[r * cols + c], __half2float(__float2half_rn(x[idx[r] * cols + c])));
+    }
+  }
+  DeviceBuffer<float> target = DeviceBuffer<float>::from_host(x);
+  const DeviceBuffer<float> din = DeviceBuffer<float>::from_host(in);
+  scatter_add_rows_gpu(din.data(), didx.data(), 7, cols, target.data(), cols);
+  std::vector<float> expected = x;
+  for (size_t r = 0; r < idx.size(); ++r)
+    for (int64_t c = 0; c < cols; ++c) expected[idx[r] * cols + c] += in[r * cols + c];
+  EXPECT_EQ(target.to_host(), expected);
+  DeviceBuffer<__half> htarget = DeviceBuffer<__half>::from_host(to_half(x));
+  scatter_add_rows_gpu(din.data(), didx.data(), 7, cols, htarget.data(), cols);
+  const std::vector<float> hsum = to_float(htarget.to_host());
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const float base = __half2float(__float2half_rn(x[i]));
+    float want = base;
+    for (size_t r = 0; r < idx.size(); ++r)
+      if (i / cols == idx[r]) want = base + in[r * cols + i % cols];
+    EXPECT_EQ(hsum[i], __half2float(__float2half_rn(want))) << "value " << i;
+  }
+  DeviceBuffer<float> y = DeviceBuffer<float>::from_host(in);
+  axpy_gpu(static_cast<int64_t>(in.size()), 5e-4f, dx.data(), y.data());
+  const std::vector<float> axpy = y.to_host();
+  for (size_t i = 0; i < in.size(); ++i) {
+    volatile float product = 5e-4f * x[i];  // rounded on its own, as the kernel does
+    EXPECT_EQ(axpy[i], in[i] + product) << "value " << i;
+  }
+}
+
 TEST_F(GpuKernels, SoftmaxCrossEntropyMatchesCpu) {
   for (int64_t classes : {7, 40, 1}) {
     const int64_t rows = 300;
