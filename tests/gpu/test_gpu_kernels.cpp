@@ -765,6 +765,48 @@ TEST_F(GpuKernels, GatMatchesCpu) {
     expect_close(dfeat, d_dfeat, "dfeat");
     expect_close(del, d_del, "del");
     expect_close(der, d_der, "der");
+
+    // fp16 storage of feat, out, dout and dfeat: against the CPU on the fp16-rounded inputs,
+    // fp32 results (alpha, del, der) within 1e-5, fp16 results within one fp16 rounding.
+    const std::vector<__half> feat_h = to_half(pr.feat), dout_h = to_half(dout);
+    GatInputs rounded = on_host;
+    const std::vector<float> feat_r = to_float(feat_h), dout_r = to_float(dout_h);
+    rounded.feat = feat_r.data();
+    run(std::integral_constant<Device, kDevCpu>{}, rounded, dout_r.data(),
+        {alpha.data(), out.data(), edge_grad.data(), dfeat.data(), del.data(), der.data()});
+    const auto d_feat_h = DeviceBuffer<__half>::from_host(feat_h), d_dout_h = DeviceBuffer<__half>::from_host(dout_h);
+    DeviceBuffer<__half> d_out_h(out.size()), d_dfeat_h(dfeat.size());
+    GatForwardArgsT<__half> fh;
+    static_cast<GatLayerArgs&>(fh) = on_device;
+    fh.feat = d_feat_h.data();
+    fh.alpha = d_alpha.data();
+    fh.out = d_out_h.data();
+    fh.ld_out = pr.width();
+    gat_forward_half(fh);
+    GatBackwardArgsT<__half> bh;
+    static_cast<GatLayerArgs&>(bh) = on_device;
+    bh.feat = d_feat_h.data();
+    bh.alpha = d_alpha.data();
+    bh.dout = d_dout_h.data();
+    bh.ld_dout = pr.width();
+    bh.edge_grad = d_eg.data();
+    bh.dfeat = d_dfeat_h.data();
+    bh.ld_dfeat = pr.proj();
+    bh.del = d_del.data();
+    bh.der = d_der.data();
+    gat_backward_half(bh);
+    HALOGEN_CHECK_CUDA(cudaDeviceSynchronize());
+    expect_close(alpha, d_alpha, "alpha (fp16 storage)");
+    expect_close(del, d_del, "del (fp16 storage)");
+    expect_close(der, d_der, "der (fp16 storage)");
+    auto expect_half = [&](const std::vector<float>& want, const DeviceBuffer<__half>& got_d, const char* what) {
+      const auto got = to_float(got_d.to_host());
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], std::ldexp(std::abs(want[i]), -10) + 1e-6) << what << "[" << i << "]";
+    };
+    expect_half(out, d_out_h, "out (fp16 storage)");
+    expect_half(dfeat, d_dfeat_h, "dfeat (fp16 storage)");
   }
 }
 

@@ -19,7 +19,7 @@ inline float leaky(float x, float slope) { return x > 0.0f ? x : x * slope; }
 
 }  // namespace
 
-void check_gat_inputs(const GatInputs& in) {
+void check_gat_inputs(const GatLayerArgs& in) {
   HALOGEN_EXPECTS(in.heads >= 1 && in.head_dim >= 1, "gat: heads ({}) and head_dim ({}) must be positive", in.heads,
                   in.head_dim);
   HALOGEN_EXPECTS(in.ld_feat >= in.heads * in.head_dim && in.ld_el >= in.heads,

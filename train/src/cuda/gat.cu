@@ -1,10 +1,12 @@
 // CUDA GAT kernels (train/include/halogen/train/gat.hpp), the same arithmetic as
-// train/src/cpu/gat.cpp: fp32 logits and exponentials, fp64 sums rounded once.
+// train/src/cpu/gat.cpp: fp32 logits and exponentials, fp64 sums rounded once. Templated on
+// the element type of the projected rows and their gradients (float, or __half storage).
 //
 // Work layout: one warp per destination row (forward, backward pass 1) or per local source
 // (backward pass 2). Lanes split a row's edges for the logits and the softmax sums (warp
 // reductions), and split the head's columns for the weighted sums, walking the edges in
 // order, so each output value sums its terms in the CPU's order.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -23,6 +25,13 @@ constexpr int kWarpsPerBlock = 8;
 
 __device__ __forceinline__ float leaky(float x, float slope) { return x > 0.0f ? x : __fmul_rn(x, slope); }
 
+// Element access of the projected rows and their gradients: fp32, or fp16 storage (read
+// exactly, written with one rounding from the fp64 sum).
+__device__ __forceinline__ double load(float v) { return v; }
+__device__ __forceinline__ double load(__half v) { return __half2float(v); }
+__device__ __forceinline__ void store(float& dst, double v) { dst = static_cast<float>(v); }
+__device__ __forceinline__ void store(__half& dst, double v) { dst = __double2half(v); }
+
 __device__ __forceinline__ double warp_sum(double v) {
   for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -32,7 +41,8 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-__global__ void gat_forward_kernel(GatForwardArgs a, GatDropoutMask drop) {
+template <typename F>
+__global__ void gat_forward_kernel(GatForwardArgsT<F> a, GatDropoutMask drop) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const int64_t n = a.row_list != nullptr ? a.row_list_size : a.graph.rows;
@@ -63,7 +73,7 @@ __global__ void gat_forward_kernel(GatForwardArgs a, GatDropoutMask drop) {
   }
   __syncwarp();
   // Weighted sums: lane owns columns d = lane, lane + 32, ... of each head.
-  float* o = a.out + i * a.ld_out;
+  F* o = a.out + i * a.ld_out;
   for (int64_t d = lane; d < D; d += kWarp) {
     double mean = 0.0;
     for (int h = 0; h < H; ++h) {
@@ -73,20 +83,21 @@ __global__ void gat_forward_kernel(GatForwardArgs a, GatDropoutMask drop) {
         const int64_t j = self ? i : g.indices[e];
         const double w =
             static_cast<double>(a.alpha[(self ? E + i : e) * H + h]) * drop.factor(g.dst_gid[i], g.src_gid[j], h);
-        if (w != 0.0) acc += w * a.feat[j * a.ld_feat + h * D + d];
+        if (w != 0.0) acc += w * load(a.feat[j * a.ld_feat + h * D + d]);
       }
       if (a.average_heads) {
         mean += acc;
       } else {
-        o[h * D + d] = static_cast<float>(acc);
+        store(o[h * D + d], acc);
       }
     }
-    if (a.average_heads) o[d] = static_cast<float>(mean / H);
+    if (a.average_heads) store(o[d], mean / H);
   }
 }
 
 // Pass 1: per row and head, dL/d alpha (recomputed), the softmax and LeakyReLU backward.
-__global__ void gat_backward_rows_kernel(GatBackwardArgs a, GatDropoutMask drop) {
+template <typename F>
+__global__ void gat_backward_rows_kernel(GatBackwardArgsT<F> a, GatDropoutMask drop) {
   const int lane = threadIdx.x % kWarp;
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const GatGraph& g = a.graph;
@@ -96,15 +107,15 @@ __global__ void gat_backward_rows_kernel(GatBackwardArgs a, GatDropoutMask drop)
   const double head_scale = a.average_heads ? 1.0 / H : 1.0;
   const int64_t begin = g.offsets[i], end = g.offsets[i + 1];
   for (int h = 0; h < H; ++h) {
-    const float* dy = a.dout + i * a.ld_dout + (a.average_heads ? 0 : h * D);
+    const F* dy = a.dout + i * a.ld_dout + (a.average_heads ? 0 : h * D);
     const float er = a.er[i * H + h];
     auto dalpha = [&](int64_t e) {
       const int64_t j = e == end ? i : g.indices[e];
       const float f = drop.factor(g.dst_gid[i], g.src_gid[j], h);
       if (f == 0.0f) return 0.0;
-      const float* x = a.feat + j * a.ld_feat + h * D;
+      const F* x = a.feat + j * a.ld_feat + h * D;
       double dot = 0.0;
-      for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(dy[d]) * x[d];
+      for (int64_t d = 0; d < D; ++d) dot += load(dy[d]) * load(x[d]);
       return dot * head_scale * f;
     };
     double weighted = 0.0;
@@ -128,7 +139,8 @@ __global__ void gat_backward_rows_kernel(GatBackwardArgs a, GatDropoutMask drop)
 }
 
 // Pass 2: per local source, gathers over the transposed entries (and its own self loop).
-__global__ void gat_backward_sources_kernel(GatBackwardArgs a, GatDropoutMask drop) {
+template <typename F>
+__global__ void gat_backward_sources_kernel(GatBackwardArgsT<F> a, GatDropoutMask drop) {
   const int lane = threadIdx.x % kWarp;
   const int64_t j = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const GatGraph& g = a.graph;
@@ -150,9 +162,9 @@ __global__ void gat_backward_sources_kernel(GatBackwardArgs a, GatDropoutMask dr
         const int64_t i = self ? j : g.t_rows[t];
         const int64_t slot = (self ? E + j : g.t_entry[t]) * H + h;
         const double w = static_cast<double>(a.alpha[slot]) * drop.factor(g.dst_gid[i], g.src_gid[j], h) * head_scale;
-        if (w != 0.0) acc += w * a.dout[i * a.ld_dout + (a.average_heads ? 0 : h * D) + d];
+        if (w != 0.0) acc += w * load(a.dout[i * a.ld_dout + (a.average_heads ? 0 : h * D) + d]);
       }
-      a.dfeat[j * a.ld_dfeat + h * D + d] = static_cast<float>(acc);
+      store(a.dfeat[j * a.ld_dfeat + h * D + d], acc);
     }
   }
 }
@@ -161,32 +173,46 @@ unsigned int blocks_for_warps(int64_t warps) {
   return static_cast<unsigned int>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
 
+template <typename F>
+void launch_forward(const GatForwardArgsT<F>& args, void* stream) {
+  check_gat_inputs(args);
+  const int64_t n = args.row_list != nullptr ? args.row_list_size : args.graph.rows;
+  if (n == 0) return;
+  gat_forward_kernel<F>
+      <<<blocks_for_warps(n), kWarpsPerBlock * kWarp, 0, as_stream(stream)>>>(args, GatDropoutMask::of(args.dropout));
+  HALOGEN_CHECK_CUDA(cudaGetLastError());
+}
+
+template <typename F>
+void launch_backward(const GatBackwardArgsT<F>& args, void* stream) {
+  check_gat_inputs(args);
+  const GatDropoutMask drop = GatDropoutMask::of(args.dropout);
+  if (args.graph.rows > 0) {
+    gat_backward_rows_kernel<F>
+        <<<blocks_for_warps(args.graph.rows), kWarpsPerBlock * kWarp, 0, as_stream(stream)>>>(args, drop);
+    HALOGEN_CHECK_CUDA(cudaGetLastError());
+  }
+  if (args.graph.num_src > 0) {
+    gat_backward_sources_kernel<F>
+        <<<blocks_for_warps(args.graph.num_src), kWarpsPerBlock * kWarp, 0, as_stream(stream)>>>(args, drop);
+    HALOGEN_CHECK_CUDA(cudaGetLastError());
+  }
+}
+
 }  // namespace
 
 template <>
 void gat_forward<kDevCuda>(const GatForwardArgs& args, void* stream) {
-  check_gat_inputs(args);
-  const int64_t n = args.row_list != nullptr ? args.row_list_size : args.graph.rows;
-  if (n == 0) return;
-  gat_forward_kernel<<<blocks_for_warps(n), kWarpsPerBlock * kWarp, 0, as_stream(stream)>>>(
-      args, GatDropoutMask::of(args.dropout));
-  HALOGEN_CHECK_CUDA(cudaGetLastError());
+  launch_forward(args, stream);
 }
 
 template <>
 void gat_backward<kDevCuda>(const GatBackwardArgs& args, void* stream) {
-  check_gat_inputs(args);
-  const GatDropoutMask drop = GatDropoutMask::of(args.dropout);
-  if (args.graph.rows > 0) {
-    gat_backward_rows_kernel<<<blocks_for_warps(args.graph.rows), kWarpsPerBlock * kWarp, 0, as_stream(stream)>>>(args,
-                                                                                                                  drop);
-    HALOGEN_CHECK_CUDA(cudaGetLastError());
-  }
-  if (args.graph.num_src > 0) {
-    gat_backward_sources_kernel<<<blocks_for_warps(args.graph.num_src), kWarpsPerBlock * kWarp, 0, as_stream(stream)>>>(
-        args, drop);
-    HALOGEN_CHECK_CUDA(cudaGetLastError());
-  }
+  launch_backward(args, stream);
 }
+
+void gat_forward_half(const GatForwardArgsT<__half>& args, void* stream) { launch_forward(args, stream); }
+
+void gat_backward_half(const GatBackwardArgsT<__half>& args, void* stream) { launch_backward(args, stream); }
 
 }  // namespace halogen

@@ -25,6 +25,10 @@
 #include "halogen/core/device.hpp"
 #include "halogen/core/rng.hpp"
 
+#if HALOGEN_HAVE_CUDA
+struct __half;  // cuda_fp16.h
+#endif
+
 // C++17: included by train/src/cuda/gat.cu (see the top-level CMakeLists.txt).
 
 namespace halogen {
@@ -97,14 +101,14 @@ struct GatDropoutMask {
   }
 };
 
-/// What the forward and backward passes of one layer share: the graph, the projected rows and
-/// the attention terms, and the layer's settings.
-struct GatInputs {
+/// What the forward and backward passes of one layer share: the graph, the attention terms
+/// and the layer's settings (GatInputsT adds the projected rows, whose element type F is
+/// float, or __half for the CUDA kernels' fp16 storage).
+struct GatLayerArgs {
   GatGraph graph;
   int heads = 1;
   int64_t head_dim = 1;
-  const float* feat = nullptr;  // num_src x (heads * head_dim), row stride ld_feat
-  int64_t ld_feat = 0;
+  int64_t ld_feat = 0;        // row stride of feat
   const float* el = nullptr;  // num_src x heads, row stride ld_el
   int64_t ld_el = 0;
   const float* er = nullptr;  // rows x heads, dense
@@ -113,30 +117,40 @@ struct GatInputs {
   bool average_heads = false;  // output layer: out is rows x head_dim
 };
 
-struct GatForwardArgs : GatInputs {
+template <typename F>
+struct GatInputsT : GatLayerArgs {
+  const F* feat = nullptr;  // num_src x (heads * head_dim), row stride ld_feat
+};
+using GatInputs = GatInputsT<float>;
+
+template <typename F>
+struct GatForwardArgsT : GatInputsT<F> {
   /// Optional subset of rows to compute (nullptr: all), so that interior rows can run while
   /// the halo is in flight; every row's result is the same either way.
   const int32_t* row_list = nullptr;
   int64_t row_list_size = 0;
   float* alpha = nullptr;  // (entries + rows) x heads: edges, then the self term of row r at entries + r
-  float* out = nullptr;    // rows x width (written, not accumulated)
+  F* out = nullptr;        // rows x width (written, not accumulated)
   int64_t ld_out = 0;
 };
+using GatForwardArgs = GatForwardArgsT<float>;
 
-struct GatBackwardArgs : GatInputs {
+template <typename F>
+struct GatBackwardArgsT : GatInputsT<F> {
   const float* alpha = nullptr;  // from the forward pass
-  const float* dout = nullptr;   // rows x width
+  const F* dout = nullptr;       // rows x width
   int64_t ld_dout = 0;
   float* edge_grad = nullptr;  // scratch, (entries + rows) x heads: dL/de
-  float* dfeat = nullptr;      // num_src x (heads * head_dim), written: sum_i a'_ij dout_i
+  F* dfeat = nullptr;          // num_src x (heads * head_dim), written: sum_i a'_ij dout_i
   int64_t ld_dfeat = 0;
   float* del = nullptr;  // num_src x heads, written: dL/d el
   float* der = nullptr;  // rows x heads, written: dL/d er
 };
+using GatBackwardArgs = GatBackwardArgsT<float>;
 
 /// Throws halogen::Error when the shapes or the dropout probability are out of range (both
 /// backends call it before launching).
-void check_gat_inputs(const GatInputs& in);
+void check_gat_inputs(const GatLayerArgs& in);
 
 /// Forward: alpha and out. CPU: OpenMP over rows. CUDA: all pointers on the device, `stream`
 /// a cudaStream_t, asynchronous.
@@ -156,6 +170,14 @@ template <>
 void gat_forward<kDevCuda>(const GatForwardArgs& args, void* stream);
 template <>
 void gat_backward<kDevCuda>(const GatBackwardArgs& args, void* stream);
+
+/// fp16 storage on the GPU: the projected rows, the output and their gradients in fp16; the
+/// logits, softmax and attention weights (alpha, edge_grad, el, er, del, der) in fp32, sums
+/// in fp64 as in the fp32 kernels, each result rounded to fp16 once (values beyond the fp16
+/// range become +-Inf, which the loss scaler sees). Same work layout and order as the fp32
+/// kernels: with fp16-representable inputs the result is the fp32 kernels' rounded to fp16.
+void gat_forward_half(const GatForwardArgsT<__half>& args, void* stream = nullptr);
+void gat_backward_half(const GatBackwardArgsT<__half>& args, void* stream = nullptr);
 #endif
 
 /// Per-node attention terms: el[r, h] = <feat[r, h*D:(h+1)*D], a[h*D:(h+1)*D]> for `rows`
