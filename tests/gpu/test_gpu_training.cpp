@@ -1,16 +1,19 @@
 // The GPU training path (train --device cuda) against the CPU path: the exactness invariant
 // (P = 1, 2 ranks, 32-bit, fresh halos) holds on the GPU within fp32 tolerance, with the MPI
 // backend (halos staged through pinned host memory) and with NCCL; overlap equals sync bit for
-// bit; fp16 storage trains to the fp32 result within a stated tolerance. Runs under mpirun
-// with 1 and 2 ranks. Without a GPU every test skips. With fewer GPUs than ranks on the node
-// the ranks share device 0 (HALOGEN_DEVICE=0), which the MPI backend allows and NCCL does not,
-// so the NCCL test then skips.
+// bit; checkpoints resume bit for bit; fp16 storage trains to the fp32 result within a stated
+// tolerance. Runs under mpirun with 1 and 2 ranks. Without a GPU every test skips. With fewer
+// GPUs than ranks on the node the ranks share device 0 (HALOGEN_DEVICE=0), which the MPI
+// backend allows and NCCL does not, so the NCCL test then skips.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <string>
 
 #include "halogen/comm/communicator.hpp"
 #include "halogen/comm/device_binding.hpp"
@@ -159,6 +162,34 @@ TEST_F(GpuTraining, Fp16TracksFp32) {
   }
   EXPECT_NEAR(fp32.epochs.back()["test_acc"].get<double>(), fp16.epochs.back()["test_acc"].get<double>(), 0.02);
   EXPECT_EQ(fp16.summary["precision"], "fp16");
+}
+
+// Checkpoint after epoch 6 of a 7-epoch run, resume for epochs 7..19: the same losses, bit for
+// bit, as the uninterrupted 20-epoch run (fp32, and fp16 with its loss-scaler state).
+TEST_F(GpuTraining, ResumeIsBitIdentical) {
+  int id = static_cast<int>(getpid());
+  MPI_Bcast(&id, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  for (const Precision precision : {Precision::kFp32, Precision::kFp16}) {
+    const auto dir = std::filesystem::temp_directory_path() / ("halogen-gpu-resume-" + std::to_string(id));
+    auto t = options(ModelKind::kGcn, Device::kCuda);
+    t.precision = precision;
+    const auto whole = run(t);
+    auto first = t;
+    first.epochs = 7;
+    first.checkpoint_dir = dir;
+    run(first);
+    auto rest = t;
+    rest.resume_dir = dir;
+    const auto resumed = run(rest);
+    ASSERT_EQ(resumed.epochs.size(), 13u);
+    for (size_t e = 0; e < resumed.epochs.size(); ++e)
+      EXPECT_EQ(resumed.epochs[e]["loss"].get<double>(), whole.epochs[e + 7]["loss"].get<double>())
+          << to_string(precision) << " epoch " << e + 7;
+    MPI_Barrier(MPI_COMM_WORLD);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) std::filesystem::remove_all(dir);
+  }
 }
 
 }  // namespace

@@ -176,7 +176,7 @@ TEST(TrainOptions, GpuPathRefusesWhatItDoesNotDo) {
             std::string::npos);
   EXPECT_NE(message([](TrainOptions& t) { t.mode = ExchangeMode::kStale; }).find("--mode stale runs with --device cpu"),
             std::string::npos);
-  EXPECT_NE(message([](TrainOptions& t) { t.checkpoint_dir = "ckpt"; }).find("checkpoints"), std::string::npos);
+  EXPECT_EQ(message([](TrainOptions& t) { t.checkpoint_dir = "ckpt"; }), "");
   EXPECT_NE(message([](TrainOptions& t) {
               t.device = Device::kCpu;
               t.precision = Precision::kFp16;

@@ -85,9 +85,6 @@ void TrainOptions::validate() const {
     HALOGEN_EXPECTS(model != ModelKind::kGat, "--device cuda trains gcn and sage; --model gat runs with --device cpu");
     HALOGEN_EXPECTS(mode != ExchangeMode::kStale,
                     "--device cuda supports --mode sync and overlap; --mode stale runs with --device cpu");
-    HALOGEN_EXPECTS(checkpoint_dir.empty() && resume_dir.empty(),
-                    "--device cuda does not write or resume checkpoints yet; use --device cpu for --checkpoint-dir / "
-                    "--resume");
     HALOGEN_EXPECTS(!skip_exchange, "--skip-exchange is a CPU benchmark floor; not available with --device cuda");
   }
 }
@@ -226,8 +223,7 @@ class DistributedTrainer {
   // Run state that a checkpoint carries besides the arrays.
   int start_epoch_ = 0;
   EpochLog log_;  // metrics records and the best-validation epoch
-  nlohmann::json model_description() const;
-  nlohmann::json training_description() const;
+  nlohmann::json model_description() const { return train_detail::model_description(opt_, s_, params_.size()); }
   std::vector<int64_t> dims_;
   std::vector<LayerParams> lp_;
   HostBuffer<float> params_, grads_;
@@ -879,180 +875,95 @@ LossAndGradient DistributedTrainer::probe(const std::vector<float>& params) {
   return r;
 }
 
-nlohmann::json DistributedTrainer::model_description() const {
-  nlohmann::json m = {{"model", to_string(opt_.model)}, {"layers", opt_.layers},     {"hidden", opt_.hidden},
-                      {"feature_dim", s_.feature_dim},  {"classes", s_.num_classes}, {"parameters", params_.size()}};
-  if (gat()) {
-    m["heads"] = opt_.heads;
-    m["out_heads"] = opt_.out_heads;
-    m["residual"] = opt_.residual;
-  }
-  return m;
-}
-
-nlohmann::json DistributedTrainer::training_description() const {
-  return {{"mode", to_string(opt_.mode)},
-          {"staleness", opt_.staleness.staleness},
-          {"bits_fwd", opt_.bits_fwd},
-          {"bits_bwd", opt_.bits_bwd},
-          {"stale_smoothing", opt_.staleness.smoothing},
-          {"seed", opt_.seed},
-          {"dropout", opt_.dropout},
-          {"lr", opt_.lr},
-          {"weight_decay", opt_.weight_decay},
-          {"feature_norm", opt_.row_normalize_features ? "row" : "none"},
-          {"attn_dropout", opt_.attention_dropout()},
-          {"attn_terms", opt_.quantize_attention_terms ? "quantized" : "fp32"}};
-}
-
 // Everything the next epoch depends on: parameters, Adam moments, each layer's halo cache
 // and its epoch, the exchanges still in flight (completed and stored, not applied), the
 // drift state, and the best-validation record. Random streams are keyed by epoch, so they
 // need no state.
 void DistributedTrainer::save_checkpoint(int epoch) {
-  const auto dir = opt_.checkpoint_dir;
-  run_collectively(MPI_COMM_WORLD, fmt::format("writing the checkpoint of epoch {}", epoch), [&] {
-    std::filesystem::create_directories(checkpoint_epoch_dir(dir, epoch));
-    CheckpointWriter w;
-    nlohmann::json meta = {{"format", "halogen-checkpoint"},
-                           {"epoch", epoch},
-                           {"rank", s_.part},
-                           {"num_parts", s_.num_parts},
-                           {"partition_id", fmt::format("{:016x}", s_.partition_id)},
-                           {"model", model_description()},
-                           {"training", training_description()},
-                           {"adam_step", adam_.step},
-                           {"best_val", log_.best_val},
-                           {"best_epoch", log_.best_epoch},
-                           {"test_at_best", log_.test_at_best},
-                           {"prev_drift", prev_drift_},
-                           {"drift_measured", drift_measured_}};
-    w.add_array("params", params_.span());
-    w.add_array("adam_m", adam_.m.span());
-    w.add_array("adam_v", adam_.v.span());
-    std::vector<int> tracker_epochs, last_rows, last_cols, smoothed_cols;
-    for (int l = 0; l < L(); ++l) {
-      tracker_epochs.push_back(tracker_.forward_epoch(l));
-      if (const auto [x, cols] = exchanged(l); x != nullptr) {
-        w.add(fmt::format("halo/{}", l), x + owned() * cols, static_cast<size_t>(s_.num_halo * cols) * sizeof(float));
-      }
-      last_rows.push_back(static_cast<int>(last_sent_[l].rows()));
-      last_cols.push_back(static_cast<int>(last_sent_[l].cols()));
-      if (last_sent_[l].size()) w.add(fmt::format("last_sent/{}", l), last_sent_[l].data(), last_sent_[l].size() * sizeof(float));
-      smoothed_cols.push_back(static_cast<int>(smoothed_grad_[l].cols()));
-      if (smoothed_grad_[l].size())
-        w.add(fmt::format("smoothed_grad/{}", l), smoothed_grad_[l].data(), smoothed_grad_[l].size() * sizeof(float));
-      for (int dir_i = 0; dir_i < 2; ++dir_i) {
-        auto& q = dir_i == 0 ? pend_fwd_[l] : pend_bwd_[l];
-        std::vector<int> epochs;
-        for (size_t i = 0; i < q.size(); ++i) {
-          exch_.complete(q[i].second);
-          w.add_string(fmt::format("{}/{}/{}", dir_i == 0 ? "fwd" : "bwd", l, i), q[i].second.save());
-          epochs.push_back(q[i].first);
+  train_detail::write_checkpoint(
+      opt_, s_, epoch, model_description(), log_, [&](CheckpointWriter& w, nlohmann::json& meta) {
+        meta["adam_step"] = adam_.step;
+        meta["prev_drift"] = prev_drift_;
+        meta["drift_measured"] = drift_measured_;
+        w.add_array("params", params_.span());
+        w.add_array("adam_m", adam_.m.span());
+        w.add_array("adam_v", adam_.v.span());
+        std::vector<int> tracker_epochs, last_rows, last_cols, smoothed_cols;
+        for (int l = 0; l < L(); ++l) {
+          tracker_epochs.push_back(tracker_.forward_epoch(l));
+          if (const auto [x, cols] = exchanged(l); x != nullptr) {
+            w.add(fmt::format("halo/{}", l), x + owned() * cols,
+                  static_cast<size_t>(s_.num_halo * cols) * sizeof(float));
+          }
+          last_rows.push_back(static_cast<int>(last_sent_[l].rows()));
+          last_cols.push_back(static_cast<int>(last_sent_[l].cols()));
+          if (last_sent_[l].size())
+            w.add(fmt::format("last_sent/{}", l), last_sent_[l].data(), last_sent_[l].size() * sizeof(float));
+          smoothed_cols.push_back(static_cast<int>(smoothed_grad_[l].cols()));
+          if (smoothed_grad_[l].size())
+            w.add(fmt::format("smoothed_grad/{}", l), smoothed_grad_[l].data(),
+                  smoothed_grad_[l].size() * sizeof(float));
+          for (int dir_i = 0; dir_i < 2; ++dir_i) {
+            auto& q = dir_i == 0 ? pend_fwd_[l] : pend_bwd_[l];
+            std::vector<int> epochs;
+            for (size_t i = 0; i < q.size(); ++i) {
+              exch_.complete(q[i].second);
+              w.add_string(fmt::format("{}/{}/{}", dir_i == 0 ? "fwd" : "bwd", l, i), q[i].second.save());
+              epochs.push_back(q[i].first);
+            }
+            meta[dir_i == 0 ? "pending_fwd" : "pending_bwd"].push_back(epochs);
+          }
         }
-        meta[dir_i == 0 ? "pending_fwd" : "pending_bwd"].push_back(epochs);
-      }
-    }
-    meta["tracker_forward"] = tracker_epochs;
-    meta["last_sent_rows"] = last_rows;
-    meta["last_sent_cols"] = last_cols;
-    meta["smoothed_grad_cols"] = smoothed_cols;
-    w.add_json("meta", meta);
-    w.write(checkpoint_rank_file(dir, epoch, s_.part));
-  });
-  // Every rank's file is complete: publish the manifest, then point latest.json at it.
-  run_collectively(MPI_COMM_WORLD, "publishing the checkpoint", [&] {
-    if (s_.part != 0) return;
-    nlohmann::json manifest = {{"format", "halogen-checkpoint"}, {"epoch", epoch}, {"num_parts", s_.num_parts},
-                               {"partition_id", fmt::format("{:016x}", s_.partition_id)}, {"dataset", s_.dataset_name},
-                               {"model", model_description()}, {"training", training_description()}};
-    for (int r = 0; r < s_.num_parts; ++r) manifest["files"].push_back(fmt::format("rank-{}.ckpt", r));
-    write_file_atomic(checkpoint_epoch_dir(dir, epoch) / "manifest.json", manifest.dump(2));
-    write_file_atomic(dir / "latest.json",
-                      nlohmann::json{{"directory", checkpoint_epoch_dir(dir, epoch).filename().string()}, {"epoch", epoch}}.dump());
-    // Keep the newest two checkpoints.
-    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-      const std::string name = entry.path().filename().string();
-      if (name.rfind("epoch-", 0) != 0) continue;
-      const int e = std::atoi(name.c_str() + 6);
-      if (e < epoch && e != epoch - std::max(opt_.checkpoint_every, 1)) std::filesystem::remove_all(entry.path());
-    }
-  });
+        meta["tracker_forward"] = tracker_epochs;
+        meta["last_sent_rows"] = last_rows;
+        meta["last_sent_cols"] = last_cols;
+        meta["smoothed_grad_cols"] = smoothed_cols;
+      });
 }
 
 void DistributedTrainer::load_checkpoint(const std::filesystem::path& dir) {
-  run_collectively(MPI_COMM_WORLD, fmt::format("resuming from '{}'", dir.string()), [&] {
-   try {
-    const auto manifest = read_latest_manifest(dir);
-    const int epoch = manifest.at("epoch").get<int>();
-    HALOGEN_EXPECTS(manifest.at("num_parts").get<int>() == s_.num_parts,
-                    "checkpoint in '{}' was written by {} ranks, this run has {}", dir.string(),
-                    manifest.at("num_parts").get<int>(), s_.num_parts);
-    HALOGEN_EXPECTS(manifest.at("partition_id").get<std::string>() == fmt::format("{:016x}", s_.partition_id),
-                    "checkpoint in '{}' belongs to partition {}, these shards to partition {:016x}", dir.string(),
-                    manifest.at("partition_id").get<std::string>(), s_.partition_id);
-    const auto mine = model_description();
-    for (const auto& [key, value] : mine.items()) {
-      HALOGEN_EXPECTS(manifest.at("model").contains(key) && manifest.at("model").at(key) == value,
-                      "checkpoint in '{}' is of another model: {} is {} there, {} in this run", dir.string(), key,
-                      manifest.at("model").value(key, nlohmann::json()).dump(), value.dump());
-    }
-    const auto training = training_description();
-    for (const auto& [key, value] : training.items()) {
-      if (manifest.at("training").value(key, nlohmann::json()) != value && s_.part == 0)
-        log::warn("resuming with {} = {} (the checkpoint was trained with {}): later epochs will differ from the original run",
-                  key, value.dump(), manifest.at("training").value(key, nlohmann::json()).dump());
-    }
-    CheckpointReader r(checkpoint_rank_file(dir, epoch, s_.part));
-    const auto meta = r.json("meta");
-    HALOGEN_EXPECTS(meta.at("rank").get<int>() == s_.part && meta.at("epoch").get<int>() == epoch,
-                    "checkpoint file '{}' is rank {} epoch {}, expected rank {} epoch {}", r.path().string(),
-                    meta.at("rank").get<int>(), meta.at("epoch").get<int>(), s_.part, epoch);
-    r.read_array("params", params_.span());
-    adam_.m.resize(params_.size());
-    adam_.v.resize(params_.size());
-    r.read_array("adam_m", adam_.m.span());
-    r.read_array("adam_v", adam_.v.span());
-    adam_.step = meta.at("adam_step").get<int64_t>();
-    log_.best_val = meta.at("best_val").get<double>();
-    log_.best_epoch = meta.at("best_epoch").get<int>();
-    log_.test_at_best = meta.at("test_at_best").get<double>();
-    prev_drift_ = meta.at("prev_drift").get<std::vector<double>>();
-    drift_measured_ = meta.at("drift_measured").get<bool>();
-    const auto tracker_epochs = meta.at("tracker_forward").get<std::vector<int>>();
-    const auto last_rows = meta.at("last_sent_rows").get<std::vector<int>>();
-    const auto last_cols = meta.at("last_sent_cols").get<std::vector<int>>();
-    const auto smoothed_cols = meta.value("smoothed_grad_cols", std::vector<int>(static_cast<size_t>(L()), 0));
-    for (int l = 0; l < L(); ++l) {
-      tracker_.set_forward(l, tracker_epochs[l]);
-      if (const auto [x, cols] = exchanged(l); x != nullptr) {
-        r.read_into(fmt::format("halo/{}", l), x + owned() * cols,
-                    static_cast<size_t>(s_.num_halo * cols) * sizeof(float));
-      }
-      if (smoothed_cols[l] > 0) {
-        smoothed_grad_[l].reshape(s_.send_offsets[s_.num_parts], smoothed_cols[l]);
-        r.read_into(fmt::format("smoothed_grad/{}", l), smoothed_grad_[l].data(),
-                    smoothed_grad_[l].size() * sizeof(float));
-      }
-      if (last_rows[l] > 0) {
-        last_sent_[l].reshape(last_rows[l], last_cols[l]);
-        r.read_into(fmt::format("last_sent/{}", l), last_sent_[l].data(), last_sent_[l].size() * sizeof(float));
-      }
-      for (int dir_i = 0; dir_i < 2; ++dir_i) {
-        auto& q = dir_i == 0 ? pend_fwd_[l] : pend_bwd_[l];
-        const auto epochs = meta.at(dir_i == 0 ? "pending_fwd" : "pending_bwd").at(l).get<std::vector<int>>();
-        for (size_t i = 0; i < epochs.size(); ++i)
-          q.emplace_back(epochs[i], PendingExchange::restore(r.bytes(fmt::format("{}/{}/{}", dir_i == 0 ? "fwd" : "bwd", l, i))));
-      }
-    }
-    start_epoch_ = epoch + 1;
-   } catch (const nlohmann::json::exception& e) {
-    // A manifest or record that parses but lacks a field or has the wrong type.
-    HALOGEN_FAIL("checkpoint in '{}' (rank {}) is incomplete or from an incompatible halogen: {}", dir.string(),
-                 s_.part, e.what());
-   }
-  });
-  if (s_.part == 0) log::info("resumed from {} at epoch {}", dir.string(), start_epoch_);
+  start_epoch_ = train_detail::read_checkpoint(
+      opt_, s_, dir, model_description(), log_, [&](const CheckpointReader& r, const nlohmann::json& meta) {
+        HALOGEN_EXPECTS(meta.value("device", "cpu") == "cpu",
+                        "checkpoint '{}' was written by the GPU path, which keeps no halo caches; resume it with "
+                        "--device cuda",
+                        r.path().string());
+        r.read_array("params", params_.span());
+        adam_.m.resize(params_.size());
+        adam_.v.resize(params_.size());
+        r.read_array("adam_m", adam_.m.span());
+        r.read_array("adam_v", adam_.v.span());
+        adam_.step = meta.at("adam_step").get<int64_t>();
+        prev_drift_ = meta.at("prev_drift").get<std::vector<double>>();
+        drift_measured_ = meta.at("drift_measured").get<bool>();
+        const auto tracker_epochs = meta.at("tracker_forward").get<std::vector<int>>();
+        const auto last_rows = meta.at("last_sent_rows").get<std::vector<int>>();
+        const auto last_cols = meta.at("last_sent_cols").get<std::vector<int>>();
+        const auto smoothed_cols = meta.value("smoothed_grad_cols", std::vector<int>(static_cast<size_t>(L()), 0));
+        for (int l = 0; l < L(); ++l) {
+          tracker_.set_forward(l, tracker_epochs[l]);
+          if (const auto [x, cols] = exchanged(l); x != nullptr) {
+            r.read_into(fmt::format("halo/{}", l), x + owned() * cols,
+                        static_cast<size_t>(s_.num_halo * cols) * sizeof(float));
+          }
+          if (smoothed_cols[l] > 0) {
+            smoothed_grad_[l].reshape(s_.send_offsets[s_.num_parts], smoothed_cols[l]);
+            r.read_into(fmt::format("smoothed_grad/{}", l), smoothed_grad_[l].data(),
+                        smoothed_grad_[l].size() * sizeof(float));
+          }
+          if (last_rows[l] > 0) {
+            last_sent_[l].reshape(last_rows[l], last_cols[l]);
+            r.read_into(fmt::format("last_sent/{}", l), last_sent_[l].data(), last_sent_[l].size() * sizeof(float));
+          }
+          for (int dir_i = 0; dir_i < 2; ++dir_i) {
+            auto& q = dir_i == 0 ? pend_fwd_[l] : pend_bwd_[l];
+            const auto epochs = meta.at(dir_i == 0 ? "pending_fwd" : "pending_bwd").at(l).get<std::vector<int>>();
+            for (size_t i = 0; i < epochs.size(); ++i)
+              q.emplace_back(epochs[i], PendingExchange::restore(
+                                            r.bytes(fmt::format("{}/{}/{}", dir_i == 0 ? "fwd" : "bwd", l, i))));
+          }
+        }
+      });
 }
 
 TrainResult DistributedTrainer::run() {
@@ -1123,12 +1034,7 @@ TrainResult DistributedTrainer::run_epochs() {
     log_.finish(rec, EpochFigures{epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s, st.transfer_s,
                                   tracker_.max_used(), comm_.bytes_sent() - bytes_before});
     result.epochs.push_back(std::move(rec));
-    if (!opt_.checkpoint_dir.empty() &&
-        ((opt_.checkpoint_every > 0 && (epoch + 1) % opt_.checkpoint_every == 0) || epoch + 1 == opt_.epochs)) {
-      save_checkpoint(epoch);
-      // Test hook: die right after this epoch's checkpoint, as a crashed job would.
-      if (const char* f = std::getenv("HALOGEN_FAULT_EXIT_AFTER_EPOCH"); f && std::atoi(f) == epoch) std::_Exit(3);
-    }
+    if (train_detail::checkpoint_due(opt_, epoch)) save_checkpoint(epoch);
   }
   drain_pending();
   // Per rank: peak RSS and the estimate the memory check used (to judge the estimate).

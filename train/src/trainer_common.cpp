@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "halogen/comm/collective_error.hpp"
 #include "halogen/core/error.hpp"
+#include "halogen/core/io.hpp"
+#include "halogen/core/log.hpp"
 #include "halogen/core/rng.hpp"
 #include "halogen/train/dense.hpp"
 
@@ -242,6 +245,132 @@ nlohmann::json EpochLog::summary(const std::string& device, double total_s, int 
   summary["mode"] = to_string(opt_.mode);
   summary["start_epoch"] = start_epoch;
   return summary;
+}
+
+nlohmann::json model_description(const TrainOptions& opt, const Shard& s, size_t num_params) {
+  nlohmann::json m = {{"model", to_string(opt.model)}, {"layers", opt.layers},     {"hidden", opt.hidden},
+                      {"feature_dim", s.feature_dim},  {"classes", s.num_classes}, {"parameters", num_params}};
+  if (opt.model == ModelKind::kGat) {
+    m["heads"] = opt.heads;
+    m["out_heads"] = opt.out_heads;
+    m["residual"] = opt.residual;
+  }
+  return m;
+}
+
+nlohmann::json training_description(const TrainOptions& opt) {
+  return {{"mode", to_string(opt.mode)},
+          {"staleness", opt.staleness.staleness},
+          {"bits_fwd", opt.bits_fwd},
+          {"bits_bwd", opt.bits_bwd},
+          {"stale_smoothing", opt.staleness.smoothing},
+          {"seed", opt.seed},
+          {"dropout", opt.dropout},
+          {"lr", opt.lr},
+          {"weight_decay", opt.weight_decay},
+          {"feature_norm", opt.row_normalize_features ? "row" : "none"},
+          {"attn_dropout", opt.attention_dropout()},
+          {"attn_terms", opt.quantize_attention_terms ? "quantized" : "fp32"}};
+}
+
+bool checkpoint_due(const TrainOptions& opt, int epoch) {
+  return !opt.checkpoint_dir.empty() &&
+         ((opt.checkpoint_every > 0 && (epoch + 1) % opt.checkpoint_every == 0) || epoch + 1 == opt.epochs);
+}
+
+void write_checkpoint(const TrainOptions& opt, const Shard& s, int epoch, const nlohmann::json& model,
+                      const EpochLog& log, const std::function<void(CheckpointWriter&, nlohmann::json& meta)>& fill) {
+  const auto dir = opt.checkpoint_dir;
+  const std::string partition_id = fmt::format("{:016x}", s.partition_id);
+  run_collectively(MPI_COMM_WORLD, fmt::format("writing the checkpoint of epoch {}", epoch), [&] {
+    std::filesystem::create_directories(checkpoint_epoch_dir(dir, epoch));
+    CheckpointWriter w;
+    nlohmann::json meta = {{"format", "halogen-checkpoint"},
+                           {"epoch", epoch},
+                           {"rank", s.part},
+                           {"num_parts", s.num_parts},
+                           {"partition_id", partition_id},
+                           {"model", model},
+                           {"training", training_description(opt)},
+                           {"best_val", log.best_val},
+                           {"best_epoch", log.best_epoch},
+                           {"test_at_best", log.test_at_best}};
+    fill(w, meta);
+    w.add_json("meta", meta);
+    w.write(checkpoint_rank_file(dir, epoch, s.part));
+  });
+  // Every rank's file is complete: publish the manifest, then point latest.json at it.
+  run_collectively(MPI_COMM_WORLD, "publishing the checkpoint", [&] {
+    if (s.part != 0) return;
+    nlohmann::json manifest = {{"format", "halogen-checkpoint"},
+                               {"epoch", epoch},
+                               {"num_parts", s.num_parts},
+                               {"partition_id", partition_id},
+                               {"dataset", s.dataset_name},
+                               {"model", model},
+                               {"training", training_description(opt)}};
+    for (int r = 0; r < s.num_parts; ++r) manifest["files"].push_back(fmt::format("rank-{}.ckpt", r));
+    write_file_atomic(checkpoint_epoch_dir(dir, epoch) / "manifest.json", manifest.dump(2));
+    write_file_atomic(
+        dir / "latest.json",
+        nlohmann::json{{"directory", checkpoint_epoch_dir(dir, epoch).filename().string()}, {"epoch", epoch}}.dump());
+    // Keep the newest two checkpoints.
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("epoch-", 0) != 0) continue;
+      const int e = std::atoi(name.c_str() + 6);
+      if (e < epoch && e != epoch - std::max(opt.checkpoint_every, 1)) std::filesystem::remove_all(entry.path());
+    }
+  });
+  // Test hook: die right after this epoch's checkpoint, as a crashed job would.
+  if (const char* f = std::getenv("HALOGEN_FAULT_EXIT_AFTER_EPOCH"); f && std::atoi(f) == epoch) std::_Exit(3);
+}
+
+int read_checkpoint(const TrainOptions& opt, const Shard& s, const std::filesystem::path& dir,
+                    const nlohmann::json& model, EpochLog& log,
+                    const std::function<void(const CheckpointReader&, const nlohmann::json& meta)>& restore) {
+  int start_epoch = 0;
+  run_collectively(MPI_COMM_WORLD, fmt::format("resuming from '{}'", dir.string()), [&] {
+    try {
+      const auto manifest = read_latest_manifest(dir);
+      const int epoch = manifest.at("epoch").get<int>();
+      HALOGEN_EXPECTS(manifest.at("num_parts").get<int>() == s.num_parts,
+                      "checkpoint in '{}' was written by {} ranks, this run has {}", dir.string(),
+                      manifest.at("num_parts").get<int>(), s.num_parts);
+      HALOGEN_EXPECTS(manifest.at("partition_id").get<std::string>() == fmt::format("{:016x}", s.partition_id),
+                      "checkpoint in '{}' belongs to partition {}, these shards to partition {:016x}", dir.string(),
+                      manifest.at("partition_id").get<std::string>(), s.partition_id);
+      for (const auto& [key, value] : model.items()) {
+        HALOGEN_EXPECTS(manifest.at("model").contains(key) && manifest.at("model").at(key) == value,
+                        "checkpoint in '{}' is of another model: {} is {} there, {} in this run", dir.string(), key,
+                        manifest.at("model").value(key, nlohmann::json()).dump(), value.dump());
+      }
+      const nlohmann::json training = training_description(opt);  // items() must not outlive it
+      for (const auto& [key, value] : training.items()) {
+        if (manifest.at("training").value(key, nlohmann::json()) != value && s.part == 0)
+          log::warn(
+              "resuming with {} = {} (the checkpoint was trained with {}): later epochs will differ from the original "
+              "run",
+              key, value.dump(), manifest.at("training").value(key, nlohmann::json()).dump());
+      }
+      CheckpointReader r(checkpoint_rank_file(dir, epoch, s.part));
+      const auto meta = r.json("meta");
+      HALOGEN_EXPECTS(meta.at("rank").get<int>() == s.part && meta.at("epoch").get<int>() == epoch,
+                      "checkpoint file '{}' is rank {} epoch {}, expected rank {} epoch {}", r.path().string(),
+                      meta.at("rank").get<int>(), meta.at("epoch").get<int>(), s.part, epoch);
+      log.best_val = meta.at("best_val").get<double>();
+      log.best_epoch = meta.at("best_epoch").get<int>();
+      log.test_at_best = meta.at("test_at_best").get<double>();
+      restore(r, meta);
+      start_epoch = epoch + 1;
+    } catch (const nlohmann::json::exception& e) {
+      // A manifest or record that parses but lacks a field or has the wrong type.
+      HALOGEN_FAIL("checkpoint in '{}' (rank {}) is incomplete or from an incompatible halogen: {}", dir.string(),
+                   s.part, e.what());
+    }
+  });
+  if (s.part == 0) log::info("resumed from {} at epoch {}", dir.string(), start_epoch);
+  return start_epoch;
 }
 
 }  // namespace halogen::train_detail

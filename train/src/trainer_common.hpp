@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,6 +16,7 @@
 #include "halogen/core/buffer.hpp"
 #include "halogen/core/metrics.hpp"
 #include "halogen/partition/shard.hpp"
+#include "halogen/train/checkpoint.hpp"
 #include "halogen/train/trainer.hpp"
 #include "layer_shapes.hpp"
 
@@ -99,5 +101,32 @@ class EpochLog {
   const TrainOptions& opt_;
   MetricsWriter metrics_;
 };
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoints (checkpoint.hpp's files), shared by both trainers, so a run can also resume on
+// the other device: the parameters and Adam state have the same layout there.
+
+/// What a checkpoint records of the model (must match to resume) and of the training settings
+/// (a difference is warned about: later epochs will differ from the original run).
+nlohmann::json model_description(const TrainOptions& opt, const Shard& s, size_t num_params);
+nlohmann::json training_description(const TrainOptions& opt);
+
+/// When the options ask for a checkpoint after `epoch` (every N epochs and after the last).
+bool checkpoint_due(const TrainOptions& opt, int epoch);
+
+/// Writes this rank's file of the checkpoint of `epoch` (`fill` adds the trainer's records and
+/// fields of "meta"; the partition, model, training and best-validation fields are added here),
+/// then, once every rank's file is complete, the manifest and latest.json (keeping the newest
+/// two checkpoints). Collective. Afterwards honours the test hook
+/// HALOGEN_FAULT_EXIT_AFTER_EPOCH (dies as a crashed job would).
+void write_checkpoint(const TrainOptions& opt, const Shard& s, int epoch, const nlohmann::json& model,
+                      const EpochLog& log, const std::function<void(CheckpointWriter&, nlohmann::json& meta)>& fill);
+
+/// Opens this rank's file of the newest checkpoint in `dir` after checking that it belongs to
+/// this partition and model (clear errors otherwise), restores the best-validation record and
+/// hands the file to `restore`. Returns the epoch to continue from. Collective.
+int read_checkpoint(const TrainOptions& opt, const Shard& s, const std::filesystem::path& dir,
+                    const nlohmann::json& model, EpochLog& log,
+                    const std::function<void(const CheckpointReader&, const nlohmann::json& meta)>& restore);
 
 }  // namespace halogen::train_detail

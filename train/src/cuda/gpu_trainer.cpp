@@ -65,6 +65,8 @@ class GpuTrainer {
   TrainResult run() {
     return run_or_end_job(comm_, [this] { return run_epochs(); });
   }
+  void save_checkpoint(int epoch);
+  void load_checkpoint(const std::filesystem::path& dir);
 
  private:
   TrainResult run_epochs();
@@ -136,6 +138,7 @@ class GpuTrainer {
   DBuf<T> dy_, dz_, dlocal_;
   DBuf<double> loss_;
   int64_t memory_estimate_ = 0;  // device bytes check_memory() expected
+  int start_epoch_ = 0;
 };
 
 template <typename T>
@@ -498,7 +501,7 @@ TrainResult GpuTrainer<T>::run_epochs() {
   cuda::CachingAllocator::instance().reset_peak();
   Stopwatch total;
   std::vector<float> logits_host(static_cast<size_t>(owned() * C));
-  for (int epoch = 0; epoch < opt_.epochs; ++epoch) {
+  for (int epoch = start_epoch_; epoch < opt_.epochs; ++epoch) {
     Stopwatch epoch_sw;
     exch_.stats().reset();
     allreduce_s_ = 0.0;
@@ -528,6 +531,7 @@ TrainResult GpuTrainer<T>::run_epochs() {
     log_.finish(rec, EpochFigures{epoch_sw.seconds(), stats.wait_s + allreduce_s_, stats.quant_s, stats.wait_s, 0.0, 0,
                                   comm_.bytes_sent() - bytes_before});
     result.epochs.push_back(std::move(rec));
+    if (checkpoint_due(opt_, epoch)) save_checkpoint(epoch);
   }
   // Device memory: the allocator's peak (halogen's buffers) and what the device had in use at
   // the end (adds cuBLAS and NCCL workspaces and the CUDA context).
@@ -545,7 +549,7 @@ TrainResult GpuTrainer<T>::run_epochs() {
     used.push_back(m[3]);
     estimate.push_back(m[4]);
   }
-  nlohmann::json summary = log_.summary("cuda", total.seconds(), 0);
+  nlohmann::json summary = log_.summary("cuda", total.seconds(), start_epoch_);
   summary["precision"] = kHalf ? "fp16" : "fp32";
   summary["comm"] = comm_.backend_name();
   summary["peak_rss_bytes_per_rank"] = rss;
@@ -560,12 +564,56 @@ TrainResult GpuTrainer<T>::run_epochs() {
   return result;
 }
 
+// What the next epoch depends on in sync and overlap modes: parameters, Adam state, the loss
+// scaler and the best-validation record (halos are exchanged fresh every epoch). The records
+// have the CPU trainer's names and layout, so a CPU checkpoint resumes here too.
+template <typename T>
+void GpuTrainer<T>::save_checkpoint(int epoch) {
+  const std::vector<float> params = params_.to_host(st()), m = adam_.m.to_host(st()), v = adam_.v.to_host(st());
+  write_checkpoint(opt_, s_, epoch, model_description(opt_, s_, params.size()), log_,
+                   [&](CheckpointWriter& w, nlohmann::json& meta) {
+                     meta["device"] = "cuda";
+                     meta["precision"] = to_string(opt_.precision);
+                     meta["adam_step"] = adam_.step;
+                     meta["loss_scale"] = scaler_.scale();
+                     meta["loss_scale_good_steps"] = scaler_.good_steps();
+                     meta["loss_scale_skipped_steps"] = scaler_.skipped_steps();
+                     w.add_array("params", std::span<const float>(params));
+                     w.add_array("adam_m", std::span<const float>(m));
+                     w.add_array("adam_v", std::span<const float>(v));
+                   });
+}
+
+template <typename T>
+void GpuTrainer<T>::load_checkpoint(const std::filesystem::path& dir) {
+  const size_t n = lp_.back().end;
+  start_epoch_ = read_checkpoint(
+      opt_, s_, dir, model_description(opt_, s_, n), log_, [&](const CheckpointReader& r, const nlohmann::json& meta) {
+        std::vector<float> params(n), m(n), v(n);
+        r.read_array("params", std::span<float>(params));
+        r.read_array("adam_m", std::span<float>(m));
+        r.read_array("adam_v", std::span<float>(v));
+        params_.upload(params, st());
+        adam_.m.upload(m, st());
+        adam_.v.upload(v, st());
+        adam_.step = meta.at("adam_step").get<int64_t>();
+        if (kHalf && meta.contains("loss_scale"))
+          scaler_.restore(meta.at("loss_scale").get<float>(), meta.at("loss_scale_good_steps").get<int>(),
+                          meta.at("loss_scale_skipped_steps").get<int64_t>());
+      });
+  if constexpr (kHalf) float_to_half_gpu(params_.data(), params_h_.data(), static_cast<int64_t>(n), st());
+}
+
 }  // namespace
 
 TrainResult train_gpu(const Shard& shard, Communicator& comm, const TrainOptions& options) {
   HALOGEN_EXPECTS(cuda_device_count() > 0, "rank {}: --device cuda but no GPU is visible to this process", comm.rank());
-  if (options.precision == Precision::kFp16) return GpuTrainer<__half>(shard, comm, options).run();
-  return GpuTrainer<float>(shard, comm, options).run();
+  const auto run = [&](auto&& trainer) {
+    if (!options.resume_dir.empty()) trainer.load_checkpoint(options.resume_dir);
+    return trainer.run();
+  };
+  if (options.precision == Precision::kFp16) return run(GpuTrainer<__half>(shard, comm, options));
+  return run(GpuTrainer<float>(shard, comm, options));
 }
 
 }  // namespace halogen::train_detail

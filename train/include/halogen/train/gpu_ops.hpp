@@ -83,6 +83,15 @@ class DynamicLossScaler {
   /// Finite steps since the last change of scale.
   int good_steps() const noexcept { return good_steps_; }
   int64_t skipped_steps() const noexcept { return skipped_steps_; }
+  /// Continues from a checkpointed state (scale(), good_steps(), skipped_steps()).
+  void restore(float scale, int good_steps, int64_t skipped_steps) {
+    HALOGEN_EXPECTS(scale >= opt_.min_scale && scale <= opt_.max_scale && good_steps >= 0 && skipped_steps >= 0,
+                    "loss scaler: cannot restore scale {} after {} good steps ({} skipped)", scale, good_steps,
+                    skipped_steps);
+    scale_ = scale;
+    good_steps_ = good_steps;
+    skipped_steps_ = skipped_steps;
+  }
 
  private:
   Options opt_;
