@@ -1,5 +1,6 @@
 // Host-side policies of the GPU path, testable on any machine: the rank -> GPU binding
-// policy, the dynamic loss scaler and (CUDA builds) the caching allocator's size classes.
+// policy, the dynamic loss scaler, and (CUDA builds) the caching allocator's size classes and
+// the lazy loading of cuBLAS and NCCL.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -10,10 +11,19 @@
 #include "halogen/comm/device_binding.hpp"
 #include "halogen/config.hpp"
 #include "halogen/core/error.hpp"
+#include "halogen/core/lazy_library.hpp"
 #include "halogen/train/gpu_ops.hpp"
 
 #if HALOGEN_HAVE_CUDA
+#include <cublas_v2.h>
+
+#include <fstream>
+#include <sstream>
+
 #include "halogen/core/cuda/device_memory.hpp"
+#endif
+#if HALOGEN_HAVE_NCCL
+#include <nccl.h>
 #endif
 
 namespace halogen {
@@ -146,6 +156,44 @@ TEST(CachingAllocator, SizeClassesBoundTheWaste) {
     EXPECT_EQ(cls % 512, 0u) << bytes;
     EXPECT_EQ(CachingAllocator::size_class(cls), cls) << "size classes are fixed points";
   }
+}
+#endif
+
+TEST(LazyLibrary, MissingLibraryIsNamedNotFatal) {
+  LazyLibrary missing({"libhalogen-does-not-exist.so.7"});
+  EXPECT_FALSE(missing.loaded());
+  EXPECT_EQ(missing.symbol("anything"), nullptr);
+  EXPECT_FALSE(missing.loaded());
+  EXPECT_NE(missing.error().find("libhalogen-does-not-exist.so.7"), std::string::npos) << missing.error();
+  LazyLibrary libm({"libm.so.6"});
+  EXPECT_NE(libm.symbol("cos"), nullptr);
+  EXPECT_TRUE(libm.loaded());
+  EXPECT_EQ(libm.symbol("halogen_no_such_symbol"), nullptr);
+  EXPECT_NE(libm.error().find("halogen_no_such_symbol"), std::string::npos);
+}
+
+#if HALOGEN_HAVE_CUDA
+bool mapped(const std::string& library) {
+  std::ifstream maps("/proc/self/maps");
+  std::stringstream text;
+  text << maps.rdbuf();
+  return text.str().find(library) != std::string::npos;
+}
+
+// cuBLAS and NCCL are not mapped until halogen first calls into them (they cost ~200 MiB
+// resident per process), and then the forwarding definitions reach the real libraries.
+TEST(LazyLibrary, CublasAndNcclLoadOnFirstUse) {
+  EXPECT_FALSE(mapped("libcublas.so")) << "cuBLAS mapped before any call";
+  const std::string cublas_says = cublasGetStatusString(CUBLAS_STATUS_SUCCESS);  // the library's own text
+  EXPECT_FALSE(cublas_says.empty());
+  EXPECT_EQ(cublas_says.find("unavailable"), std::string::npos) << cublas_says;
+  EXPECT_TRUE(mapped("libcublas.so"));
+#if HALOGEN_HAVE_NCCL
+  EXPECT_FALSE(mapped("libnccl.so")) << "NCCL mapped before any call";
+  EXPECT_STRNE(ncclGetErrorString(ncclSuccess), "");
+  EXPECT_EQ(std::string(ncclGetErrorString(ncclSuccess)).find("unavailable"), std::string::npos);
+  EXPECT_TRUE(mapped("libnccl.so"));
+#endif
 }
 #endif
 
