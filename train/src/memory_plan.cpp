@@ -147,7 +147,9 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
                  {"shard", shard_bytes},
                  {"structure", structure},
                  {"optimizer", optimizer},
-                 {"input features (set-up)", f32(gat ? owned : local, F) + f32(owned, F)},
+                 // GCN/SAGE: the local features and their dense aggregation; GAT aggregates
+                 // after projecting, so it holds only the owned features.
+                 {"input features (set-up)", gat ? f32(owned, F) : f32(local, F) + f32(owned, F)},
                  {"input aggregation", input_matrices},
                  {"exchange buffers", gat ? 0 : f32(sends, F) + words_bytes(32, sends, F) + words_bytes(32, halo, F)}};
 
@@ -263,9 +265,17 @@ std::optional<uint64_t> parse_memory_limit(const std::string& text) {
 MemoryEstimate check_training_memory(const Shard& shard, Communicator& comm, const TrainOptions& options,
                                      std::optional<uint64_t> limit, int node_local_ranks) {
   MemoryEstimate estimate = estimate_training_memory(shard, options);
+  const auto rss_now = static_cast<uint64_t>(current_rss_bytes());
+  // The runtime's fixed cost is what this process holds now besides its shard, when that is
+  // more than the constant: a CUDA build maps cuBLAS and NCCL (~200 MiB resident in every rank,
+  // GPU or not), and MPI transports differ.
+  uint64_t shard_item = 0;
+  for (const MemoryItem& item : estimate.items)
+    if (item.what == "shard") shard_item = item.bytes;
+  for (MemoryItem& item : estimate.items)
+    if (item.what == "runtime" && rss_now > shard_item) item.bytes = std::max(item.bytes, rss_now - shard_item);
   if (limit && *limit == 0) return estimate;
   // The node's ranks together already hold their shards; they count towards what is free.
-  const auto rss_now = static_cast<uint64_t>(current_rss_bytes());
   // Per rank: need and budget. The automatic budget shares the node between its ranks; the
   // sum of their RSS is approximated by this rank's times the node's rank count.
   MemoryBudget budget;
