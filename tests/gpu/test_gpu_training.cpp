@@ -1,10 +1,11 @@
 // The GPU training path (train --device cuda) against the CPU path: the exactness invariant
 // (P = 1, 2 ranks, 32-bit, fresh halos) holds on the GPU within fp32 tolerance, with the MPI
 // backend (halos staged through pinned host memory) and with NCCL; overlap equals sync bit for
-// bit; checkpoints resume bit for bit; fp16 storage trains to the fp32 result within a stated
-// tolerance. Runs under mpirun with 1 and 2 ranks. Without a GPU every test skips. With fewer
-// GPUs than ranks on the node the ranks share device 0 (HALOGEN_DEVICE=0), which the MPI
-// backend allows and NCCL does not, so the NCCL test then skips.
+// bit; stale mode matches the CPU's; checkpoints resume bit for bit; fp16 storage trains to
+// the fp32 result within a stated tolerance. Runs under mpirun with 1 and 2 ranks. Without a
+// GPU every test skips. With fewer GPUs than ranks on the node the ranks share device 0
+// (HALOGEN_DEVICE=0), which the MPI backend allows and NCCL does not, so the NCCL test then
+// skips.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -135,6 +136,22 @@ TEST_F(GpuTraining, OverlapEqualsSyncBitwise) {
   const auto overlap = run(t);
   for (size_t e = 0; e < sync.epochs.size(); ++e)
     EXPECT_EQ(sync.epochs[e]["loss"].get<double>(), overlap.epochs[e]["loss"].get<double>()) << "epoch " << e;
+}
+
+// Stale mode is deterministic (epoch t consumes exactly the exchanges of epochs <= t - S), so
+// the GPU's stale run is the CPU's to fp32 tolerance, here with a synchronous epoch every 4.
+TEST_F(GpuTraining, StaleMatchesCpuPath) {
+  auto t = options(ModelKind::kGcn, Device::kCpu);
+  t.mode = ExchangeMode::kStale;
+  t.staleness.staleness = 1;
+  t.staleness.sync_every = 4;
+  const auto cpu = run(t);
+  t.device = Device::kCuda;
+  const auto gpu = run(t);
+  expect_same_training(cpu, gpu, 1e-4);
+  if (world_size() > 1) EXPECT_EQ(gpu.epochs[1]["max_staleness"].get<int>(), 1);  // one rank has no halo
+  EXPECT_FALSE(gpu.epochs[1]["sync"].get<bool>());
+  EXPECT_TRUE(gpu.epochs[4]["sync"].get<bool>());
 }
 
 // 1-bit halos on the GPU quantize with the CPU's random stream: the run tracks the CPU's 1-bit

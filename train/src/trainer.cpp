@@ -83,8 +83,13 @@ void TrainOptions::validate() const {
   if (device == Device::kCuda) {
     // What the GPU path does not do yet: refused up front rather than silently run on the CPU.
     HALOGEN_EXPECTS(model != ModelKind::kGat, "--device cuda trains gcn and sage; --model gat runs with --device cpu");
-    HALOGEN_EXPECTS(mode != ExchangeMode::kStale,
-                    "--device cuda supports --mode sync and overlap; --mode stale runs with --device cpu");
+    HALOGEN_EXPECTS(staleness.smoothing == 0.0f,
+                    "--stale-smoothing is not available with --device cuda yet; it runs with --device cpu");
+    HALOGEN_EXPECTS(!BoundedStalenessAdapter(mode, staleness).drift_enabled(),
+                    "--drift-threshold is not measured on the GPU path yet; it runs with --device cpu");
+    HALOGEN_EXPECTS(mode != ExchangeMode::kStale || (checkpoint_dir.empty() && resume_dir.empty()),
+                    "--device cuda does not checkpoint stale mode's halo caches yet; checkpoints of --mode stale "
+                    "runs need --device cpu");
     HALOGEN_EXPECTS(!skip_exchange, "--skip-exchange is a CPU benchmark floor; not available with --device cuda");
   }
 }

@@ -4,8 +4,10 @@
 //
 // Rows are gathered, quantized and dequantized on the device (quant/quantize.hpp). The packed
 // words travel from device memory when the communicator is an NcclCommunicator; any other
-// backend (MPI) gets them staged through pinned host memory. One exchange is in flight at a
-// time (sync and overlap modes): start_*, the computation that needs no halo row, finish_*.
+// backend (MPI) gets them staged through pinned host memory, and, given a ProgressThread,
+// the MPI transfers are posted and driven by that thread so that they progress while the
+// rank computes. Each exchange is a Pending object (start_*, then finish_*), so several can be
+// in flight at once (stale mode keeps S per layer and direction).
 //
 // T is the element type of the local matrices (float, or __half in fp16 training; the wire
 // format is the fp32 one either way). Calls queue their kernels on the compute stream given at
@@ -23,6 +25,7 @@
 #include "halogen/core/cuda/device_memory.hpp"
 #include "halogen/partition/shard.hpp"
 #include "halogen/pipeline/halo_exchanger.hpp"
+#include "halogen/pipeline/progress_thread.hpp"
 #include "halogen/quant/quantize.hpp"
 
 namespace halogen::train_detail {
@@ -30,40 +33,60 @@ namespace halogen::train_detail {
 template <typename T>
 class DeviceHaloExchanger {
  public:
-  DeviceHaloExchanger(const Shard& shard, Communicator& comm, cudaStream_t stream);
+  /// An exchange in flight: its packed words (device, and pinned host copies when staged) and
+  /// the transfer. Destroying an unfinished one waits for its transfer. Move-only.
+  class Pending {
+   public:
+    Pending() = default;
+    Pending(Pending&&) noexcept = default;
+    Pending& operator=(Pending&&) noexcept = default;
+    ~Pending();
+    bool active() const noexcept { return active_; }
+
+   private:
+    friend class DeviceHaloExchanger;
+    bool active_ = false, backward_ = false;
+    int64_t cols_ = 0;
+    int bits_ = 32;
+    std::vector<size_t> send_off_, recv_off_;  // per peer, in words
+    cuda::DeviceBuffer<uint32_t> send_words_, recv_words_;
+    cuda::PinnedBuffer<uint32_t> send_host_, recv_host_;
+    std::unique_ptr<CommRequest> request_;    // without a progress thread
+    std::shared_ptr<Completion> completion_;  // with one
+  };
+
+  DeviceHaloExchanger(const Shard& shard, Communicator& comm, cudaStream_t stream, ProgressThread* progress = nullptr);
 
   /// Gathers the send rows of `local` (num_local x cols, contiguous; owned rows are read),
   /// quantizes them to `bits` and posts them.
-  void start_forward(const T* local, int64_t cols, int bits, const quant::QuantKey& key, int tag);
-  /// Waits for the forward exchange and writes the halo rows of `local`.
-  void finish_forward(T* local);
+  Pending start_forward(const T* local, int64_t cols, int bits, const quant::QuantKey& key, int tag);
+  /// Waits for a forward exchange and writes the halo rows of `local`.
+  void finish_forward(Pending& pending, T* local);
   /// Quantizes the halo rows of `local_grad` (num_local x cols) and posts them to their owners.
-  void start_backward(const T* local_grad, int64_t cols, int bits, const quant::QuantKey& key, int tag);
-  /// Waits for the backward exchange and adds what arrives into the owned rows of
+  Pending start_backward(const T* local_grad, int64_t cols, int bits, const quant::QuantKey& key, int tag);
+  /// Waits for a backward exchange and adds what arrives into the owned rows of
   /// `local_grad`, peers in ascending order.
-  void finish_backward(T* local_grad);
+  void finish_backward(Pending& pending, T* local_grad);
 
   const ExchangeStats& stats() const noexcept { return stats_; }
   ExchangeStats& stats() noexcept { return stats_; }
   bool uses_device_buffers() const noexcept { return direct_; }
 
  private:
-  void post(bool backward, int64_t cols, int bits, const quant::QuantKey& key, int tag, const float* send_rows);
-  void wait_and_fetch();
+  Pending post(bool backward, int64_t cols, int bits, const quant::QuantKey& key, int tag, const float* send_rows);
+  void wait_and_fetch(Pending& p);
+  cuda::PinnedBuffer<uint32_t> take_pinned(size_t words);
+  void give_back(cuda::PinnedBuffer<uint32_t>&& buffer);
 
   const Shard& shard_;
   Communicator& comm_;
   cudaStream_t stream_;
+  ProgressThread* progress_;
   bool direct_ = false;  // NCCL: transfers straight from device memory
   cuda::DeviceBuffer<int32_t> send_indices_;
   cuda::DeviceBuffer<float> rows_;  // fp32 rows: gathered to send, or dequantized on arrival
-  cuda::DeviceBuffer<uint32_t> send_words_, recv_words_;
-  cuda::PinnedBuffer<uint32_t> send_host_, recv_host_;  // staging for host backends
-  std::vector<size_t> send_off_, recv_off_;             // per peer, in words
-  std::unique_ptr<CommRequest> request_;
-  bool active_ = false, backward_ = false;
-  int64_t cols_ = 0;
-  int bits_ = 32;
+  // Pinned staging buffers of finished exchanges, reused (cudaHostAlloc is slow).
+  std::vector<cuda::PinnedBuffer<uint32_t>> pinned_pool_;
   ExchangeStats stats_;
 };
 

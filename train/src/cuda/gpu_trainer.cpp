@@ -1,5 +1,5 @@
-// train --device cuda (gpu_trainer.hpp). GCN and GraphSAGE, synchronous or overlapped halo
-// exchange, fp32 or fp16 storage.
+// train --device cuda (train_gpu.hpp). GCN and GraphSAGE; synchronous, overlapped or stale
+// halo exchange; fp32 or fp16 storage.
 //
 // Precision. In fp16 the activations, their gradients and a half copy of the weights are
 // stored in fp16; aggregation (aggregate_half) and GEMMs (cublasGemmEx) accumulate in fp32;
@@ -16,6 +16,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <functional>
 #include <optional>
 #include <type_traits>
 
@@ -28,6 +30,8 @@
 #include "halogen/core/error.hpp"
 #include "halogen/core/log.hpp"
 #include "halogen/core/timer.hpp"
+#include "halogen/pipeline/progress_thread.hpp"
+#include "halogen/pipeline/staleness.hpp"
 #include "halogen/train/aggregate.hpp"
 #include "halogen/train/dense.hpp"
 #include "halogen/train/gpu_ops.hpp"
@@ -51,7 +55,16 @@ class GpuTrainer {
 
  public:
   GpuTrainer(const Shard& shard, Communicator& comm, const TrainOptions& opt)
-      : s_(shard), comm_(comm), opt_(opt), exch_(shard, comm, stream_.get()), log_(comm, shard, opt) {
+      : s_(shard),
+        comm_(comm),
+        opt_(opt),
+        // Overlap and stale modes over MPI: a thread drives the staged transfers while the rank
+        // computes (NCCL progresses on the GPU; the exchanger then ignores it).
+        progress_(opt.mode == ExchangeMode::kSync ? nullptr : std::make_unique<ProgressThread>()),
+        exch_(shard, comm, stream_.get(), progress_.get()),
+        log_(comm, shard, opt),
+        adapter_(opt.mode, opt.staleness),
+        tracker_(opt.layers, opt.mode == ExchangeMode::kStale ? opt.staleness.staleness : 0) {
     lp_ = layout_parameters(opt_, s_.feature_dim, s_.num_classes);
     for (const LayerParams& p : lp_) dims_.push_back(p.in);
     dims_.push_back(s_.num_classes);
@@ -103,13 +116,33 @@ class GpuTrainer {
   void gemm_into_output(int l, int64_t k, const T* a, int64_t lda, const T* b, float beta);
   // Returns true when the step is applied.
   bool allreduce_and_step(double& loss_sum, int epoch);
+  // The halo exchange of layer l (trainer.cpp's exchange_forward/backward on the device):
+  // `owned_part` needs no halo row and runs while the rows are in flight in overlap mode;
+  // stale epochs use what arrived S epochs ago and leave this epoch's exchange in flight.
+  using Work = std::function<void()>;
+  bool stale() const { return opt_.mode == ExchangeMode::kStale; }
+  void exchange_forward(int l, int epoch, bool training, T* x, int64_t cols, const Work& owned_part,
+                        const Work& halo_part);
+  void exchange_backward(int l, int epoch, T* dlocal, int64_t cols, const Work& owned_rows);
+  // Finishes every exchange still in flight (end of training), applying forward halos and
+  // discarding gradients.
+  void drain_pending();
+  void discard_gradients(typename DeviceHaloExchanger<T>::Pending& pending, int64_t cols);
 
   const Shard& s_;
   Communicator& comm_;
   const TrainOptions& opt_;
   cuda::CudaStream stream_;
+  std::unique_ptr<ProgressThread> progress_;
   DeviceHaloExchanger<T> exch_;
   EpochLog log_;
+  BoundedStalenessAdapter adapter_;
+  StalenessTracker tracker_;
+  bool sync_epoch_ = true;
+  // Stale mode: per layer, the exchanges in flight (oldest first) and the epoch each carries.
+  using InFlight = std::deque<std::pair<int, typename DeviceHaloExchanger<T>::Pending>>;
+  std::vector<InFlight> pend_fwd_, pend_bwd_;
+  DBuf<T> saved_halo_, discard_;  // evaluation's copy of the stale halo; dropped gradients
   std::vector<LayerParams> lp_;
   std::vector<int64_t> dims_;
   DynamicLossScaler scaler_;
@@ -217,6 +250,8 @@ void GpuTrainer<T>::allocate() {
   in_.resize(static_cast<size_t>(L()));
   z_.resize(static_cast<size_t>(L()));
   y_.resize(static_cast<size_t>(L()));
+  pend_fwd_.resize(static_cast<size_t>(L()));
+  pend_bwd_.resize(static_cast<size_t>(L()));
   for (int l = 0; l < L(); ++l) {
     if (l >= 1) {
       in_[l].resize(static_cast<size_t>(local() * dims_[l]));
@@ -245,8 +280,8 @@ void GpuTrainer<T>::precompute_input_aggregation() {
   DBuf<float> x = upload(x_host.data(), static_cast<size_t>(local() * F), st());
   {
     DeviceHaloExchanger<float> exchange(s_, comm_, stream_.get());
-    exchange.start_forward(x.data(), F, 32, {opt_.seed, 0, 0, quant::Direction::kForward, 0, 0}, 0);
-    exchange.finish_forward(x.data());
+    auto pending = exchange.start_forward(x.data(), F, 32, {opt_.seed, 0, 0, quant::Direction::kForward, 0, 0}, 0);
+    exchange.finish_forward(pending, x.data());
   }
   DBuf<float> agg(static_cast<size_t>(owned() * F));
   for (int part = 0; part < 2; ++part) {
@@ -363,14 +398,9 @@ void GpuTrainer<T>::forward(int epoch, bool training) {
       if (sage()) gemm_into_output(l, fin, layer0_input(x0_, x0_drop_, p, epoch, 1), fin, weights(lp.w_self), 1.0f);
     } else {
       T* x = in_[l].data();
-      // Evaluation exchanges on its own tag, as the CPU trainer, with the same key.
-      const quant::QuantKey key{
-          opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
-      exch_.start_forward(x, fin, opt_.bits_fwd_at(l), key, training ? 4 * l : 4 * l + 2);
-      if (opt_.mode == ExchangeMode::kOverlap) aggregate_forward(x, fin, z_[l].data(), false);
-      exch_.finish_forward(x);
-      if (opt_.mode != ExchangeMode::kOverlap) aggregate_forward(x, fin, z_[l].data(), false);
-      aggregate_forward(x, fin, z_[l].data(), true);
+      exchange_forward(
+          l, epoch, training, x, fin, [&] { aggregate_forward(x, fin, z_[l].data(), false); },
+          [&] { aggregate_forward(x, fin, z_[l].data(), true); });
       gemm_into_output(l, fin, z_[l].data(), fin, w_main, 1.0f);
       if (sage()) gemm_into_output(l, fin, x, fin, weights(lp.w_self), 1.0f);
     }
@@ -419,13 +449,11 @@ void GpuTrainer<T>::backward(int epoch) {
              fin, st());
     T* dlocal = dlocal_.data();
     aggregate_transpose(dz, fin, dlocal, /*halo_rows=*/true);
-    const quant::QuantKey key{
-        opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0, 0};
-    exch_.start_backward(dlocal, fin, opt_.bits_bwd_at(l), key, 4 * l + 1);
-    aggregate_transpose(dz, fin, dlocal, /*halo_rows=*/false);
-    if (sage())
-      gemm_gpu(false, true, owned(), fin, fout, 1.0f, dy, fout, weights(lp.w_self), fout, 1.0f, dlocal, fin, st());
-    exch_.finish_backward(dlocal);
+    exchange_backward(l, epoch, dlocal, fin, [&] {
+      aggregate_transpose(dz, fin, dlocal, /*halo_rows=*/false);
+      if (sage())
+        gemm_gpu(false, true, owned(), fin, fout, 1.0f, dy, fout, weights(lp.w_self), fout, 1.0f, dlocal, fin, st());
+    });
     // Through the dropout and ReLU of the layer below: dy_{l-1} = dlocal (owned) * mask * relu'.
     HALOGEN_CHECK_CUDA(cudaMemcpyAsync(dy, dlocal, static_cast<size_t>(owned() * fin) * sizeof(T),
                                        cudaMemcpyDeviceToDevice, stream_.get()));
@@ -505,6 +533,11 @@ TrainResult GpuTrainer<T>::run_epochs() {
     Stopwatch epoch_sw;
     exch_.stats().reset();
     allreduce_s_ = 0.0;
+    tracker_.reset_epoch();
+    const auto decision = adapter_.decide(epoch, {});  // no drift rule on the GPU path
+    sync_epoch_ = decision.sync;
+    if (stale() && decision.sync && epoch > 0 && s_.part == 0)
+      log::info("epoch {}: synchronous exchange ({})", epoch, to_string(decision.reason));
     const uint64_t bytes_before = comm_.bytes_sent();
     forward(epoch, /*training=*/true);
     const float loss_scale = kHalf ? scaler_.scale() : 1.0f;
@@ -527,12 +560,15 @@ TrainResult GpuTrainer<T>::run_epochs() {
       log_.add_accuracy(rec, epoch, count_correct_by_role(logits_host.data(), s_));
     }
     stream_.synchronize();
+    rec["sync"] = decision.sync;
+    rec["sync_reason"] = to_string(decision.reason);
     const auto& stats = exch_.stats();
-    log_.finish(rec, EpochFigures{epoch_sw.seconds(), stats.wait_s + allreduce_s_, stats.quant_s, stats.wait_s, 0.0, 0,
-                                  comm_.bytes_sent() - bytes_before});
+    log_.finish(rec, EpochFigures{epoch_sw.seconds(), stats.wait_s + allreduce_s_, stats.quant_s, stats.wait_s,
+                                  stats.transfer_s, tracker_.max_used(), comm_.bytes_sent() - bytes_before});
     result.epochs.push_back(std::move(rec));
     if (checkpoint_due(opt_, epoch)) save_checkpoint(epoch);
   }
+  drain_pending();
   // Device memory: the allocator's peak (halogen's buffers) and what the device had in use at
   // the end (adds cuBLAS and NCCL workspaces and the CUDA context).
   const cuda::AllocatorStats gpu = cuda::CachingAllocator::instance().stats();
@@ -564,7 +600,113 @@ TrainResult GpuTrainer<T>::run_epochs() {
   return result;
 }
 
-// What the next epoch depends on in sync and overlap modes: parameters, Adam state, the loss
+template <typename T>
+void GpuTrainer<T>::exchange_forward(int l, int epoch, bool training, T* x, int64_t cols, const Work& owned_part,
+                                     const Work& halo_part) {
+  const quant::QuantKey key{
+      opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
+  const int bits = opt_.bits_fwd_at(l);
+  T* halo = x + owned() * cols;
+  const size_t halo_bytes = static_cast<size_t>(s_.num_halo * cols) * sizeof(T);
+  if (!training) {
+    // Evaluation sees fresh halos (on its own tag, as the CPU trainer); in stale mode the
+    // training halo cache is kept aside and restored, so evaluating changes nothing.
+    if (stale()) {
+      saved_halo_.resize(static_cast<size_t>(s_.num_halo * cols));
+      if (halo_bytes > 0)
+        HALOGEN_CHECK_CUDA(
+            cudaMemcpyAsync(saved_halo_.data(), halo, halo_bytes, cudaMemcpyDeviceToDevice, stream_.get()));
+    }
+    auto pending = exch_.start_forward(x, cols, bits, key, 4 * l + 2);
+    owned_part();
+    exch_.finish_forward(pending, x);
+    halo_part();
+    if (stale() && halo_bytes > 0)
+      HALOGEN_CHECK_CUDA(
+          cudaMemcpyAsync(halo, saved_halo_.data(), halo_bytes, cudaMemcpyDeviceToDevice, stream_.get()));
+    return;
+  }
+  InFlight& in_flight = pend_fwd_[l];
+  if (stale() && !sync_epoch_) {
+    // Take in what was sent S or more epochs ago, send this epoch's rows, and aggregate with
+    // the halo held. Deterministic: epoch t consumes exactly the exchanges of epochs <= t - S.
+    const int S = tracker_.bound();
+    while (!in_flight.empty() && in_flight.front().first <= epoch - S) {
+      exch_.finish_forward(in_flight.front().second, x);
+      tracker_.set_forward(l, in_flight.front().first);
+      in_flight.pop_front();
+    }
+    if (s_.num_halo > 0) tracker_.use_forward(l, epoch);
+    in_flight.emplace_back(epoch, exch_.start_forward(x, cols, bits, key, 4 * l));
+    owned_part();
+    halo_part();
+    return;
+  }
+  // Fresh exchange; a synchronous epoch of stale mode first drains what is in flight.
+  for (auto& [e, p] : in_flight) exch_.finish_forward(p, x);
+  in_flight.clear();
+  auto pending = exch_.start_forward(x, cols, bits, key, 4 * l);
+  if (opt_.mode == ExchangeMode::kSync) {
+    exch_.finish_forward(pending, x);
+    owned_part();
+  } else {
+    owned_part();
+    exch_.finish_forward(pending, x);
+  }
+  halo_part();
+  tracker_.set_forward(l, epoch);
+  tracker_.use_forward(l, epoch);
+}
+
+template <typename T>
+void GpuTrainer<T>::exchange_backward(int l, int epoch, T* dlocal, int64_t cols, const Work& owned_rows) {
+  const quant::QuantKey key{
+      opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0, 0};
+  const int bits = opt_.bits_bwd_at(l);
+  InFlight& in_flight = pend_bwd_[l];
+  if (stale() && !sync_epoch_) {
+    // Send this epoch's halo gradients; add the ones sent to us S epochs ago.
+    auto fresh = exch_.start_backward(dlocal, cols, bits, key, 4 * l + 1);
+    owned_rows();
+    const int S = tracker_.bound();
+    const int64_t sends = s_.send_offsets[s_.num_parts];
+    while (!in_flight.empty() && in_flight.front().first <= epoch - S) {
+      if (sends > 0) tracker_.use_backward(l, in_flight.front().first, epoch);
+      exch_.finish_backward(in_flight.front().second, dlocal);
+      in_flight.pop_front();
+    }
+    in_flight.emplace_back(epoch, std::move(fresh));
+    return;
+  }
+  // A synchronous epoch after stale ones drops the halo gradients still in flight, so every
+  // epoch applies exactly one set of halo gradients (as the CPU trainer).
+  for (auto& [e, p] : in_flight) discard_gradients(p, cols);
+  in_flight.clear();
+  auto pending = exch_.start_backward(dlocal, cols, bits, key, 4 * l + 1);
+  owned_rows();
+  exch_.finish_backward(pending, dlocal);
+}
+
+template <typename T>
+void GpuTrainer<T>::discard_gradients(typename DeviceHaloExchanger<T>::Pending& pending, int64_t cols) {
+  discard_.resize(static_cast<size_t>(local() * cols));
+  discard_.zero(st());
+  exch_.finish_backward(pending, discard_.data());
+}
+
+template <typename T>
+void GpuTrainer<T>::drain_pending() {
+  for (int l = 1; l < L(); ++l) {
+    for (auto& [e, p] : pend_fwd_[l]) exch_.finish_forward(p, in_[l].data());
+    pend_fwd_[l].clear();
+    for (auto& [e, p] : pend_bwd_[l]) discard_gradients(p, dims_[l]);
+    pend_bwd_[l].clear();
+  }
+  stream_.synchronize();
+}
+
+// What the next epoch depends on in sync and overlap modes (stale runs are not checkpointed on
+// the GPU yet: validate() refuses them): parameters, Adam state, the loss
 // scaler and the best-validation record (halos are exchanged fresh every epoch). The records
 // have the CPU trainer's names and layout, so a CPU checkpoint resumes here too.
 template <typename T>

@@ -70,8 +70,9 @@ struct TrainOptions {
   /// Host memory each rank may use: nullopt = automatic (the node's available memory shared
   /// among its ranks), 0 = no check, else bytes. Training is refused when the estimate exceeds it.
   std::optional<uint64_t> memory_limit;
-  /// Where the ranks compute: CPU, or one GPU per rank (GCN and GraphSAGE, sync and overlap
-  /// modes; the caller binds the device and picks the communicator, see gpu_trainer.hpp).
+  /// Where the ranks compute: CPU, or one GPU per rank (GCN and GraphSAGE; validate() names
+  /// what the GPU path does not do yet). The caller binds the device and picks the
+  /// communicator (train_gpu.hpp).
   Device device = Device::kCpu;
   Precision precision = Precision::kFp32;
   bool skip_exchange = false;  // benchmark floor: compute only, halos left stale from epoch 0
