@@ -9,10 +9,10 @@
 namespace halogen {
 
 PendingExchange::~PendingExchange() {
-  // Never free buffers under a transfer still in flight on the progress thread.
-  if (completion_) {
+  // Never free buffers under a transfer still in flight.
+  if (transfer_.in_flight()) {
     try {
-      completion_->wait();
+      transfer_.wait();
     } catch (...) {
       failed_ = true;
     }
@@ -25,13 +25,10 @@ PendingExchange::~PendingExchange() {
   }
 }
 
-bool PendingExchange::ready() const {
-  if (completion_) return completion_->ready();
-  return request_ ? request_->test() : true;
-}
+bool PendingExchange::ready() const { return transfer_.ready(); }
 
 std::string PendingExchange::save() const {
-  HALOGEN_EXPECTS(active_ && !request_ && !completion_, "only a completed exchange can be saved");
+  HALOGEN_EXPECTS(active_ && !transfer_.in_flight(), "only a completed exchange can be saved");
   std::string out;
   auto put = [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
   const int64_t header[5] = {cols_, bits_, backward_ ? 1 : 0, static_cast<int64_t>(recv_offsets_.size()), fp32_tail_};
@@ -135,13 +132,7 @@ PendingExchange HaloExchanger::post(bool backward, int64_t cols, int64_t fp32_ta
   stats_.quant_s += sw.seconds();
   stats_.bytes_sent += bytes;
   stats_.messages += sends.size();
-  if (sends.empty() && recvs.empty()) return p;
-  if (progress_ != nullptr) {
-    Communicator* comm = &comm_;
-    p.completion_ = progress_->submit([comm, sends, recvs, tag] { return comm->start_exchange(sends, recvs, tag); });
-  } else {
-    p.request_ = comm_.start_exchange(sends, recvs, tag);
-  }
+  p.transfer_ = Transfer::post(comm_, progress_, std::move(sends), std::move(recvs), tag);
   return p;
 }
 
@@ -157,16 +148,7 @@ void HaloExchanger::wait(PendingExchange& p) {
   stats_.wait_s += wait.seconds();
 }
 
-void HaloExchanger::wait_unchecked(PendingExchange& p) {
-  if (p.completion_) {
-    p.completion_->wait();
-    stats_.transfer_s += p.completion_->transfer_seconds();
-    p.completion_.reset();
-  } else if (p.request_) {
-    p.request_->wait();
-    p.request_.reset();
-  }
-}
+void HaloExchanger::wait_unchecked(PendingExchange& p) { stats_.transfer_s += p.transfer_.wait(); }
 
 PendingExchange HaloExchanger::start_forward(const float* local, int64_t cols, int64_t ld, int bits,
                                              const quant::QuantKey& key, int tag, int64_t fp32_tail) {

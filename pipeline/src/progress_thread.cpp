@@ -98,4 +98,44 @@ void ProgressThread::run() {
   }
 }
 
+Transfer Transfer::post(Communicator& comm, ProgressThread* progress, std::vector<PeerBuffer> sends,
+                        std::vector<PeerBuffer> recvs, int tag) {
+  Transfer t;
+  if (sends.empty() && recvs.empty()) return t;
+  if (progress != nullptr) {
+    Communicator* c = &comm;
+    t.completion_ = progress->submit(
+        [c, sends = std::move(sends), recvs = std::move(recvs), tag] { return c->start_exchange(sends, recvs, tag); });
+  } else {
+    t.request_ = comm.start_exchange(sends, recvs, tag);
+  }
+  return t;
+}
+
+Transfer::~Transfer() {
+  if (!in_flight()) return;
+  try {
+    wait();
+  } catch (...) {
+  }
+}
+
+bool Transfer::ready() const {
+  if (completion_) return completion_->ready();
+  return request_ ? request_->test() : true;
+}
+
+double Transfer::wait() {
+  double seconds = 0.0;
+  if (completion_) {
+    const auto completion = std::move(completion_);  // not in flight any more, even on error
+    completion->wait();
+    seconds = completion->transfer_seconds();
+  } else if (request_) {
+    const auto request = std::move(request_);
+    request->wait();
+  }
+  return seconds;
+}
+
 }  // namespace halogen

@@ -22,18 +22,6 @@ void grow(B& buffer, size_t n) {
 }  // namespace
 
 template <typename T>
-DeviceHaloExchanger<T>::Pending::~Pending() {
-  // Never free the buffers under a transfer (request_ waits in its own destructor).
-  if (completion_) {
-    try {
-      completion_->wait();
-    } catch (...) {
-      // The error was or will be reported by whoever finishes the exchange.
-    }
-  }
-}
-
-template <typename T>
 DeviceHaloExchanger<T>::DeviceHaloExchanger(const Shard& shard, Communicator& comm, cudaStream_t stream,
                                             ProgressThread* progress)
     : shard_(shard), comm_(comm), stream_(stream), progress_(progress) {
@@ -76,6 +64,8 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backw
   p.backward_ = backward;
   p.cols_ = cols;
   p.bits_ = bits;
+  p.epoch_ = static_cast<int>(key.epoch);
+  p.layer_ = static_cast<int>(key.layer);
   p.send_off_.assign(static_cast<size_t>(P) + 1, 0);
   p.recv_off_.assign(static_cast<size_t>(P) + 1, 0);
   for (int q = 0; q < P; ++q) {
@@ -120,13 +110,7 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backw
   }
   stats_.bytes_sent += bytes;
   stats_.messages += sends.size();
-  if (sends.empty() && recvs.empty()) return p;
-  if (progress_ != nullptr) {
-    Communicator* comm = &comm_;
-    p.completion_ = progress_->submit([comm, sends, recvs, tag] { return comm->start_exchange(sends, recvs, tag); });
-  } else {
-    p.request_ = comm_.start_exchange(sends, recvs, tag);
-  }
+  p.transfer_ = Transfer::post(comm_, progress_, std::move(sends), std::move(recvs), tag);
   return p;
 }
 
@@ -134,13 +118,11 @@ template <typename T>
 void DeviceHaloExchanger<T>::wait_and_fetch(Pending& p) {
   HALOGEN_EXPECTS(p.active_, "rank {}: finishing a device halo exchange that is not in flight", shard_.part);
   Stopwatch wait;
-  if (p.completion_) {
-    p.completion_->wait();
-    stats_.transfer_s += p.completion_->transfer_seconds();
-    p.completion_.reset();
-  } else if (p.request_) {
-    p.request_->wait();
-    p.request_.reset();
+  try {
+    stats_.transfer_s += p.transfer_.wait();
+  } catch (const Error& e) {
+    HALOGEN_FAIL("epoch {}, layer {}, {} halo exchange: {}", p.epoch_, p.layer_,
+                 p.backward_ ? "backward (gradients)" : "forward (embeddings)", e.what());
   }
   stats_.wait_s += wait.seconds();
   p.active_ = false;

@@ -37,10 +37,6 @@ class DeviceHaloExchanger {
   /// the transfer. Destroying an unfinished one waits for its transfer. Move-only.
   class Pending {
    public:
-    Pending() = default;
-    Pending(Pending&&) noexcept = default;
-    Pending& operator=(Pending&&) noexcept = default;
-    ~Pending();
     bool active() const noexcept { return active_; }
 
    private:
@@ -48,11 +44,11 @@ class DeviceHaloExchanger {
     bool active_ = false, backward_ = false;
     int64_t cols_ = 0;
     int bits_ = 32;
+    int epoch_ = 0, layer_ = 0;                // for error messages
     std::vector<size_t> send_off_, recv_off_;  // per peer, in words
     cuda::DeviceBuffer<uint32_t> send_words_, recv_words_;
     cuda::PinnedBuffer<uint32_t> send_host_, recv_host_;
-    std::unique_ptr<CommRequest> request_;    // without a progress thread
-    std::shared_ptr<Completion> completion_;  // with one
+    Transfer transfer_;  // last: destroyed (waited for) before the buffers
   };
 
   DeviceHaloExchanger(const Shard& shard, Communicator& comm, cudaStream_t stream, ProgressThread* progress = nullptr);

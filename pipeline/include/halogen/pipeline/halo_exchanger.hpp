@@ -58,8 +58,7 @@ class PendingExchange {
  private:
   friend class HaloExchanger;
   bool active_ = false;
-  std::unique_ptr<CommRequest> request_;     // without a progress thread
-  std::shared_ptr<Completion> completion_;  // with a progress thread
+  Transfer transfer_;
   HostBuffer<uint32_t> send_words_;
   HostBuffer<uint32_t> recv_words_;
   std::vector<size_t> send_offsets_;  // per peer, in words

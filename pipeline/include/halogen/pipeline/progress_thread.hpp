@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "halogen/comm/communicator.hpp"
 
@@ -66,6 +67,34 @@ class ProgressThread {
   std::deque<Job> queue_;
   bool stop_ = false;
   std::thread thread_;
+};
+
+/// A grouped transfer in flight (Communicator::start_exchange), posted directly or through a
+/// ProgressThread: what the CPU and GPU halo exchangers keep per exchange. Destroying one that
+/// is still in flight waits for it (errors are swallowed there: whoever finishes the exchange
+/// reports them). Move-only; do not move-assign over one in flight.
+class Transfer {
+ public:
+  Transfer() = default;
+  /// Posts `recvs` and `sends` to their peers; with `progress` the posting and the driving to
+  /// completion happen on that thread. Nothing is posted when both are empty.
+  static Transfer post(Communicator& comm, ProgressThread* progress, std::vector<PeerBuffer> sends,
+                       std::vector<PeerBuffer> recvs, int tag);
+  Transfer(Transfer&&) noexcept = default;
+  Transfer& operator=(Transfer&&) noexcept = default;
+  ~Transfer();
+
+  /// Posted and not yet waited for.
+  bool in_flight() const noexcept { return request_ != nullptr || completion_ != nullptr; }
+  /// Complete: wait() will not block.
+  bool ready() const;
+  /// Blocks until complete and rethrows its error. Returns the seconds from posting to
+  /// completion when a progress thread drove it, 0 otherwise.
+  double wait();
+
+ private:
+  std::unique_ptr<CommRequest> request_;    // posted directly
+  std::shared_ptr<Completion> completion_;  // posted through a progress thread
 };
 
 }  // namespace halogen
