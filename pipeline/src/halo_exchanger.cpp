@@ -79,6 +79,19 @@ uint64_t HaloExchanger::forward_bytes(int64_t cols, int bits, int64_t fp32_tail)
   return words * 4;
 }
 
+HaloExchanger::MessageLayout HaloExchanger::message_layout(const Shard& shard, bool backward, int bits, int64_t cols,
+                                                           int64_t fp32_tail) {
+  const int P = shard.num_parts;
+  MessageLayout m;
+  m.send.assign(static_cast<size_t>(P) + 1, 0);
+  m.recv.assign(static_cast<size_t>(P) + 1, 0);
+  for (int q = 0; q < P; ++q) {
+    m.send[q + 1] = m.send[q] + message_words(bits, rows_to(shard, backward, q), cols, fp32_tail);
+    m.recv[q + 1] = m.recv[q] + message_words(bits, rows_from(shard, backward, q), cols, fp32_tail);
+  }
+  return m;
+}
+
 PendingExchange HaloExchanger::post(bool backward, int64_t cols, int64_t fp32_tail, int bits,
                                     const quant::QuantKey& key, int tag,
                                     const std::function<const float*(int q, int64_t& ld)>& rows_of) {
@@ -86,9 +99,8 @@ PendingExchange HaloExchanger::post(bool backward, int64_t cols, int64_t fp32_ta
                   fp32_tail, cols);
   Stopwatch sw;
   const int P = shard_.num_parts;
-  // Forward sends the send list and receives halo rows; backward the reverse.
-  auto send_rows = [&](int q) -> int64_t { return backward ? shard_.halo_count_from(q) : shard_.send_count_to(q); };
-  auto recv_rows = [&](int q) -> int64_t { return backward ? shard_.send_count_to(q) : shard_.halo_count_from(q); };
+  auto send_rows = [&](int q) { return rows_to(shard_, backward, q); };
+  auto recv_rows = [&](int q) { return rows_from(shard_, backward, q); };
   PendingExchange p;
   p.active_ = true;
   p.cols_ = cols;
@@ -97,12 +109,9 @@ PendingExchange HaloExchanger::post(bool backward, int64_t cols, int64_t fp32_ta
   p.backward_ = backward;
   p.epoch_ = static_cast<int>(key.epoch);
   p.layer_ = static_cast<int>(key.layer);
-  p.send_offsets_.assign(static_cast<size_t>(P) + 1, 0);
-  p.recv_offsets_.assign(static_cast<size_t>(P) + 1, 0);
-  for (int q = 0; q < P; ++q) {
-    p.send_offsets_[q + 1] = p.send_offsets_[q] + message_words(bits, send_rows(q), cols, fp32_tail);
-    p.recv_offsets_[q + 1] = p.recv_offsets_[q] + message_words(bits, recv_rows(q), cols, fp32_tail);
-  }
+  MessageLayout layout = message_layout(shard_, backward, bits, cols, fp32_tail);
+  p.send_offsets_ = std::move(layout.send);
+  p.recv_offsets_ = std::move(layout.recv);
   p.send_words_.resize(p.send_offsets_[P]);
   p.recv_words_.resize(p.recv_offsets_[P]);
   std::vector<PeerBuffer> sends, recvs;

@@ -702,33 +702,36 @@ TEST_F(GpuKernels, GatMatchesCpu) {
     // CPU reference.
     std::vector<float> alpha(static_cast<size_t>((E + pr.rows) * pr.heads)), out(dout.size());
     std::vector<float> edge_grad(alpha.size()), dfeat(pr.feat.size()), del(pr.el.size()), der(pr.er.size());
-    // Forward then backward on one device; every pointer in `in` and the outputs on it.
-    struct Outputs {
-      float *alpha, *out, *edge_grad, *dfeat, *del, *der;
-    };
-    auto run = [&](auto device, const GatInputs& in, const float* dout_p, const Outputs& o) {
-      constexpr Device D = decltype(device)::value;
-      GatForwardArgs f;
-      static_cast<GatInputs&>(f) = in;
-      f.alpha = o.alpha;
-      f.out = o.out;
+    // Forward then backward; every pointer in `in` and the outputs on one device. F is the
+    // element type of feat, out, dout and dfeat (float, or __half storage on the GPU).
+    auto run = [&](const GatLayerArgs& layer, const auto* feat, const auto* dout_p, auto* out_p, auto* dfeat_p,
+                   float* alpha_p, float* edge_grad_p, float* del_p, float* der_p, auto&& forward, auto&& backward) {
+      using F = std::remove_cv_t<std::remove_pointer_t<decltype(feat)>>;
+      GatForwardArgsT<F> f;
+      static_cast<GatLayerArgs&>(f) = layer;
+      f.feat = feat;
+      f.alpha = alpha_p;
+      f.out = out_p;
       f.ld_out = pr.width();
-      gat_forward<D>(f);
-      GatBackwardArgs b;
-      static_cast<GatInputs&>(b) = in;
-      b.alpha = o.alpha;
+      forward(f);
+      GatBackwardArgsT<F> b;
+      static_cast<GatLayerArgs&>(b) = layer;
+      b.feat = feat;
+      b.alpha = alpha_p;
       b.dout = dout_p;
       b.ld_dout = pr.width();
-      b.edge_grad = o.edge_grad;
-      b.dfeat = o.dfeat;
+      b.edge_grad = edge_grad_p;
+      b.dfeat = dfeat_p;
       b.ld_dfeat = pr.proj();
-      b.del = o.del;
-      b.der = o.der;
-      gat_backward<D>(b);
+      b.del = del_p;
+      b.der = der_p;
+      backward(b);
     };
+    const auto cpu_forward = [](const GatForwardArgs& a) { gat_forward<kDevCpu>(a); };
+    const auto cpu_backward = [](const GatBackwardArgs& a) { gat_backward<kDevCpu>(a); };
     const GatInputs on_host = pr.inputs(3, 1, 2);
-    run(std::integral_constant<Device, kDevCpu>{}, on_host, dout.data(),
-        {alpha.data(), out.data(), edge_grad.data(), dfeat.data(), del.data(), der.data()});
+    run(on_host, on_host.feat, dout.data(), out.data(), dfeat.data(), alpha.data(), edge_grad.data(), del.data(),
+        der.data(), cpu_forward, cpu_backward);
     // The same on the device.
     auto up64 = [](const std::vector<int64_t>& v) { return DeviceBuffer<int64_t>::from_host(v); };
     auto up32 = [](const std::vector<int32_t>& v) { return DeviceBuffer<int32_t>::from_host(v); };
@@ -751,8 +754,10 @@ TEST_F(GpuKernels, GatMatchesCpu) {
     on_device.feat = d_feat.data();
     on_device.el = d_el.data();
     on_device.er = d_er.data();
-    run(std::integral_constant<Device, kDevCuda>{}, on_device, d_dout.data(),
-        {d_alpha.data(), d_out.data(), d_eg.data(), d_dfeat.data(), d_del.data(), d_der.data()});
+    run(
+        on_device, on_device.feat, d_dout.data(), d_out.data(), d_dfeat.data(), d_alpha.data(), d_eg.data(),
+        d_del.data(), d_der.data(), [](const GatForwardArgs& a) { gat_forward<kDevCuda>(a); },
+        [](const GatBackwardArgs& a) { gat_backward<kDevCuda>(a); });
     HALOGEN_CHECK_CUDA(cudaDeviceSynchronize());
     auto expect_close = [&](const std::vector<float>& want, const DeviceBuffer<float>& got_d, const char* what) {
       const auto got = got_d.to_host();
@@ -772,29 +777,14 @@ TEST_F(GpuKernels, GatMatchesCpu) {
     GatInputs rounded = on_host;
     const std::vector<float> feat_r = to_float(feat_h), dout_r = to_float(dout_h);
     rounded.feat = feat_r.data();
-    run(std::integral_constant<Device, kDevCpu>{}, rounded, dout_r.data(),
-        {alpha.data(), out.data(), edge_grad.data(), dfeat.data(), del.data(), der.data()});
+    run(rounded, rounded.feat, dout_r.data(), out.data(), dfeat.data(), alpha.data(), edge_grad.data(), del.data(),
+        der.data(), cpu_forward, cpu_backward);
     const auto d_feat_h = DeviceBuffer<__half>::from_host(feat_h), d_dout_h = DeviceBuffer<__half>::from_host(dout_h);
     DeviceBuffer<__half> d_out_h(out.size()), d_dfeat_h(dfeat.size());
-    GatForwardArgsT<__half> fh;
-    static_cast<GatLayerArgs&>(fh) = on_device;
-    fh.feat = d_feat_h.data();
-    fh.alpha = d_alpha.data();
-    fh.out = d_out_h.data();
-    fh.ld_out = pr.width();
-    gat_forward_half(fh);
-    GatBackwardArgsT<__half> bh;
-    static_cast<GatLayerArgs&>(bh) = on_device;
-    bh.feat = d_feat_h.data();
-    bh.alpha = d_alpha.data();
-    bh.dout = d_dout_h.data();
-    bh.ld_dout = pr.width();
-    bh.edge_grad = d_eg.data();
-    bh.dfeat = d_dfeat_h.data();
-    bh.ld_dfeat = pr.proj();
-    bh.del = d_del.data();
-    bh.der = d_der.data();
-    gat_backward_half(bh);
+    run(
+        on_device, d_feat_h.data(), d_dout_h.data(), d_out_h.data(), d_dfeat_h.data(), d_alpha.data(), d_eg.data(),
+        d_del.data(), d_der.data(), [](const GatForwardArgsT<__half>& a) { gat_forward_half(a); },
+        [](const GatBackwardArgsT<__half>& a) { gat_backward_half(a); });
     HALOGEN_CHECK_CUDA(cudaDeviceSynchronize());
     expect_close(alpha, d_alpha, "alpha (fp16 storage)");
     expect_close(del, d_del, "del (fp16 storage)");

@@ -57,8 +57,6 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backw
                                                                       const quant::QuantKey& key, int tag,
                                                                       const float* send_rows) {
   const int P = shard_.num_parts;
-  auto send_count = [&](int q) -> int64_t { return backward ? shard_.halo_count_from(q) : shard_.send_count_to(q); };
-  auto recv_count = [&](int q) -> int64_t { return backward ? shard_.send_count_to(q) : shard_.halo_count_from(q); };
   Pending p;
   p.active_ = true;
   p.backward_ = backward;
@@ -66,18 +64,15 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backw
   p.bits_ = bits;
   p.epoch_ = static_cast<int>(key.epoch);
   p.layer_ = static_cast<int>(key.layer);
-  p.send_off_.assign(static_cast<size_t>(P) + 1, 0);
-  p.recv_off_.assign(static_cast<size_t>(P) + 1, 0);
-  for (int q = 0; q < P; ++q) {
-    p.send_off_[q + 1] = p.send_off_[q] + quant::packed_words(bits, send_count(q), cols);
-    p.recv_off_[q + 1] = p.recv_off_[q] + quant::packed_words(bits, recv_count(q), cols);
-  }
+  HaloExchanger::MessageLayout layout = HaloExchanger::message_layout(shard_, backward, bits, cols);
+  p.send_off_ = std::move(layout.send);
+  p.recv_off_ = std::move(layout.recv);
   p.send_words_.resize(p.send_off_[P]);
   p.recv_words_.resize(p.recv_off_[P]);
   // Row r of peer q's message is row (first row of q) + r of send_rows.
   int64_t first_row = 0;
   for (int q = 0; q < P; ++q) {
-    const int64_t n = send_count(q);
+    const int64_t n = HaloExchanger::rows_to(shard_, backward, q);
     if (n > 0) {
       quant::QuantKey k = key;
       k.rank = static_cast<uint32_t>(shard_.part);

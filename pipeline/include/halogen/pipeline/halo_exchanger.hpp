@@ -117,6 +117,19 @@ class HaloExchanger {
   uint64_t forward_bytes(int64_t cols, int bits, int64_t fp32_tail = 0) const;
   /// Words of one message: `rows` rows, the first cols - fp32_tail columns packed at `bits`.
   static size_t message_words(int bits, int64_t rows, int64_t cols, int64_t fp32_tail);
+  /// Rows this rank sends to / receives from peer q in one exchange: forward, its send list to
+  /// q and the halo rows q owns; backward, the reverse.
+  static int64_t rows_to(const Shard& shard, bool backward, int q) {
+    return backward ? shard.halo_count_from(q) : shard.send_count_to(q);
+  }
+  static int64_t rows_from(const Shard& shard, bool backward, int q) {
+    return backward ? shard.send_count_to(q) : shard.halo_count_from(q);
+  }
+  /// Word offsets (num_parts + 1 each) of the messages one exchange sends and receives, per peer.
+  struct MessageLayout {
+    std::vector<size_t> send, recv;
+  };
+  static MessageLayout message_layout(const Shard& shard, bool backward, int bits, int64_t cols, int64_t fp32_tail = 0);
 
  private:
   // Quantizes the send rows (already contiguous per peer at `rows_of(q)`) and posts them.
