@@ -87,6 +87,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       ("skip-exchange", po::bool_switch(&t.skip_exchange), "benchmark floor: exchange halos in epoch 0 only")
       ("device", po::value(&device)->default_value(device), "cpu | cuda (one GPU per rank; gcn and sage)")
       ("precision", po::value(&precision)->default_value(precision), "cuda: fp32 | fp16 (fp16 storage, fp32 accumulation and master weights, dynamic loss scaling)")
+      ("loss-scale", po::value(&t.loss_scale)->default_value(t.loss_scale), "fp16: initial dynamic loss scale (halved on overflow, doubled after 2000 finite steps)")
       ("comm", po::value(&comm_name)->default_value(comm_name), "cuda: nccl | mpi (staged through pinned host memory) | auto (nccl when built with it)")
       ("log-level", po::value(&log_level)->default_value(log_level), "trace|debug|info|warn|error")
       ("quiet,q", po::bool_switch(&quiet), "no per-epoch progress lines");

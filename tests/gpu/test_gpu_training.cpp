@@ -181,6 +181,20 @@ TEST_F(GpuTraining, Fp16TracksFp32) {
   EXPECT_EQ(fp16.summary["precision"], "fp16");
 }
 
+// Loss scaling backs off instead of failing: from the largest scale (2^24) the first steps
+// overflow fp16, are skipped on every rank and halve the scale, then training proceeds.
+TEST_F(GpuTraining, Fp16OverflowBacksOffTheLossScale) {
+  auto t = options(ModelKind::kGcn, Device::kCuda);
+  t.precision = Precision::kFp16;
+  t.loss_scale = 16777216.0f;
+  const auto r = run(t);
+  EXPECT_TRUE(r.epochs.front().value("skipped_step", false));
+  EXPECT_LT(r.epochs.front()["loss_scale"].get<double>(), 16777216.0);
+  EXPECT_FALSE(r.epochs.back().value("skipped_step", false));
+  EXPECT_GT(r.summary["fp16_skipped_steps"].get<int64_t>(), 0);
+  EXPECT_LT(r.epochs.back()["loss"].get<double>(), r.epochs.front()["loss"].get<double>());
+}
+
 // Checkpoint after epoch 6 of a 7-epoch run, resume for epochs 7..19: the same losses, bit for
 // bit, as the uninterrupted 20-epoch run (fp32, and fp16 with its loss-scaler state).
 TEST_F(GpuTraining, ResumeIsBitIdentical) {

@@ -78,6 +78,8 @@ void TrainOptions::validate() const {
                     "{} takes one value or one per layer ({}), got {}", what, layers, v->size());
     for (int b : *v) HALOGEN_EXPECTS(quant::is_supported_bits(b), "{}: {} bits not supported (1, 2, 4, 8, 16, 32)", what, b);
   }
+  HALOGEN_EXPECTS(loss_scale >= 1.0f && loss_scale <= 16777216.0f, "--loss-scale must be in [1, 2^24], got {}",
+                  loss_scale);
   HALOGEN_EXPECTS(precision == Precision::kFp32 || device == Device::kCuda,
                   "--precision fp16 needs --device cuda (the CPU path computes in fp32)");
   if (device == Device::kCuda) {

@@ -64,7 +64,8 @@ class GpuTrainer {
         exch_(shard, comm, stream_.get(), progress_.get()),
         log_(comm, shard, opt),
         adapter_(opt.mode, opt.staleness),
-        tracker_(opt.layers, opt.mode == ExchangeMode::kStale ? opt.staleness.staleness : 0) {
+        tracker_(opt.layers, opt.mode == ExchangeMode::kStale ? opt.staleness.staleness : 0),
+        scaler_(DynamicLossScaler::Options{.initial_scale = opt.loss_scale}) {
     lp_ = layout_parameters(opt_, s_.feature_dim, s_.num_classes);
     for (const LayerParams& p : lp_) dims_.push_back(p.in);
     dims_.push_back(s_.num_classes);
@@ -143,9 +144,11 @@ class GpuTrainer {
   using InFlight = std::deque<std::pair<int, typename DeviceHaloExchanger<T>::Pending>>;
   std::vector<InFlight> pend_fwd_, pend_bwd_;
   DBuf<T> saved_halo_, discard_;  // evaluation's copy of the stale halo; dropped gradients
+  DBuf<unsigned int> nonfinite_;
+  bool gradient_overflow_ = false;  // fp16: a halo gradient overflowed this epoch
+  DynamicLossScaler scaler_;
   std::vector<LayerParams> lp_;
   std::vector<int64_t> dims_;
-  DynamicLossScaler scaler_;
   double allreduce_s_ = 0.0;
 
   // Structure (device).
@@ -493,6 +496,11 @@ bool GpuTrainer<T>::allreduce_and_step(double& loss_sum, int epoch) {
     unscale_gpu(grads_.data(), static_cast<int64_t>(n), scaler_.inverse_scale(), bad.data(), st());
     unsigned int count = 0;
     bad.download(&count, st());
+    // A rank whose outgoing halo gradients overflowed: every rank must skip this step.
+    int64_t overflowed = gradient_overflow_ ? 1 : 0;
+    comm_.allreduce_sum(std::span<int64_t>(&overflowed, 1));
+    gradient_overflow_ = false;
+    count += overflowed > 0 ? 1 : 0;
     const float scale = scaler_.scale();
     if (!scaler_.update(finite && count == 0)) {
       if (s_.part == 0)
@@ -663,6 +671,22 @@ void GpuTrainer<T>::exchange_backward(int l, int epoch, T* dlocal, int64_t cols,
   const quant::QuantKey key{
       opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0, 0};
   const int bits = opt_.bits_bwd_at(l);
+  if constexpr (kHalf) {
+    // Under loss scaling a gradient may overflow to Inf, which the quantizer refuses. Such
+    // halo rows are sent as zeros and the step is marked to be skipped (allreduce_and_step),
+    // so the scaler backs off on every rank instead of the run failing.
+    const int64_t n = s_.num_halo * cols;
+    T* halo = dlocal + owned() * cols;
+    nonfinite_.resize(1);
+    nonfinite_.zero(st());
+    count_nonfinite_gpu(halo, n, nonfinite_.data(), st());
+    unsigned int bad = 0;
+    nonfinite_.download(&bad, st());
+    if (bad > 0) {
+      if (n > 0) HALOGEN_CHECK_CUDA(cudaMemsetAsync(halo, 0, static_cast<size_t>(n) * sizeof(T), stream_.get()));
+      gradient_overflow_ = true;
+    }
+  }
   InFlight& in_flight = pend_bwd_[l];
   if (stale() && !sync_epoch_) {
     // Send this epoch's halo gradients; add the ones sent to us S epochs ago.

@@ -75,6 +75,9 @@ struct TrainOptions {
   /// communicator (train_gpu.hpp).
   Device device = Device::kCpu;
   Precision precision = Precision::kFp32;
+  /// fp16: the dynamic loss scale to start from (DynamicLossScaler: halved on overflow,
+  /// doubled after 2000 finite steps, within [1, 2^24]).
+  float loss_scale = 65536.0f;
   bool skip_exchange = false;  // benchmark floor: compute only, halos left stale from epoch 0
   bool progress = true;        // one line per epoch on rank 0
 
