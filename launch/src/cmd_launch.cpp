@@ -71,7 +71,7 @@ int cmd_launch(const std::vector<std::string>& all_args) {
   rq.ranks = ranks;
   rq.launcher = launch::choose_launcher(launcher_name, cluster);
   rq.halogen = halogen_path.empty() ? launch::self_executable() : std::filesystem::path(halogen_path);
-  rq.program_args = program;
+  rq.program_args = train ? launch::train_args_for(cluster, program) : program;
   rq.mpirun = mpirun;
   rq.srun = srun;
   rq.hostfile = hostfile;

@@ -74,7 +74,7 @@ int cmd_slurm(const std::vector<std::string>& all_args) {
   job.array_limit = array_limit;
   job.launcher = launcher;
   job.halogen = halogen_path.empty() ? launch::self_executable() : std::filesystem::absolute(halogen_path);
-  job.train_args = train_args;
+  job.train_args = launch::train_args_for(cluster, train_args);
   // The report's byte estimates should describe the trained model.
   job.partition_args = partition_args;
   for (const char* shared : {"hidden", "layers"}) {

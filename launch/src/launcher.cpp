@@ -103,6 +103,14 @@ std::string format_command(const Command& command) {
   return out;
 }
 
+std::vector<std::string> train_args_for(const cluster::ClusterConfig& cluster, std::vector<std::string> args) {
+  if (cluster.has_gpus() && !find_option(args, "device")) {
+    args.push_back("--device");
+    args.push_back("cuda");
+  }
+  return args;
+}
+
 std::optional<std::string> find_option(const std::vector<std::string>& args, const std::string& name) {
   const std::string flag = "--" + name;
   for (size_t i = 0; i < args.size(); ++i) {

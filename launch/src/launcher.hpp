@@ -51,6 +51,10 @@ Command build_command(const LaunchRequest& request);
 std::string shell_quote(const std::string& word);
 std::string format_command(const Command& command);
 
+/// Train options for `cluster`: on a GPU cluster, `--device cuda` is added unless the options
+/// choose a device themselves (one rank per GPU is what the cluster's placement assumes).
+std::vector<std::string> train_args_for(const cluster::ClusterConfig& cluster, std::vector<std::string> args);
+
 /// The value of `--name VALUE` or `--name=VALUE` in `args`, if present.
 std::optional<std::string> find_option(const std::vector<std::string>& args, const std::string& name);
 

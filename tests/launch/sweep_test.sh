@@ -73,6 +73,10 @@ parts="$work/sweep/parts/cora-p2"
 "$halogen" launch --cluster dgx-h100 --dry-run -- --parts "$parts" > "$work/gpu.out" 2>&1
 [ $? -ne 0 ] && grep -q "need 2 GPUs on this node" "$work/gpu.out" && pass "launch: GPUs per node" \
   || { fail "launch: GPUs per node"; cat "$work/gpu.out"; }
+# Past the GPU check, a GPU cluster's command trains on the GPUs.
+"$halogen" launch --cluster dgx-h100 --no-gpu-check --dry-run -- --parts "$parts" > "$work/gpu-cmd.out" 2>&1
+[ $? -eq 0 ] && grep -q -- "--device cuda" "$work/gpu-cmd.out" && pass "launch: --device cuda on a GPU cluster" \
+  || { fail "launch: --device cuda on a GPU cluster"; cat "$work/gpu-cmd.out"; }
 cp -r "$parts" "$work/broken"; rm "$work/broken/part-1-of-2.shard"
 "$halogen" launch --cluster local-cpu --dry-run -- --parts "$work/broken" > "$work/miss.out" 2>&1
 [ $? -ne 0 ] && grep -q "shard 1 of 2 is missing" "$work/miss.out" && pass "launch: missing shard" \

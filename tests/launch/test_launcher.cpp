@@ -80,6 +80,19 @@ TEST(Launch, SrunCommandForGpuCluster) {
   EXPECT_NE(line.find("'OMPI_MCA_btl=^vader,tcp,openib,uct'"), std::string::npos) << line;
 }
 
+// On a GPU cluster train runs one rank per GPU, so --device cuda is added unless the options
+// choose a device; CPU clusters and explicit choices are left alone.
+TEST(Launch, TrainOnAGpuClusterUsesTheGpus) {
+  cluster::ClusterConfig gpu, cpu;
+  gpu.gpus_per_node = 8;
+  cpu.gpus_per_node = 0;
+  const std::vector<std::string> args = {"train", "--parts", "p"};
+  EXPECT_EQ(launch::train_args_for(gpu, args), (std::vector<std::string>{"train", "--parts", "p", "--device", "cuda"}));
+  EXPECT_EQ(launch::train_args_for(cpu, args), args);
+  const std::vector<std::string> chosen = {"train", "--device=cpu"};
+  EXPECT_EQ(launch::train_args_for(gpu, chosen), chosen);
+}
+
 TEST(Launch, ChooseLauncher) {
   const auto c = cluster::load_cluster_config("local-cpu");
   EXPECT_EQ(choose_launcher("mpirun", c), Launcher::kMpirun);
