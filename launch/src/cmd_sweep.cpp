@@ -159,7 +159,7 @@ int cmd_sweep(const std::vector<std::string>& all_args) {
           rq.ranks = ranks;
           rq.launcher = launch::Launcher::kMpirun;
           rq.halogen = halogen;
-          rq.program_args = prog;
+          rq.program_args = launch::train_args_for(cluster, prog);
           rq.mpirun = mpirun;
           const auto cmd = launch::build_command(rq);
           const std::string cmd_line = launch::format_command(cmd) + "\n";
