@@ -154,6 +154,23 @@ TEST_F(GpuTraining, StaleMatchesCpuPath) {
   EXPECT_TRUE(gpu.epochs[4]["sync"].get<bool>());
 }
 
+// Smoothing of stale halos and gradients, and the drift rule, as on the CPU: the same
+// synchronous epochs and losses to fp32 tolerance.
+TEST_F(GpuTraining, StaleSmoothingAndDriftMatchCpuPath) {
+  auto t = options(ModelKind::kGcn, Device::kCpu);
+  t.mode = ExchangeMode::kStale;
+  t.staleness.smoothing = 0.5f;
+  t.staleness.drift_threshold = 0.8;
+  const auto cpu = run(t);
+  t.device = Device::kCuda;
+  const auto gpu = run(t);
+  expect_same_training(cpu, gpu, 1e-4);
+  for (size_t e = 0; e < cpu.epochs.size(); ++e) {
+    EXPECT_EQ(cpu.epochs[e]["sync"], gpu.epochs[e]["sync"]) << "epoch " << e;
+    EXPECT_NEAR(cpu.epochs[e]["drift"].get<double>(), gpu.epochs[e]["drift"].get<double>(), 1e-4) << "epoch " << e;
+  }
+}
+
 // 1-bit halos on the GPU quantize with the CPU's random stream: the run tracks the CPU's 1-bit
 // run (not bit for bit: the inputs of the quantizer differ in the last ulps).
 TEST_F(GpuTraining, OneBitTracksCpuPath) {

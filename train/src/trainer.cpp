@@ -85,10 +85,6 @@ void TrainOptions::validate() const {
   if (device == Device::kCuda) {
     // What the GPU path does not do yet: refused up front rather than silently run on the CPU.
     HALOGEN_EXPECTS(model != ModelKind::kGat, "--device cuda trains gcn and sage; --model gat runs with --device cpu");
-    HALOGEN_EXPECTS(staleness.smoothing == 0.0f,
-                    "--stale-smoothing is not available with --device cuda yet; it runs with --device cpu");
-    HALOGEN_EXPECTS(!BoundedStalenessAdapter(mode, staleness).drift_enabled(),
-                    "--drift-threshold is not measured on the GPU path yet; it runs with --device cpu");
     HALOGEN_EXPECTS(mode != ExchangeMode::kStale || (checkpoint_dir.empty() && resume_dir.empty()),
                     "--device cuda does not checkpoint stale mode's halo caches yet; checkpoints of --mode stale "
                     "runs need --device cpu");
@@ -856,10 +852,12 @@ void DistributedTrainer::allreduce_gradients(double& loss_sum) {
   loss_sum = packed[n];
   prev_drift_.clear();
   if (adapter_.drift_enabled() && drift_measured_) {
-    for (size_t l = 1; l < layers; ++l) {
-      const double num = packed[n + 1 + l], den = packed[n + 1 + layers + l];
-      prev_drift_.push_back(den > 0.0 ? std::sqrt(num / den) : 0.0);
+    std::vector<double> num(layers), den(layers);
+    for (size_t l = 0; l < layers; ++l) {
+      num[l] = packed[n + 1 + l];
+      den[l] = packed[n + 1 + layers + l];
     }
+    prev_drift_ = train_detail::layer_drift(num, den);
   }
   std::fill(drift_num_.begin(), drift_num_.end(), 0.0);
   std::fill(drift_den_.begin(), drift_den_.end(), 0.0);
@@ -987,14 +985,7 @@ TrainResult DistributedTrainer::run_epochs() {
     tracker_.reset_epoch();
     const auto decision = adapter_.decide(epoch, prev_drift_);
     sync_epoch_ = decision.sync;
-    if (opt_.mode == ExchangeMode::kStale && decision.sync && epoch > 0) {
-      if (decision.reason == SyncReason::kDrift) {
-        log::info("epoch {}: synchronous exchange forced by drift {:.4f} > threshold {:.4f}", epoch, decision.max_drift,
-                  opt_.staleness.drift_threshold);
-      } else {
-        log::info("epoch {}: synchronous exchange ({})", epoch, to_string(decision.reason));
-      }
-    }
+    train_detail::log_sync_decision(opt_, epoch, decision);
     const uint64_t bytes_before = comm_.bytes_sent();
     forward(epoch, /*training=*/true);
     // Loss gradient w.r.t. the last layer's output.

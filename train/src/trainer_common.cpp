@@ -373,4 +373,20 @@ int read_checkpoint(const TrainOptions& opt, const Shard& s, const std::filesyst
   return start_epoch;
 }
 
+std::vector<double> layer_drift(const std::vector<double>& num, const std::vector<double>& den) {
+  std::vector<double> drift;
+  for (size_t l = 1; l < num.size(); ++l) drift.push_back(den[l] > 0.0 ? std::sqrt(num[l] / den[l]) : 0.0);
+  return drift;
+}
+
+void log_sync_decision(const TrainOptions& opt, int epoch, const BoundedStalenessAdapter::Decision& decision) {
+  if (opt.mode != ExchangeMode::kStale || !decision.sync || epoch == 0) return;
+  if (decision.reason == SyncReason::kDrift) {
+    log::info("epoch {}: synchronous exchange forced by drift {:.4f} > threshold {:.4f}", epoch, decision.max_drift,
+              opt.staleness.drift_threshold);
+  } else {
+    log::info("epoch {}: synchronous exchange ({})", epoch, to_string(decision.reason));
+  }
+}
+
 }  // namespace halogen::train_detail

@@ -16,6 +16,7 @@
 #include "halogen/core/buffer.hpp"
 #include "halogen/core/metrics.hpp"
 #include "halogen/partition/shard.hpp"
+#include "halogen/pipeline/staleness.hpp"
 #include "halogen/train/checkpoint.hpp"
 #include "halogen/train/trainer.hpp"
 #include "layer_shapes.hpp"
@@ -128,5 +129,11 @@ void write_checkpoint(const TrainOptions& opt, const Shard& s, int epoch, const 
 int read_checkpoint(const TrainOptions& opt, const Shard& s, const std::filesystem::path& dir,
                     const nlohmann::json& model, EpochLog& log,
                     const std::function<void(const CheckpointReader&, const nlohmann::json& meta)>& restore);
+
+/// Stale mode's drift per exchanged layer (1..L-1): sqrt(num / den) of the sums over all ranks
+/// of ||H - H_last||^2 and ||H||^2 of the rows sent (0 where nothing was sent).
+std::vector<double> layer_drift(const std::vector<double>& num, const std::vector<double>& den);
+/// Logs why an epoch of stale mode (after the first) exchanges synchronously.
+void log_sync_decision(const TrainOptions& opt, int epoch, const BoundedStalenessAdapter::Decision& decision);
 
 }  // namespace halogen::train_detail

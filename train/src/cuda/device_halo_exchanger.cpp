@@ -146,26 +146,31 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::start_forward(c
 }
 
 template <typename T>
-void DeviceHaloExchanger<T>::finish_forward(Pending& p, T* local) {
+void DeviceHaloExchanger<T>::finish_forward(Pending& p, T* local, float keep) {
   HALOGEN_EXPECTS(!p.backward_, "rank {}: finish_forward on a backward exchange", shard_.part);
   wait_and_fetch(p);
   Stopwatch sw;
   const int64_t cols = p.cols_;
   T* halo = local + shard_.num_owned * cols;
-  grow(rows_, static_cast<size_t>(shard_.num_halo * cols));
+  const int64_t values = shard_.num_halo * cols;
+  grow(rows_, static_cast<size_t>(values));
+  // fp32 rows without smoothing land in place; otherwise in the fp32 staging rows first.
+  float* target = rows_.data();
+  if constexpr (std::is_same_v<T, float>) {
+    if (keep == 0.0f) target = halo;
+  }
   for (int q = 0; q < shard_.num_parts; ++q) {
     const int64_t n = shard_.halo_count_from(q);
     if (n == 0) continue;
     const int64_t first = shard_.halo_offsets[q];
-    if constexpr (std::is_same_v<T, float>) {
-      quant::dequantize_rows<kDevCuda>(p.recv_words_.data() + p.recv_off_[q], n, cols, p.bits_, halo + first * cols,
-                                       cols, false, stream_);
-    } else {
-      quant::dequantize_rows<kDevCuda>(p.recv_words_.data() + p.recv_off_[q], n, cols, p.bits_,
-                                       rows_.data() + first * cols, cols, false, stream_);
-    }
+    quant::dequantize_rows<kDevCuda>(p.recv_words_.data() + p.recv_off_[q], n, cols, p.bits_, target + first * cols,
+                                     cols, false, stream_);
   }
-  if constexpr (!std::is_same_v<T, float>) float_to_half_gpu(rows_.data(), halo, shard_.num_halo * cols, stream_);
+  if (keep > 0.0f) {
+    blend_gpu(values, keep, rows_.data(), halo, stream_);
+  } else if constexpr (!std::is_same_v<T, float>) {
+    float_to_half_gpu(rows_.data(), halo, values, stream_);
+  }
   stats_.quant_s += sw.seconds();
 }
 
@@ -190,8 +195,9 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::start_backward(
 }
 
 template <typename T>
-void DeviceHaloExchanger<T>::finish_backward(Pending& p, T* local_grad) {
+void DeviceHaloExchanger<T>::finish_backward(Pending& p, T* local_grad, float keep, float* average) {
   HALOGEN_EXPECTS(p.backward_, "rank {}: finish_backward on a forward exchange", shard_.part);
+  HALOGEN_EXPECTS(keep == 0.0f || average != nullptr, "finish_backward: smoothing needs the running average");
   wait_and_fetch(p);
   Stopwatch sw;
   const int64_t cols = p.cols_;
@@ -200,10 +206,17 @@ void DeviceHaloExchanger<T>::finish_backward(Pending& p, T* local_grad) {
     const int64_t n = shard_.send_count_to(q);
     if (n == 0) continue;
     const int64_t first = shard_.send_offsets[q];
-    quant::dequantize_rows<kDevCuda>(p.recv_words_.data() + p.recv_off_[q], n, cols, p.bits_,
-                                     rows_.data() + first * cols, cols, false, stream_);
+    float* received = rows_.data() + first * cols;
+    quant::dequantize_rows<kDevCuda>(p.recv_words_.data() + p.recv_off_[q], n, cols, p.bits_, received, cols, false,
+                                     stream_);
+    const float* added = received;
+    if (keep > 0.0f) {
+      float* avg = average + first * cols;
+      blend_gpu(n * cols, keep, received, avg, stream_);
+      added = avg;
+    }
     // One peer at a time: a row sent to several peers receives several additions, in peer order.
-    scatter_add_rows_gpu(rows_.data() + first * cols, send_indices_.data() + first, n, cols, local_grad, cols, stream_);
+    scatter_add_rows_gpu(added, send_indices_.data() + first, n, cols, local_grad, cols, stream_);
   }
   stats_.quant_s += sw.seconds();
 }

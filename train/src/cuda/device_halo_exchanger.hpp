@@ -56,17 +56,21 @@ class DeviceHaloExchanger {
   /// Gathers the send rows of `local` (num_local x cols, contiguous; owned rows are read),
   /// quantizes them to `bits` and posts them.
   Pending start_forward(const T* local, int64_t cols, int bits, const quant::QuantKey& key, int tag);
-  /// Waits for a forward exchange and writes the halo rows of `local`.
-  void finish_forward(Pending& pending, T* local);
+  /// Waits for a forward exchange and writes the halo rows of `local`. With keep > 0 (stale
+  /// smoothing) each halo row becomes keep * (its previous value) + (1 - keep) * (received).
+  void finish_forward(Pending& pending, T* local, float keep = 0.0f);
   /// Quantizes the halo rows of `local_grad` (num_local x cols) and posts them to their owners.
   Pending start_backward(const T* local_grad, int64_t cols, int bits, const quant::QuantKey& key, int tag);
   /// Waits for a backward exchange and adds what arrives into the owned rows of
-  /// `local_grad`, peers in ascending order.
-  void finish_backward(Pending& pending, T* local_grad);
+  /// `local_grad`, peers in ascending order. With keep > 0, `average` (device, one fp32 row
+  /// per send-list entry) becomes keep * average + (1 - keep) * (received), and is what is added.
+  void finish_backward(Pending& pending, T* local_grad, float keep = 0.0f, float* average = nullptr);
 
   const ExchangeStats& stats() const noexcept { return stats_; }
   ExchangeStats& stats() noexcept { return stats_; }
   bool uses_device_buffers() const noexcept { return direct_; }
+  /// The shard's send lists on the device (send_offsets order).
+  const int32_t* send_indices() const noexcept { return send_indices_.data(); }
 
  private:
   Pending post(bool backward, int64_t cols, int bits, const quant::QuantKey& key, int tag, const float* send_rows);

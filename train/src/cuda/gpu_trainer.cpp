@@ -128,6 +128,8 @@ class GpuTrainer {
   // Finishes every exchange still in flight (end of training), applying forward halos and
   // discarding gradients.
   void drain_pending();
+  // Drift of the rows layer l sends (before dropout: y of layer l - 1), as the CPU trainer.
+  void measure_drift(int l, const T* rows, int64_t cols);
   void discard_gradients(typename DeviceHaloExchanger<T>::Pending& pending, int64_t cols);
 
   const Shard& s_;
@@ -145,6 +147,12 @@ class GpuTrainer {
   std::vector<InFlight> pend_fwd_, pend_bwd_;
   DBuf<T> saved_halo_, discard_;  // evaluation's copy of the stale halo; dropped gradients
   DBuf<unsigned int> nonfinite_;
+  // Stale smoothing: per layer, the running average of the halo gradients added (one row per
+  // send-list entry). Drift: per layer, the rows last sent, and this epoch's sums.
+  std::vector<DBuf<float>> smoothed_grad_, last_sent_;
+  DBuf<double> drift_rows_;
+  std::vector<double> drift_num_, drift_den_, prev_drift_;
+  bool drift_measured_ = false;
   bool gradient_overflow_ = false;  // fp16: a halo gradient overflowed this epoch
   DynamicLossScaler scaler_;
   std::vector<LayerParams> lp_;
@@ -255,6 +263,10 @@ void GpuTrainer<T>::allocate() {
   y_.resize(static_cast<size_t>(L()));
   pend_fwd_.resize(static_cast<size_t>(L()));
   pend_bwd_.resize(static_cast<size_t>(L()));
+  smoothed_grad_.resize(static_cast<size_t>(L()));
+  last_sent_.resize(static_cast<size_t>(L()));
+  drift_num_.assign(static_cast<size_t>(L()), 0.0);
+  drift_den_.assign(static_cast<size_t>(L()), 0.0);
   for (int l = 0; l < L(); ++l) {
     if (l >= 1) {
       in_[l].resize(static_cast<size_t>(local() * dims_[l]));
@@ -487,6 +499,17 @@ bool GpuTrainer<T>::allreduce_and_step(double& loss_sum, int epoch) {
     loss_sum = packed[n];
     grads_.upload(grads_host_.data(), n, st());
   }
+  prev_drift_.clear();
+  if (adapter_.drift_enabled()) {
+    std::vector<double> sums(drift_num_);
+    sums.insert(sums.end(), drift_den_.begin(), drift_den_.end());
+    comm_.allreduce_sum(std::span<double>(sums));
+    if (drift_measured_)
+      prev_drift_ = layer_drift(std::vector<double>(sums.begin(), sums.begin() + L()),
+                                std::vector<double>(sums.begin() + L(), sums.end()));
+    std::fill(drift_num_.begin(), drift_num_.end(), 0.0);
+    std::fill(drift_den_.begin(), drift_den_.end(), 0.0);
+  }
   allreduce_s_ += ar.seconds();
   // Identical gradients on every rank, so every rank takes the same decision.
   bool finite = std::isfinite(loss_sum);
@@ -542,10 +565,9 @@ TrainResult GpuTrainer<T>::run_epochs() {
     exch_.stats().reset();
     allreduce_s_ = 0.0;
     tracker_.reset_epoch();
-    const auto decision = adapter_.decide(epoch, {});  // no drift rule on the GPU path
+    const auto decision = adapter_.decide(epoch, prev_drift_);
     sync_epoch_ = decision.sync;
-    if (stale() && decision.sync && epoch > 0 && s_.part == 0)
-      log::info("epoch {}: synchronous exchange ({})", epoch, to_string(decision.reason));
+    log_sync_decision(opt_, epoch, decision);
     const uint64_t bytes_before = comm_.bytes_sent();
     forward(epoch, /*training=*/true);
     const float loss_scale = kHalf ? scaler_.scale() : 1.0f;
@@ -570,6 +592,7 @@ TrainResult GpuTrainer<T>::run_epochs() {
     stream_.synchronize();
     rec["sync"] = decision.sync;
     rec["sync_reason"] = to_string(decision.reason);
+    if (adapter_.drift_enabled()) rec["drift"] = decision.max_drift;
     const auto& stats = exch_.stats();
     log_.finish(rec, EpochFigures{epoch_sw.seconds(), stats.wait_s + allreduce_s_, stats.quant_s, stats.wait_s,
                                   stats.transfer_s, tracker_.max_used(), comm_.bytes_sent() - bytes_before});
@@ -634,13 +657,16 @@ void GpuTrainer<T>::exchange_forward(int l, int epoch, bool training, T* x, int6
           cudaMemcpyAsync(halo, saved_halo_.data(), halo_bytes, cudaMemcpyDeviceToDevice, stream_.get()));
     return;
   }
+  // Drift is measured on the activations before dropout (the rows sent carry a fresh dropout
+  // mask every epoch, which alone would hide how much the embeddings moved).
+  if (adapter_.drift_enabled()) measure_drift(l, y_[l - 1].data(), cols);
   InFlight& in_flight = pend_fwd_[l];
   if (stale() && !sync_epoch_) {
     // Take in what was sent S or more epochs ago, send this epoch's rows, and aggregate with
     // the halo held. Deterministic: epoch t consumes exactly the exchanges of epochs <= t - S.
     const int S = tracker_.bound();
     while (!in_flight.empty() && in_flight.front().first <= epoch - S) {
-      exch_.finish_forward(in_flight.front().second, x);
+      exch_.finish_forward(in_flight.front().second, x, opt_.staleness.smoothing);
       tracker_.set_forward(l, in_flight.front().first);
       in_flight.pop_front();
     }
@@ -694,9 +720,16 @@ void GpuTrainer<T>::exchange_backward(int l, int epoch, T* dlocal, int64_t cols,
     owned_rows();
     const int S = tracker_.bound();
     const int64_t sends = s_.send_offsets[s_.num_parts];
+    // Smoothing keeps a running average of the received gradients, one row per send-list entry.
+    const float keep = opt_.staleness.smoothing;
+    DBuf<float>& average = smoothed_grad_[l];
+    if (keep > 0.0f && average.size() != static_cast<size_t>(sends * cols)) {
+      average.resize(static_cast<size_t>(sends * cols));
+      average.zero(st());
+    }
     while (!in_flight.empty() && in_flight.front().first <= epoch - S) {
       if (sends > 0) tracker_.use_backward(l, in_flight.front().first, epoch);
-      exch_.finish_backward(in_flight.front().second, dlocal);
+      exch_.finish_backward(in_flight.front().second, dlocal, keep, keep > 0.0f ? average.data() : nullptr);
       in_flight.pop_front();
     }
     in_flight.emplace_back(epoch, std::move(fresh));
@@ -716,6 +749,32 @@ void GpuTrainer<T>::discard_gradients(typename DeviceHaloExchanger<T>::Pending& 
   discard_.resize(static_cast<size_t>(local() * cols));
   discard_.zero(st());
   exch_.finish_backward(pending, discard_.data());
+}
+
+template <typename T>
+void GpuTrainer<T>::measure_drift(int l, const T* rows, int64_t cols) {
+  const int64_t n = s_.send_offsets[s_.num_parts];
+  DBuf<float>& last = last_sent_[l];
+  const bool have_last = last.size() == static_cast<size_t>(n * cols);
+  if (!have_last) {
+    last.resize(static_cast<size_t>(n * cols));
+    last.zero(st());
+  }
+  drift_rows_.resize(static_cast<size_t>(std::max<int64_t>(2 * n, 1)));
+  drift_rows_gpu(rows, cols, exch_.send_indices(), n, cols, last.data(), drift_rows_.data(), st());
+  std::vector<double> per_row(static_cast<size_t>(2 * n));
+  if (n > 0)
+    HALOGEN_CHECK_CUDA(cudaMemcpyAsync(per_row.data(), drift_rows_.data(), per_row.size() * sizeof(double),
+                                       cudaMemcpyDeviceToHost, stream_.get()));
+  stream_.synchronize();
+  double num = 0.0, den = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    num += per_row[2 * i];
+    den += per_row[2 * i + 1];
+  }
+  drift_num_[l] = have_last ? num : 0.0;
+  drift_den_[l] = den;
+  drift_measured_ = have_last;
 }
 
 template <typename T>

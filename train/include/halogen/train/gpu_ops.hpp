@@ -263,6 +263,17 @@ void scatter_add_rows_gpu(const float* in, const int32_t* rows, int64_t n, int64
 /// y[i] += a * x[i], correctly rounded fp32 product and sum (no contraction), as the CPU
 /// trainer adds weight decay to gradients.
 void axpy_gpu(int64_t n, float a, const float* x, float* y, void* stream = nullptr);
+/// Stale smoothing (staleness.hpp): acc[i] = keep * acc[i] + (1 - keep) * received[i], in fp32
+/// without contraction as the CPU exchanger (fp16 acc: read exactly, the result rounded once).
+void blend_gpu(int64_t n, float keep, const float* received, float* acc, void* stream = nullptr);
+void blend_gpu(int64_t n, float keep, const float* received, __half* acc, void* stream = nullptr);
+/// The drift of rows sent: for i < n, row = x[rows[i], :] (as fp32), per_row[2i] = sum_j
+/// (row_j - last[i, j])^2 and per_row[2i + 1] = sum_j row_j^2 (fp64), then last[i, :] = row.
+/// The caller sums per_row in order (deterministic).
+void drift_rows_gpu(const float* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last,
+                    double* per_row, void* stream = nullptr);
+void drift_rows_gpu(const __half* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last,
+                    double* per_row, void* stream = nullptr);
 
 #endif  // HALOGEN_HAVE_CUDA
 
