@@ -85,7 +85,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       ("on-nonfinite", po::value<std::string>()->default_value("stop"), "non-finite loss or gradients: stop | skip-step")
       ("memory-limit", po::value<std::string>()->default_value("auto"), "host memory per rank: auto (the node's available memory shared among its ranks), none (no check), or a size such as 8G; training is refused if the estimate exceeds it")
       ("skip-exchange", po::bool_switch(&t.skip_exchange), "benchmark floor: exchange halos in epoch 0 only")
-      ("device", po::value(&device)->default_value(device), "cpu | cuda (one GPU per rank; gcn and sage)")
+      ("device", po::value(&device)->default_value(device), "cpu | cuda (one GPU per rank)")
       ("precision", po::value(&precision)->default_value(precision), "cuda: fp32 | fp16 (fp16 storage, fp32 accumulation and master weights, dynamic loss scaling)")
       ("loss-scale", po::value(&t.loss_scale)->default_value(t.loss_scale), "fp16: initial dynamic loss scale (halved on overflow, doubled after 2000 finite steps)")
       ("comm", po::value(&comm_name)->default_value(comm_name), "cuda: nccl | mpi (staged through pinned host memory) | auto (nccl when built with it)")

@@ -117,6 +117,29 @@ TEST_F(GpuTraining, SageMatchesCpuPath) {
                        1e-4);
 }
 
+// GAT with the fused CUDA kernels: 4 heads of 8 (32 wide), 2 averaged output heads, as the
+// CPU exactness test; sync and 1-bit stale with fp32 attention terms.
+TEST_F(GpuTraining, GatMatchesCpuPath) {
+  auto t = options(ModelKind::kGat, Device::kCpu);
+  t.hidden = 8;
+  t.heads = 4;
+  t.out_heads = 2;
+  expect_same_training(
+      run(t),
+      [&] {
+        auto g = t;
+        g.device = Device::kCuda;
+        return run(g);
+      }(),
+      1e-4);
+  t.mode = ExchangeMode::kStale;
+  t.bits_fwd = t.bits_bwd = {1};
+  const auto cpu = run(t);
+  t.device = Device::kCuda;
+  const auto gpu = run(t);
+  EXPECT_NEAR(cpu.epochs.back()["loss"].get<double>(), gpu.epochs.back()["loss"].get<double>(), 0.05);
+}
+
 TEST_F(GpuTraining, NcclMatchesCpuPath) {
 #if HALOGEN_HAVE_NCCL
   if (situation_ != 1) GTEST_SKIP() << "NCCL needs one GPU per rank";

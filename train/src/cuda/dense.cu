@@ -68,6 +68,14 @@ __global__ void relu_backward_f16_kernel(const __half* y, __half* grad, int64_t 
   for (int64_t i = global_thread(); i < n; i += thread_count()) grad[i] = __half2float(y[i]) > 0.0f ? grad[i] : zero;
 }
 
+__global__ void elu_f32_kernel(float* x, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += thread_count()) x[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
+}
+__global__ void elu_backward_f32_kernel(const float* y, float* grad, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += thread_count())
+    grad[i] = y[i] > 0.0f ? grad[i] : __fmul_rn(grad[i], __fadd_rn(y[i], 1.0f));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Dropout: one thread per (row, block of 8 columns) = one Philox call, as dense.cpp.
 
@@ -367,6 +375,17 @@ void adam_step_gpu(float* param, const float* grad, int64_t n, AdamStateGpu& sta
   k.weight_decay = weight_decay;
   if (n == 0) return;
   adam_kernel<<<grid(n), kThreadsPerBlock, 0, s>>>(param, grad, state.m.data(), state.v.data(), n, k);
+  check_launch();
+}
+
+void elu_inplace_gpu(float* x, int64_t n, void* stream) {
+  if (n == 0) return;
+  elu_f32_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(x, n);
+  check_launch();
+}
+void elu_backward_gpu(const float* y, float* grad, int64_t n, void* stream) {
+  if (n == 0) return;
+  elu_backward_f32_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(y, grad, n);
   check_launch();
 }
 

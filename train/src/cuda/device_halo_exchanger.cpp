@@ -53,18 +53,22 @@ void DeviceHaloExchanger<T>::give_back(cuda::PinnedBuffer<uint32_t>&& buffer) {
 }
 
 template <typename T>
-typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backward, int64_t cols, int bits,
-                                                                      const quant::QuantKey& key, int tag,
+typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backward, int64_t cols, int64_t fp32_tail,
+                                                                      int bits, const quant::QuantKey& key, int tag,
                                                                       const float* send_rows) {
+  HALOGEN_EXPECTS(fp32_tail >= 0 && fp32_tail < std::max<int64_t>(cols, 1), "halo exchange: {} fp32 columns of {}",
+                  fp32_tail, cols);
+  const int64_t quantized = cols - fp32_tail;
   const int P = shard_.num_parts;
   Pending p;
   p.active_ = true;
   p.backward_ = backward;
   p.cols_ = cols;
+  p.fp32_tail_ = fp32_tail;
   p.bits_ = bits;
   p.epoch_ = static_cast<int>(key.epoch);
   p.layer_ = static_cast<int>(key.layer);
-  HaloExchanger::MessageLayout layout = HaloExchanger::message_layout(shard_, backward, bits, cols);
+  HaloExchanger::MessageLayout layout = HaloExchanger::message_layout(shard_, backward, bits, cols, fp32_tail);
   p.send_off_ = std::move(layout.send);
   p.recv_off_ = std::move(layout.recv);
   p.send_words_.resize(p.send_off_[P]);
@@ -77,8 +81,14 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backw
       quant::QuantKey k = key;
       k.rank = static_cast<uint32_t>(shard_.part);
       k.peer = static_cast<uint32_t>(q);
-      quant::quantize_rows<kDevCuda>(send_rows + first_row * cols, n, cols, cols, bits, k,
-                                     p.send_words_.data() + p.send_off_[q], stream_);
+      uint32_t* words = p.send_words_.data() + p.send_off_[q];
+      quant::quantize_rows<kDevCuda>(send_rows + first_row * cols, n, quantized, cols, bits, k, words, stream_);
+      if (fp32_tail > 0) {
+        float* tail = reinterpret_cast<float*>(words + quant::packed_words(bits, n, quantized));
+        HALOGEN_CHECK_CUDA(cudaMemcpy2DAsync(tail, fp32_tail * sizeof(float), send_rows + first_row * cols + quantized,
+                                             cols * sizeof(float), fp32_tail * sizeof(float), n,
+                                             cudaMemcpyDeviceToDevice, stream_));
+      }
     }
     first_row += n;
   }
@@ -135,12 +145,13 @@ void DeviceHaloExchanger<T>::wait_and_fetch(Pending& p) {
 
 template <typename T>
 typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::start_forward(const T* local, int64_t cols, int bits,
-                                                                               const quant::QuantKey& key, int tag) {
+                                                                               const quant::QuantKey& key, int tag,
+                                                                               int64_t fp32_tail) {
   Stopwatch sw;
   const int64_t n = static_cast<int64_t>(shard_.send_indices.size());
   grow(rows_, static_cast<size_t>(std::max<int64_t>(n, shard_.num_halo) * cols));
   gather_rows_gpu(local, cols, send_indices_.data(), n, cols, rows_.data(), stream_);
-  Pending p = post(/*backward=*/false, cols, bits, key, tag, rows_.data());
+  Pending p = post(/*backward=*/false, cols, fp32_tail, bits, key, tag, rows_.data());
   stats_.quant_s += sw.seconds();
   return p;
 }
@@ -163,8 +174,15 @@ void DeviceHaloExchanger<T>::finish_forward(Pending& p, T* local, float keep) {
     const int64_t n = shard_.halo_count_from(q);
     if (n == 0) continue;
     const int64_t first = shard_.halo_offsets[q];
-    quant::dequantize_rows<kDevCuda>(p.recv_words_.data() + p.recv_off_[q], n, cols, p.bits_, target + first * cols,
-                                     cols, false, stream_);
+    const int64_t quantized = cols - p.fp32_tail_;
+    const uint32_t* words = p.recv_words_.data() + p.recv_off_[q];
+    quant::dequantize_rows<kDevCuda>(words, n, quantized, p.bits_, target + first * cols, cols, false, stream_);
+    if (p.fp32_tail_ > 0) {
+      const auto* tail = reinterpret_cast<const float*>(words + quant::packed_words(p.bits_, n, quantized));
+      HALOGEN_CHECK_CUDA(cudaMemcpy2DAsync(target + first * cols + quantized, cols * sizeof(float), tail,
+                                           p.fp32_tail_ * sizeof(float), p.fp32_tail_ * sizeof(float), n,
+                                           cudaMemcpyDeviceToDevice, stream_));
+    }
   }
   if (keep > 0.0f) {
     blend_gpu(values, keep, rows_.data(), halo, stream_);
@@ -189,7 +207,7 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::start_backward(
     half_to_float_gpu(halo, rows_.data(), shard_.num_halo * cols, stream_);
     send_rows = rows_.data();
   }
-  Pending p = post(/*backward=*/true, cols, bits, key, tag, send_rows);
+  Pending p = post(/*backward=*/true, cols, 0, bits, key, tag, send_rows);
   stats_.quant_s += sw.seconds();
   return p;
 }

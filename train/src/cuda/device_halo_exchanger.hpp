@@ -42,7 +42,7 @@ class DeviceHaloExchanger {
    private:
     friend class DeviceHaloExchanger;
     bool active_ = false, backward_ = false;
-    int64_t cols_ = 0;
+    int64_t cols_ = 0, fp32_tail_ = 0;
     int bits_ = 32;
     int epoch_ = 0, layer_ = 0;                // for error messages
     std::vector<size_t> send_off_, recv_off_;  // per peer, in words
@@ -54,8 +54,10 @@ class DeviceHaloExchanger {
   DeviceHaloExchanger(const Shard& shard, Communicator& comm, cudaStream_t stream, ProgressThread* progress = nullptr);
 
   /// Gathers the send rows of `local` (num_local x cols, contiguous; owned rows are read),
-  /// quantizes them to `bits` and posts them.
-  Pending start_forward(const T* local, int64_t cols, int bits, const quant::QuantKey& key, int tag);
+  /// quantizes them to `bits` (all but the last fp32_tail columns, which travel as fp32 after
+  /// the packed block, as in the CPU format: GAT's attention terms) and posts them.
+  Pending start_forward(const T* local, int64_t cols, int bits, const quant::QuantKey& key, int tag,
+                        int64_t fp32_tail = 0);
   /// Waits for a forward exchange and writes the halo rows of `local`. With keep > 0 (stale
   /// smoothing) each halo row becomes keep * (its previous value) + (1 - keep) * (received).
   void finish_forward(Pending& pending, T* local, float keep = 0.0f);
@@ -73,7 +75,8 @@ class DeviceHaloExchanger {
   const int32_t* send_indices() const noexcept { return send_indices_.data(); }
 
  private:
-  Pending post(bool backward, int64_t cols, int bits, const quant::QuantKey& key, int tag, const float* send_rows);
+  Pending post(bool backward, int64_t cols, int64_t fp32_tail, int bits, const quant::QuantKey& key, int tag,
+               const float* send_rows);
   void wait_and_fetch(Pending& p);
   cuda::PinnedBuffer<uint32_t> take_pinned(size_t words);
   void give_back(cuda::PinnedBuffer<uint32_t>&& buffer);

@@ -1,5 +1,5 @@
-// train --device cuda (train_gpu.hpp). GCN and GraphSAGE; synchronous, overlapped or stale
-// halo exchange; fp32 or fp16 storage.
+// train --device cuda (train_gpu.hpp). GCN and GraphSAGE (fp32 or fp16 storage) and GAT (fp32,
+// the fused kernels of train/gat.hpp); synchronous, overlapped or stale halo exchange.
 //
 // Precision. In fp16 the activations, their gradients and a half copy of the weights are
 // stored in fp16; aggregation (aggregate_half) and GEMMs (cublasGemmEx) accumulate in fp32;
@@ -34,6 +34,7 @@
 #include "halogen/pipeline/staleness.hpp"
 #include "halogen/train/aggregate.hpp"
 #include "halogen/train/dense.hpp"
+#include "halogen/train/gat.hpp"
 #include "halogen/train/gpu_ops.hpp"
 
 namespace halogen::train_detail {
@@ -69,6 +70,9 @@ class GpuTrainer {
     lp_ = layout_parameters(opt_, s_.feature_dim, s_.num_classes);
     for (const LayerParams& p : lp_) dims_.push_back(p.in);
     dims_.push_back(s_.num_classes);
+    if (gat())
+      gat_host_ = build_gat_structure(owned(), local(), s_.row_offsets.data(), s_.col_indices.data(),
+                                      s_.owned_global.data(), s_.halo_global.data());
     check_memory();
     upload_structure();
     init_params();
@@ -122,12 +126,25 @@ class GpuTrainer {
   // stale epochs use what arrived S epochs ago and leave this epoch's exchange in flight.
   using Work = std::function<void()>;
   bool stale() const { return opt_.mode == ExchangeMode::kStale; }
-  void exchange_forward(int l, int epoch, bool training, T* x, int64_t cols, const Work& owned_part,
-                        const Work& halo_part);
+  // `drift_rows` (owned x drift_cols, before dropout; nullptr: none) is what the drift rule
+  // compares; the last fp32_tail columns of x travel as fp32 (GAT's attention terms).
+  void exchange_forward(int l, int epoch, bool training, T* x, int64_t cols, const T* drift_rows, int64_t drift_cols,
+                        int64_t fp32_tail, const Work& owned_part, const Work& halo_part);
   void exchange_backward(int l, int epoch, T* dlocal, int64_t cols, const Work& owned_rows);
   // Finishes every exchange still in flight (end of training), applying forward halos and
   // discarding gradients.
   void drain_pending();
+  // GAT (fp32 only; validate() refuses fp16): the CPU trainer's forward_gat_layer and
+  // backward_gat_layer with the fused CUDA kernels.
+  bool gat() const { return opt_.model == ModelKind::kGat; }
+  void forward_gat_layer(int l, int epoch, bool training);
+  void backward_gat_layer(int l, int epoch);
+  GatInputs gat_inputs(int l, int epoch, bool training) const;
+  // The matrix layer l exchanges forward and its width ({nullptr, 0}: none), and the width of
+  // its backward exchange.
+  std::pair<T*, int64_t> exchanged(int l);
+  int64_t backward_width(int l) const { return gat() ? lp_[l].proj() : dims_[l]; }
+  int64_t fp32_tail(int l) const { return gat() && !opt_.quantize_attention_terms ? lp_[l].heads : 0; }
   // Drift of the rows layer l sends (before dropout: y of layer l - 1), as the CPU trainer.
   void measure_drift(int l, const T* rows, int64_t cols);
   void discard_gradients(typename DeviceHaloExchanger<T>::Pending& pending, int64_t cols);
@@ -147,6 +164,14 @@ class GpuTrainer {
   std::vector<InFlight> pend_fwd_, pend_bwd_;
   DBuf<T> saved_halo_, discard_;  // evaluation's copy of the stale halo; dropped gradients
   DBuf<unsigned int> nonfinite_;
+  // GAT: the structure on the device (its host copy gives the sizes), per layer the local
+  // [h | el] rows (exchanged), er on owned rows and the attention weights; backward scratch.
+  GatStructure gat_host_;
+  GatGraph gat_graph_;
+  DBuf<int64_t> gat_off_, gat_toff_, gat_tentry_;
+  DBuf<int32_t> gat_idx_, gat_trows_, gat_dgid_, gat_sgid_, gat_interior_, gat_boundary_;
+  std::vector<DBuf<float>> hl_, er_, alpha_;
+  DBuf<float> dh_, del_, der_, edge_grad_;
   // Stale smoothing: per layer, the running average of the halo gradients added (one row per
   // send-list entry). Drift: per layer, the rows last sent, and this epoch's sums.
   std::vector<DBuf<float>> smoothed_grad_, last_sent_;
@@ -198,6 +223,18 @@ void GpuTrainer<T>::check_memory() {
                   local() * F * 4 /* layer-0 exchange */ +
                   static_cast<int64_t>(s_.col_indices.size() + 2 * static_cast<size_t>(local())) * 16 /* structure */ +
                   static_cast<int64_t>(s_.send_indices.size() + s_.num_halo) * std::max<int64_t>(F, W) * 8;
+  if (gat()) {
+    // Per layer the exchanged [h | el] rows, er and the attention weights; backward scratch.
+    const int64_t slots = gat_host_.view().entries() + owned();
+    int64_t max_proj = 0, max_heads = 0;
+    for (const LayerParams& p : lp_) {
+      bytes += (local() * (p.proj() + p.heads) + owned() * p.heads + slots * p.heads) * 4;
+      max_proj = std::max(max_proj, p.proj());
+      max_heads = std::max<int64_t>(max_heads, p.heads);
+    }
+    bytes += (local() * (max_proj + max_heads) + owned() * max_heads + slots * max_heads) * 4 +
+             static_cast<int64_t>(gat_host_.indices.size()) * 28;  // structure
+  }
   size_t free_bytes = 0, total_bytes = 0;
   HALOGEN_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
   const int64_t too_big = bytes > static_cast<int64_t>(free_bytes) ? 1 : 0;
@@ -229,6 +266,25 @@ void GpuTrainer<T>::upload_structure() {
   std::vector<uint8_t> mask(static_cast<size_t>(owned()));
   for (int64_t i = 0; i < owned(); ++i) mask[i] = s_.split[i] == static_cast<uint8_t>(SplitRole::kTrain);
   train_mask_ = upload(mask.data(), mask.size(), st());
+  if (gat()) {
+    gat_off_.upload(gat_host_.offsets, st());
+    gat_toff_.upload(gat_host_.t_offsets, st());
+    gat_tentry_.upload(gat_host_.t_entry, st());
+    gat_idx_.upload(gat_host_.indices, st());
+    gat_trows_.upload(gat_host_.t_rows, st());
+    gat_dgid_.upload(gat_host_.dst_gid, st());
+    gat_sgid_.upload(gat_host_.src_gid, st());
+    gat_interior_.upload(gat_host_.interior_rows, st());
+    gat_boundary_.upload(gat_host_.boundary_rows, st());
+    gat_graph_ = gat_host_.view();  // sizes from the host; pointers to the device copies
+    gat_graph_.offsets = gat_off_.data();
+    gat_graph_.indices = gat_idx_.data();
+    gat_graph_.t_offsets = gat_toff_.data();
+    gat_graph_.t_rows = gat_trows_.data();
+    gat_graph_.t_entry = gat_tentry_.data();
+    gat_graph_.dst_gid = gat_dgid_.data();
+    gat_graph_.src_gid = gat_sgid_.data();
+  }
   if constexpr (kHalf) {
     plan_own_.emplace(CsrBlock{own_off_.data(), own_idx_.data(), owned()}, HalfAggregationPlan::kDefaultChunk, st());
     plan_halo_.emplace(CsrBlock{halo_off_.data(), halo_idx_.data(), owned()}, HalfAggregationPlan::kDefaultChunk, st());
@@ -267,20 +323,44 @@ void GpuTrainer<T>::allocate() {
   last_sent_.resize(static_cast<size_t>(L()));
   drift_num_.assign(static_cast<size_t>(L()), 0.0);
   drift_den_.assign(static_cast<size_t>(L()), 0.0);
-  for (int l = 0; l < L(); ++l) {
-    if (l >= 1) {
-      in_[l].resize(static_cast<size_t>(local() * dims_[l]));
-      in_[l].zero(st());
-      z_[l].resize(static_cast<size_t>(owned() * dims_[l]));
-    }
-    if (l + 1 < L()) y_[l].resize(static_cast<size_t>(owned() * dims_[l + 1]));
-  }
   const int64_t C = dims_.back();
+  if (gat()) {
+    // Inputs on owned rows only (the exchange carries the projected rows [h | el]).
+    hl_.resize(static_cast<size_t>(L()));
+    er_.resize(static_cast<size_t>(L()));
+    alpha_.resize(static_cast<size_t>(L()));
+    const int64_t slots = gat_host_.view().entries() + owned();  // edges, then self terms
+    int64_t max_proj = 0, max_heads = 0;
+    for (int l = 0; l < L(); ++l) {
+      const auto& p = lp_[l];
+      if (l >= 1) in_[l].resize(static_cast<size_t>(owned() * dims_[l]));
+      if (l + 1 < L()) y_[l].resize(static_cast<size_t>(owned() * dims_[l + 1]));
+      hl_[l].resize(static_cast<size_t>(local() * (p.proj() + p.heads)));
+      hl_[l].zero(st());
+      er_[l].resize(static_cast<size_t>(owned() * p.heads));
+      alpha_[l].resize(static_cast<size_t>(slots * p.heads));
+      max_proj = std::max(max_proj, p.proj());
+      max_heads = std::max<int64_t>(max_heads, p.heads);
+    }
+    dh_.resize(static_cast<size_t>(local() * max_proj));
+    del_.resize(static_cast<size_t>(local() * max_heads));
+    der_.resize(static_cast<size_t>(owned() * max_heads));
+    edge_grad_.resize(static_cast<size_t>(slots * max_heads));
+  } else {
+    for (int l = 0; l < L(); ++l) {
+      if (l >= 1) {
+        in_[l].resize(static_cast<size_t>(local() * dims_[l]));
+        in_[l].zero(st());
+        z_[l].resize(static_cast<size_t>(owned() * dims_[l]));
+      }
+      if (l + 1 < L()) y_[l].resize(static_cast<size_t>(owned() * dims_[l + 1]));
+    }
+    dlocal_.resize(static_cast<size_t>(local() * max_dim()));
+  }
   logits_.resize(static_cast<size_t>(owned() * C));
   dlogits_.resize(static_cast<size_t>(owned() * C));
   dy_.resize(static_cast<size_t>(owned() * max_dim()));
   dz_.resize(static_cast<size_t>(owned() * max_dim()));
-  dlocal_.resize(static_cast<size_t>(local() * max_dim()));
   loss_.resize(1);
   std::vector<T> ones(static_cast<size_t>(owned()));
   for (auto& v : ones) v = static_cast<T>(1.0f);
@@ -291,6 +371,11 @@ template <typename T>
 void GpuTrainer<T>::precompute_input_aggregation() {
   // As the CPU trainer: the input features are exchanged once (fp32) and aggregated once.
   const int64_t F = dims_[0];
+  if (gat()) {  // GAT projects before it aggregates: layer 0 needs only the owned input rows
+    const Matrix<float> x_host = input_features(s_, opt_, owned());
+    if constexpr (!kHalf) x0_ = upload(x_host.data(), static_cast<size_t>(owned() * F), st());
+    return;
+  }
   const Matrix<float> x_host = input_features(s_, opt_, local());
   DBuf<float> x = upload(x_host.data(), static_cast<size_t>(local() * F), st());
   {
@@ -402,6 +487,10 @@ void GpuTrainer<T>::gemm_into_output(int l, int64_t k, const T* a, int64_t lda, 
 template <typename T>
 void GpuTrainer<T>::forward(int epoch, bool training) {
   const float p = training ? opt_.dropout : 0.0f;
+  if (gat()) {
+    for (int l = 0; l < L(); ++l) forward_gat_layer(l, epoch, training);
+    return;
+  }
   for (int l = 0; l < L(); ++l) {
     const auto& lp = lp_[l];
     const int64_t fin = lp.in, fout = lp.out;
@@ -414,7 +503,7 @@ void GpuTrainer<T>::forward(int epoch, bool training) {
     } else {
       T* x = in_[l].data();
       exchange_forward(
-          l, epoch, training, x, fin, [&] { aggregate_forward(x, fin, z_[l].data(), false); },
+          l, epoch, training, x, fin, y_[l - 1].data(), fin, 0, [&] { aggregate_forward(x, fin, z_[l].data(), false); },
           [&] { aggregate_forward(x, fin, z_[l].data(), true); });
       gemm_into_output(l, fin, z_[l].data(), fin, w_main, 1.0f);
       if (sage()) gemm_into_output(l, fin, x, fin, weights(lp.w_self), 1.0f);
@@ -443,6 +532,10 @@ void GpuTrainer<T>::backward(int epoch) {
   } else {
     HALOGEN_CHECK_CUDA(cudaMemcpyAsync(dy, dlogits_.data(), static_cast<size_t>(owned() * C) * sizeof(float),
                                        cudaMemcpyDeviceToDevice, stream_.get()));
+  }
+  if (gat()) {
+    for (int l = L() - 1; l >= 0; --l) backward_gat_layer(l, epoch);
+    return;
   }
   for (int l = L() - 1; l >= 0; --l) {
     const auto& lp = lp_[l];
@@ -632,7 +725,8 @@ TrainResult GpuTrainer<T>::run_epochs() {
 }
 
 template <typename T>
-void GpuTrainer<T>::exchange_forward(int l, int epoch, bool training, T* x, int64_t cols, const Work& owned_part,
+void GpuTrainer<T>::exchange_forward(int l, int epoch, bool training, T* x, int64_t cols, const T* drift_rows,
+                                     int64_t drift_cols, int64_t fp32_tail, const Work& owned_part,
                                      const Work& halo_part) {
   const quant::QuantKey key{
       opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
@@ -648,7 +742,7 @@ void GpuTrainer<T>::exchange_forward(int l, int epoch, bool training, T* x, int6
         HALOGEN_CHECK_CUDA(
             cudaMemcpyAsync(saved_halo_.data(), halo, halo_bytes, cudaMemcpyDeviceToDevice, stream_.get()));
     }
-    auto pending = exch_.start_forward(x, cols, bits, key, 4 * l + 2);
+    auto pending = exch_.start_forward(x, cols, bits, key, 4 * l + 2, fp32_tail);
     owned_part();
     exch_.finish_forward(pending, x);
     halo_part();
@@ -659,7 +753,7 @@ void GpuTrainer<T>::exchange_forward(int l, int epoch, bool training, T* x, int6
   }
   // Drift is measured on the activations before dropout (the rows sent carry a fresh dropout
   // mask every epoch, which alone would hide how much the embeddings moved).
-  if (adapter_.drift_enabled()) measure_drift(l, y_[l - 1].data(), cols);
+  if (adapter_.drift_enabled() && drift_rows != nullptr) measure_drift(l, drift_rows, drift_cols);
   InFlight& in_flight = pend_fwd_[l];
   if (stale() && !sync_epoch_) {
     // Take in what was sent S or more epochs ago, send this epoch's rows, and aggregate with
@@ -671,7 +765,7 @@ void GpuTrainer<T>::exchange_forward(int l, int epoch, bool training, T* x, int6
       in_flight.pop_front();
     }
     if (s_.num_halo > 0) tracker_.use_forward(l, epoch);
-    in_flight.emplace_back(epoch, exch_.start_forward(x, cols, bits, key, 4 * l));
+    in_flight.emplace_back(epoch, exch_.start_forward(x, cols, bits, key, 4 * l, fp32_tail));
     owned_part();
     halo_part();
     return;
@@ -679,7 +773,7 @@ void GpuTrainer<T>::exchange_forward(int l, int epoch, bool training, T* x, int6
   // Fresh exchange; a synchronous epoch of stale mode first drains what is in flight.
   for (auto& [e, p] : in_flight) exch_.finish_forward(p, x);
   in_flight.clear();
-  auto pending = exch_.start_forward(x, cols, bits, key, 4 * l);
+  auto pending = exch_.start_forward(x, cols, bits, key, 4 * l, fp32_tail);
   if (opt_.mode == ExchangeMode::kSync) {
     exch_.finish_forward(pending, x);
     owned_part();
@@ -777,12 +871,152 @@ void GpuTrainer<T>::measure_drift(int l, const T* rows, int64_t cols) {
   drift_measured_ = have_last;
 }
 
+// LeakyReLU slope of the attention logits (GAT's and PyG's default; as the CPU trainer).
+constexpr float kGatNegativeSlope = 0.2f;
+
+template <typename T>
+GatInputs GpuTrainer<T>::gat_inputs(int l, int epoch, bool training) const {
+  const auto& lp = lp_[l];
+  const int64_t ldh = lp.proj() + lp.heads;
+  GatInputs in;
+  in.graph = gat_graph_;
+  in.heads = lp.heads;
+  in.head_dim = lp.head_dim;
+  in.feat = hl_[l].data();
+  in.ld_feat = ldh;
+  in.el = hl_[l].data() + lp.proj();
+  in.ld_el = ldh;
+  in.er = er_[l].data();
+  in.negative_slope = kGatNegativeSlope;
+  in.dropout = {training ? opt_.attention_dropout() : 0.0f, opt_.seed, static_cast<uint32_t>(epoch),
+                static_cast<uint32_t>(l)};
+  in.average_heads = l + 1 == L();
+  return in;
+}
+
+// The CPU trainer's forward_gat_layer: h = dropout(x) W straight into the exchanged rows, el
+// beside it, er on owned rows, [h | el] exchanged, the fused attention (interior rows while the
+// halo is in flight), bias, residual, ELU and dropout of the next input.
+template <typename T>
+void GpuTrainer<T>::forward_gat_layer(int l, int epoch, bool training) {
+  if constexpr (kHalf) {
+    HALOGEN_FAIL("GAT on the GPU path runs in fp32 (--precision fp32)");
+  } else {
+    const auto& lp = lp_[l];
+    const int64_t fin = lp.in, fout = lp.out, pw = lp.proj(), ldh = pw + lp.heads;
+    const float p = training ? opt_.dropout : 0.0f;
+    float* hl = hl_[l].data();
+    const float* x = l == 0 ? layer0_input(x0_, x0_drop_, p, epoch, 1) : in_[l].data();
+    gemm_gpu(false, false, owned(), pw, fin, 1.0f, x, fin, params_.data() + lp.w_self, pw, 0.0f, hl, ldh, st());
+    gat_attention_terms_gpu(hl, ldh, owned(), lp.heads, lp.head_dim, params_.data() + lp.att_src, hl + pw, ldh, st());
+    gat_attention_terms_gpu(hl, ldh, owned(), lp.heads, lp.head_dim, params_.data() + lp.att_dst, er_[l].data(),
+                            lp.heads, st());
+    float* out = l + 1 == L() ? logits_.data() : y_[l].data();
+    GatForwardArgs a;
+    static_cast<GatInputs&>(a) = gat_inputs(l, epoch, training);
+    a.alpha = alpha_[l].data();
+    a.out = out;
+    a.ld_out = fout;
+    const auto rows = [&](const DBuf<int32_t>& list) {
+      GatForwardArgs part = a;
+      part.row_list = list.data();
+      part.row_list_size = static_cast<int64_t>(list.size());
+      if (part.row_list_size > 0) gat_forward<kDevCuda>(part, st());
+    };
+    exchange_forward(
+        l, epoch, training, hl, ldh, l > 0 ? y_[l - 1].data() : nullptr, fin, fp32_tail(l),
+        [&] { rows(gat_interior_); }, [&] { rows(gat_boundary_); });
+    gemm_into_output(l, 1, ones_.data(), 1, params_.data() + lp.bias, 1.0f);  // out += bias
+    if (lp.identity_residual) {
+      axpy_gpu(owned() * fout, 1.0f, x, out, st());
+    } else if (lp.w_res != LayerParams::kNone) {
+      gemm_into_output(l, fin, x, fin, params_.data() + lp.w_res, 1.0f);
+    }
+    if (l + 1 < L()) {
+      elu_inplace_gpu(out, owned() * fout, st());
+      float* next = in_[l + 1].data();
+      HALOGEN_CHECK_CUDA(cudaMemcpyAsync(next, out, static_cast<size_t>(owned() * fout) * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, stream_.get()));
+      if (p > 0.0f)
+        dropout_apply_gpu(next, owned(), fout, fout, gid_.data(), p,
+                          {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * (l + 1))}, st());
+    }
+  }
+}
+
+// The CPU trainer's backward_gat_layer. dy_ holds dL/d(output of layer l) on entry; on exit,
+// for l > 0, dL/d(output of layer l - 1) before its ELU.
+template <typename T>
+void GpuTrainer<T>::backward_gat_layer(int l, int epoch) {
+  if constexpr (kHalf) {
+    HALOGEN_FAIL("GAT on the GPU path runs in fp32 (--precision fp32)");
+  } else {
+    const auto& lp = lp_[l];
+    const int64_t fin = lp.in, fout = lp.out, pw = lp.proj(), ldh = pw + lp.heads;
+    float* g = grads_.data();
+    const float* dy = dy_.data();
+    // The input as the forward pass used it (layer 0: the dropped features of this epoch).
+    const float* x = l == 0 ? (opt_.dropout > 0.0f ? x0_drop_.data() : x0_.data()) : in_[l].data();
+    gemm_gpu(true, false, 1, fout, owned(), 1.0f, ones_.data(), 1, dy, fout, 0.0f, g + lp.bias, fout, st());
+    if (lp.w_res != LayerParams::kNone)
+      gemm_gpu(true, false, fin, fout, owned(), 1.0f, x, fin, dy, fout, 0.0f, g + lp.w_res, fout, st());
+    GatBackwardArgs b;
+    static_cast<GatInputs&>(b) = gat_inputs(l, epoch, /*training=*/true);
+    b.alpha = alpha_[l].data();
+    b.dout = dy;
+    b.ld_dout = fout;
+    b.edge_grad = edge_grad_.data();
+    b.dfeat = dh_.data();
+    b.ld_dfeat = pw;
+    b.del = del_.data();
+    b.der = der_.data();
+    gat_backward<kDevCuda>(b, st());
+    // The attention terms' share of dh (halo rows go back to their owners with the rest).
+    gat_attention_terms_backward_gpu(dh_.data(), pw, local(), owned(), lp.heads, lp.head_dim, del_.data(), der_.data(),
+                                     params_.data() + lp.att_src, params_.data() + lp.att_dst, st());
+    exchange_backward(l, epoch, dh_.data(), pw, [&] {
+      // Attention vectors while the halo gradients travel (sums over this rank's edges, halo
+      // sources with the h this rank received; all-reduced with the rest).
+      gat_attention_vector_grads_gpu(hl_[l].data(), ldh, local(), owned(), lp.heads, lp.head_dim, del_.data(),
+                                     der_.data(), g + lp.att_src, g + lp.att_dst, st());
+    });
+    // dW = x^T dh on owned rows (halo gradients added by now).
+    gemm_gpu(true, false, fin, pw, owned(), 1.0f, x, fin, dh_.data(), pw, 0.0f, g + lp.w_self, pw, st());
+    if (l == 0) return;  // input features need no gradient
+    // dx = dh W^T (+ the residual's share), then through dropout and the ELU of layer l - 1.
+    float* dx = dz_.data();
+    gemm_gpu(false, true, owned(), fin, pw, 1.0f, dh_.data(), pw, params_.data() + lp.w_self, pw, 0.0f, dx, fin, st());
+    if (lp.identity_residual) {
+      axpy_gpu(owned() * fin, 1.0f, dy, dx, st());
+    } else if (lp.w_res != LayerParams::kNone) {
+      gemm_gpu(false, true, owned(), fin, fout, 1.0f, dy, fout, params_.data() + lp.w_res, fout, 1.0f, dx, fin, st());
+    }
+    float* dprev = dy_.data();
+    HALOGEN_CHECK_CUDA(cudaMemcpyAsync(dprev, dx, static_cast<size_t>(owned() * fin) * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, stream_.get()));
+    if (opt_.dropout > 0.0f)
+      dropout_apply_gpu(dprev, owned(), fin, fin, gid_.data(), opt_.dropout,
+                        {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * l)}, st());
+    elu_backward_gpu(y_[l - 1].data(), dprev, owned() * fin, st());
+  }
+}
+
+template <typename T>
+std::pair<T*, int64_t> GpuTrainer<T>::exchanged(int l) {
+  if (gat()) {
+    if constexpr (!kHalf) return {hl_[l].data(), lp_[l].proj() + lp_[l].heads};
+    return {nullptr, 0};
+  }
+  return l >= 1 ? std::pair<T*, int64_t>{in_[l].data(), dims_[l]} : std::pair<T*, int64_t>{nullptr, 0};
+}
+
 template <typename T>
 void GpuTrainer<T>::drain_pending() {
-  for (int l = 1; l < L(); ++l) {
-    for (auto& [e, p] : pend_fwd_[l]) exch_.finish_forward(p, in_[l].data());
+  for (int l = 0; l < L(); ++l) {
+    const auto [x, cols] = exchanged(l);
+    for (auto& [e, p] : pend_fwd_[l]) exch_.finish_forward(p, x);
     pend_fwd_[l].clear();
-    for (auto& [e, p] : pend_bwd_[l]) discard_gradients(p, dims_[l]);
+    for (auto& [e, p] : pend_bwd_[l]) discard_gradients(p, backward_width(l));
     pend_bwd_[l].clear();
   }
   stream_.synchronize();

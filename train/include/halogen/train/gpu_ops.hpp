@@ -197,6 +197,11 @@ void relu_inplace_gpu(__half* x, int64_t n, void* stream = nullptr);
 void relu_backward_gpu(const float* y, float* grad, int64_t n, void* stream = nullptr);
 void relu_backward_gpu(const __half* y, __half* grad, int64_t n, void* stream = nullptr);
 
+/// elu = x > 0 ? x : expm1(x) in place; elu_backward: grad *= (y > 0 ? 1 : y + 1), as
+/// dense.hpp (CUDA's expm1f is within 1 ulp of the CPU's).
+void elu_inplace_gpu(float* x, int64_t n, void* stream = nullptr);
+void elu_backward_gpu(const float* y, float* grad, int64_t n, void* stream = nullptr);
+
 /// dense.hpp's dropout_apply on the device: the same keyed mask (16-bit Philox words,
 /// threshold round(p * 65536), counter (epoch, layer, global node id, block of 8 columns)) and
 /// the same fp32 products, so an fp32 result is the CPU's bit for bit. The fp16 form applies

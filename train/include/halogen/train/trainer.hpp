@@ -70,7 +70,7 @@ struct TrainOptions {
   /// Host memory each rank may use: nullopt = automatic (the node's available memory shared
   /// among its ranks), 0 = no check, else bytes. Training is refused when the estimate exceeds it.
   std::optional<uint64_t> memory_limit;
-  /// Where the ranks compute: CPU, or one GPU per rank (GCN and GraphSAGE; validate() names
+  /// Where the ranks compute: CPU, or one GPU per rank (validate() names
   /// what the GPU path does not do yet). The caller binds the device and picks the
   /// communicator (train_gpu.hpp).
   Device device = Device::kCpu;
