@@ -44,6 +44,8 @@ CONFIGS = [
     ("gat4 fp32 sync", ["--model", "gat", "--layers", "4"], GAT, ["amazon-photo"]),
     ("gat4 1-bit stale S=1 k=2", ["--model", "gat", "--layers", "4", *STALE_1BIT, "--sync-every", "2"], GAT,
      ["amazon-photo"]),
+    ("gat4 1-bit sync", ["--model", "gat", "--layers", "4", "--bits-fwd", "1", "--bits-bwd", "1"], GAT,
+     ["amazon-photo"]),
     ("gat4 1-bit stale S=1 g=0.9", ["--model", "gat", "--layers", "4", *STALE_1BIT, "--stale-smoothing", "0.9"], GAT,
      ["amazon-photo"]),
 ]
