@@ -1,7 +1,6 @@
 #include "halogen/core/lazy_library.hpp"
 
 #include <dlfcn.h>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -22,8 +21,8 @@ void* LazyLibrary::symbol(const char* symbol) {
       tried += fmt::format("{}{}", tried.empty() ? "" : "; ", why != nullptr ? why : name.c_str());
     }
     std::lock_guard lock(mutex_);
-    error_ = fmt::format("could not load {} ({}); is it installed and on LD_LIBRARY_PATH?",
-                         fmt::join(names_, " or "), tried);
+    error_ = fmt::format("could not load {} ({}); is it installed and on LD_LIBRARY_PATH?", fmt::join(names_, " or "),
+                         tried);
   });
   std::lock_guard lock(mutex_);
   if (handle_ == nullptr) return nullptr;

@@ -27,10 +27,10 @@ Function* resolve(const char* name) {
 }  // namespace
 
 // Forwards a call returning ncclResult_t.
-#define HALOGEN_NCCL_FORWARD(name, params, args)                   \
-  ncclResult_t name params {                                       \
-    static auto* real = resolve<ncclResult_t params>(#name);       \
-    return real != nullptr ? real args : ncclSystemError;          \
+#define HALOGEN_NCCL_FORWARD(name, params, args)             \
+  ncclResult_t name params {                                 \
+    static auto* real = resolve<ncclResult_t params>(#name); \
+    return real != nullptr ? real args : ncclSystemError;    \
   }
 
 extern "C" {
@@ -40,7 +40,7 @@ HALOGEN_NCCL_FORWARD(ncclCommInitRank, (ncclComm_t * comm, int nranks, ncclUniqu
                      (comm, nranks, comm_id, rank))
 HALOGEN_NCCL_FORWARD(ncclCommDestroy, (ncclComm_t comm), (comm))
 HALOGEN_NCCL_FORWARD(ncclCommAbort, (ncclComm_t comm), (comm))
-HALOGEN_NCCL_FORWARD(ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t * async_error), (comm, async_error))
+HALOGEN_NCCL_FORWARD(ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* async_error), (comm, async_error))
 HALOGEN_NCCL_FORWARD(ncclBroadcast,
                      (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                       ncclComm_t comm, cudaStream_t stream),

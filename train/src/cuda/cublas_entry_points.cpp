@@ -12,8 +12,7 @@
 namespace {
 
 halogen::LazyLibrary& cublas_library() {
-  static halogen::LazyLibrary library(
-      {"libcublas.so." + std::to_string(CUBLAS_VER_MAJOR), "libcublas.so"});
+  static halogen::LazyLibrary library({"libcublas.so." + std::to_string(CUBLAS_VER_MAJOR), "libcublas.so"});
   return library;
 }
 
