@@ -27,38 +27,58 @@ PendingExchange::~PendingExchange() {
 
 bool PendingExchange::ready() const { return transfer_.ready(); }
 
-std::string PendingExchange::save() const {
-  HALOGEN_EXPECTS(active_ && !transfer_.in_flight(), "only a completed exchange can be saved");
+std::string SavedExchange::encode() const {
   std::string out;
   auto put = [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
-  const int64_t header[5] = {cols_, bits_, backward_ ? 1 : 0, static_cast<int64_t>(recv_offsets_.size()), fp32_tail_};
+  const int64_t header[5] = {cols, bits, backward ? 1 : 0, static_cast<int64_t>(recv_offsets.size()), fp32_tail};
   put(header, sizeof(header));
-  put(recv_offsets_.data(), recv_offsets_.size() * sizeof(size_t));
-  put(recv_words_.data(), recv_words_.size() * sizeof(uint32_t));
+  put(recv_offsets.data(), recv_offsets.size() * sizeof(size_t));
+  put(words.data(), words.size() * sizeof(uint32_t));
   return out;
 }
 
-PendingExchange PendingExchange::restore(const std::string& bytes) {
+SavedExchange SavedExchange::decode(const std::string& bytes) {
   int64_t header[5];
   HALOGEN_EXPECTS(bytes.size() >= sizeof(header), "saved exchange is truncated ({} bytes)", bytes.size());
   std::memcpy(header, bytes.data(), sizeof(header));
-  PendingExchange p;
-  p.active_ = true;
-  p.cols_ = header[0];
-  p.bits_ = static_cast<int>(header[1]);
-  p.backward_ = header[2] != 0;
+  SavedExchange s;
+  s.cols = header[0];
+  s.bits = static_cast<int>(header[1]);
+  s.backward = header[2] != 0;
   const size_t n_off = static_cast<size_t>(header[3]);
-  p.fp32_tail_ = header[4];
-  HALOGEN_EXPECTS(p.fp32_tail_ >= 0 && p.fp32_tail_ < std::max<int64_t>(p.cols_, 1),
-                  "saved exchange has {} fp32 columns of {}", p.fp32_tail_, p.cols_);
+  s.fp32_tail = header[4];
+  HALOGEN_EXPECTS(s.fp32_tail >= 0 && s.fp32_tail < std::max<int64_t>(s.cols, 1),
+                  "saved exchange has {} fp32 columns of {}", s.fp32_tail, s.cols);
   HALOGEN_EXPECTS(bytes.size() >= sizeof(header) + n_off * sizeof(size_t), "saved exchange is truncated");
-  p.recv_offsets_.resize(n_off);
-  std::memcpy(p.recv_offsets_.data(), bytes.data() + sizeof(header), n_off * sizeof(size_t));
-  const size_t words = n_off ? p.recv_offsets_.back() : 0;
+  s.recv_offsets.resize(n_off);
+  std::memcpy(s.recv_offsets.data(), bytes.data() + sizeof(header), n_off * sizeof(size_t));
+  const size_t words = n_off ? s.recv_offsets.back() : 0;
   HALOGEN_EXPECTS(bytes.size() == sizeof(header) + n_off * sizeof(size_t) + words * 4,
                   "saved exchange has {} bytes, expected {}", bytes.size(), sizeof(header) + n_off * sizeof(size_t) + words * 4);
-  p.recv_words_.resize(words);
-  std::memcpy(p.recv_words_.data(), bytes.data() + sizeof(header) + n_off * sizeof(size_t), words * 4);
+  s.words.resize(words);
+  std::memcpy(s.words.data(), bytes.data() + sizeof(header) + n_off * sizeof(size_t), words * 4);
+  return s;
+}
+
+std::string PendingExchange::save() const {
+  HALOGEN_EXPECTS(active_ && !transfer_.in_flight(), "only a completed exchange can be saved");
+  SavedExchange s{cols_,         bits_,
+                  backward_,     fp32_tail_,
+                  recv_offsets_, std::vector<uint32_t>(recv_words_.data(), recv_words_.data() + recv_words_.size())};
+  return s.encode();
+}
+
+PendingExchange PendingExchange::restore(const std::string& bytes) {
+  SavedExchange s = SavedExchange::decode(bytes);
+  PendingExchange p;
+  p.active_ = true;
+  p.cols_ = s.cols;
+  p.bits_ = s.bits;
+  p.backward_ = s.backward;
+  p.fp32_tail_ = s.fp32_tail;
+  p.recv_offsets_ = std::move(s.recv_offsets);
+  p.recv_words_.resize(s.words.size());
+  std::copy(s.words.begin(), s.words.end(), p.recv_words_.data());
   return p;
 }
 

@@ -236,14 +236,21 @@ TEST_F(GpuTraining, Fp16OverflowBacksOffTheLossScale) {
 }
 
 // Checkpoint after epoch 6 of a 7-epoch run, resume for epochs 7..19: the same losses, bit for
-// bit, as the uninterrupted 20-epoch run (fp32, and fp16 with its loss-scaler state).
+// bit, as the uninterrupted 20-epoch run: fp32, fp16 with its loss-scaler state, and 1-bit
+// stale mode with smoothing (halo caches, exchanges in flight and averages in the checkpoint).
 TEST_F(GpuTraining, ResumeIsBitIdentical) {
   int id = static_cast<int>(getpid());
   MPI_Bcast(&id, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  for (const Precision precision : {Precision::kFp32, Precision::kFp16}) {
+  for (const int variant : {0, 1, 2}) {
+    const Precision precision = variant == 1 ? Precision::kFp16 : Precision::kFp32;
     const auto dir = std::filesystem::temp_directory_path() / ("halogen-gpu-resume-" + std::to_string(id));
     auto t = options(ModelKind::kGcn, Device::kCuda);
     t.precision = precision;
+    if (variant == 2) {
+      t.mode = ExchangeMode::kStale;
+      t.bits_fwd = t.bits_bwd = {1};
+      t.staleness.smoothing = 0.5f;
+    }
     const auto whole = run(t);
     auto first = t;
     first.epochs = 7;
@@ -255,7 +262,7 @@ TEST_F(GpuTraining, ResumeIsBitIdentical) {
     ASSERT_EQ(resumed.epochs.size(), 13u);
     for (size_t e = 0; e < resumed.epochs.size(); ++e)
       EXPECT_EQ(resumed.epochs[e]["loss"].get<double>(), whole.epochs[e + 7]["loss"].get<double>())
-          << to_string(precision) << " epoch " << e + 7;
+          << "variant " << variant << " epoch " << e + 7;
     MPI_Barrier(MPI_COMM_WORLD);
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

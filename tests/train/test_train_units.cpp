@@ -185,11 +185,11 @@ TEST(TrainOptions, GpuPathRefusesWhatItDoesNotDo) {
               t.staleness.drift_threshold = 0.5;
             }),
             "");
-  EXPECT_NE(message([](TrainOptions& t) {
+  EXPECT_EQ(message([](TrainOptions& t) {
               t.mode = ExchangeMode::kStale;
               t.checkpoint_dir = "ckpt";
-            }).find("stale"),
-            std::string::npos);
+            }),
+            "");
   EXPECT_EQ(message([](TrainOptions& t) { t.checkpoint_dir = "ckpt"; }), "");
   EXPECT_NE(message([](TrainOptions& t) {
               t.device = Device::kCpu;

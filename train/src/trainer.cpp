@@ -87,9 +87,6 @@ void TrainOptions::validate() const {
     HALOGEN_EXPECTS(model != ModelKind::kGat || precision == Precision::kFp32,
                     "--model gat on --device cuda runs in fp32 (--precision fp32); its fp16 kernels are not wired "
                     "into training yet");
-    HALOGEN_EXPECTS(mode != ExchangeMode::kStale || (checkpoint_dir.empty() && resume_dir.empty()),
-                    "--device cuda does not checkpoint stale mode's halo caches yet; checkpoints of --mode stale "
-                    "runs need --device cpu");
     HALOGEN_EXPECTS(!skip_exchange, "--skip-exchange is a CPU benchmark floor; not available with --device cuda");
   }
 }
@@ -895,46 +892,30 @@ void DistributedTrainer::save_checkpoint(int epoch) {
         w.add_array("params", params_.span());
         w.add_array("adam_m", adam_.m.span());
         w.add_array("adam_v", adam_.v.span());
-        std::vector<int> tracker_epochs, last_rows, last_cols, smoothed_cols;
+        std::vector<train_detail::LayerState> layers(static_cast<size_t>(L()));
         for (int l = 0; l < L(); ++l) {
-          tracker_epochs.push_back(tracker_.forward_epoch(l));
-          if (const auto [x, cols] = exchanged(l); x != nullptr) {
-            w.add(fmt::format("halo/{}", l), x + owned() * cols,
-                  static_cast<size_t>(s_.num_halo * cols) * sizeof(float));
-          }
-          last_rows.push_back(static_cast<int>(last_sent_[l].rows()));
-          last_cols.push_back(static_cast<int>(last_sent_[l].cols()));
-          if (last_sent_[l].size())
-            w.add(fmt::format("last_sent/{}", l), last_sent_[l].data(), last_sent_[l].size() * sizeof(float));
-          smoothed_cols.push_back(static_cast<int>(smoothed_grad_[l].cols()));
-          if (smoothed_grad_[l].size())
-            w.add(fmt::format("smoothed_grad/{}", l), smoothed_grad_[l].data(),
-                  smoothed_grad_[l].size() * sizeof(float));
+          train_detail::LayerState& st = layers[l];
+          st.forward_epoch = tracker_.forward_epoch(l);
+          if (const auto [x, cols] = exchanged(l); x != nullptr) st.halo.assign(x + owned() * cols, x + local() * cols);
+          st.last_rows = static_cast<int>(last_sent_[l].rows());
+          st.last_cols = static_cast<int>(last_sent_[l].cols());
+          st.last_sent.assign(last_sent_[l].data(), last_sent_[l].data() + last_sent_[l].size());
+          st.smoothed_cols = static_cast<int>(smoothed_grad_[l].cols());
+          st.smoothed_grad.assign(smoothed_grad_[l].data(), smoothed_grad_[l].data() + smoothed_grad_[l].size());
           for (int dir_i = 0; dir_i < 2; ++dir_i) {
-            auto& q = dir_i == 0 ? pend_fwd_[l] : pend_bwd_[l];
-            std::vector<int> epochs;
-            for (size_t i = 0; i < q.size(); ++i) {
-              exch_.complete(q[i].second);
-              w.add_string(fmt::format("{}/{}/{}", dir_i == 0 ? "fwd" : "bwd", l, i), q[i].second.save());
-              epochs.push_back(q[i].first);
+            for (auto& [e, p] : dir_i == 0 ? pend_fwd_[l] : pend_bwd_[l]) {
+              exch_.complete(p);
+              (dir_i == 0 ? st.pending_fwd : st.pending_bwd).emplace_back(e, p.save());
             }
-            meta[dir_i == 0 ? "pending_fwd" : "pending_bwd"].push_back(epochs);
           }
         }
-        meta["tracker_forward"] = tracker_epochs;
-        meta["last_sent_rows"] = last_rows;
-        meta["last_sent_cols"] = last_cols;
-        meta["smoothed_grad_cols"] = smoothed_cols;
+        train_detail::write_layer_states(w, meta, layers);
       });
 }
 
 void DistributedTrainer::load_checkpoint(const std::filesystem::path& dir) {
   start_epoch_ = train_detail::read_checkpoint(
       opt_, s_, dir, model_description(), log_, [&](const CheckpointReader& r, const nlohmann::json& meta) {
-        HALOGEN_EXPECTS(meta.value("device", "cpu") == "cpu",
-                        "checkpoint '{}' was written by the GPU path, which keeps no halo caches; resume it with "
-                        "--device cuda",
-                        r.path().string());
         r.read_array("params", params_.span());
         adam_.m.resize(params_.size());
         adam_.v.resize(params_.size());
@@ -943,32 +924,27 @@ void DistributedTrainer::load_checkpoint(const std::filesystem::path& dir) {
         adam_.step = meta.at("adam_step").get<int64_t>();
         prev_drift_ = meta.at("prev_drift").get<std::vector<double>>();
         drift_measured_ = meta.at("drift_measured").get<bool>();
-        const auto tracker_epochs = meta.at("tracker_forward").get<std::vector<int>>();
-        const auto last_rows = meta.at("last_sent_rows").get<std::vector<int>>();
-        const auto last_cols = meta.at("last_sent_cols").get<std::vector<int>>();
-        const auto smoothed_cols = meta.value("smoothed_grad_cols", std::vector<int>(static_cast<size_t>(L()), 0));
+        std::vector<int64_t> halo_values;
         for (int l = 0; l < L(); ++l) {
-          tracker_.set_forward(l, tracker_epochs[l]);
-          if (const auto [x, cols] = exchanged(l); x != nullptr) {
-            r.read_into(fmt::format("halo/{}", l), x + owned() * cols,
-                        static_cast<size_t>(s_.num_halo * cols) * sizeof(float));
+          const auto [x, cols] = exchanged(l);
+          halo_values.push_back(x != nullptr ? s_.num_halo * cols : 0);
+        }
+        const auto layers = train_detail::read_layer_states(r, meta, halo_values, s_.send_offsets[s_.num_parts]);
+        for (int l = 0; l < L(); ++l) {
+          const train_detail::LayerState& st = layers[l];
+          tracker_.set_forward(l, st.forward_epoch);
+          if (const auto [x, cols] = exchanged(l); x != nullptr && !st.halo.empty())
+            std::copy(st.halo.begin(), st.halo.end(), x + owned() * cols);
+          if (st.smoothed_cols > 0) {
+            smoothed_grad_[l].reshape(s_.send_offsets[s_.num_parts], st.smoothed_cols);
+            std::copy(st.smoothed_grad.begin(), st.smoothed_grad.end(), smoothed_grad_[l].data());
           }
-          if (smoothed_cols[l] > 0) {
-            smoothed_grad_[l].reshape(s_.send_offsets[s_.num_parts], smoothed_cols[l]);
-            r.read_into(fmt::format("smoothed_grad/{}", l), smoothed_grad_[l].data(),
-                        smoothed_grad_[l].size() * sizeof(float));
+          if (st.last_rows > 0) {
+            last_sent_[l].reshape(st.last_rows, st.last_cols);
+            std::copy(st.last_sent.begin(), st.last_sent.end(), last_sent_[l].data());
           }
-          if (last_rows[l] > 0) {
-            last_sent_[l].reshape(last_rows[l], last_cols[l]);
-            r.read_into(fmt::format("last_sent/{}", l), last_sent_[l].data(), last_sent_[l].size() * sizeof(float));
-          }
-          for (int dir_i = 0; dir_i < 2; ++dir_i) {
-            auto& q = dir_i == 0 ? pend_fwd_[l] : pend_bwd_[l];
-            const auto epochs = meta.at(dir_i == 0 ? "pending_fwd" : "pending_bwd").at(l).get<std::vector<int>>();
-            for (size_t i = 0; i < epochs.size(); ++i)
-              q.emplace_back(epochs[i], PendingExchange::restore(
-                                            r.bytes(fmt::format("{}/{}/{}", dir_i == 0 ? "fwd" : "bwd", l, i))));
-          }
+          for (const auto& [e, bytes] : st.pending_fwd) pend_fwd_[l].emplace_back(e, PendingExchange::restore(bytes));
+          for (const auto& [e, bytes] : st.pending_bwd) pend_bwd_[l].emplace_back(e, PendingExchange::restore(bytes));
         }
       });
 }

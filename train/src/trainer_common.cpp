@@ -389,4 +389,71 @@ void log_sync_decision(const TrainOptions& opt, int epoch, const BoundedStalenes
   }
 }
 
+void write_layer_states(CheckpointWriter& w, nlohmann::json& meta, const std::vector<LayerState>& layers) {
+  const auto add_floats = [&](const std::string& name, const std::vector<float>& values) {
+    w.add(name, values.data(), values.size() * sizeof(float));
+  };
+  std::vector<int> tracker_epochs, last_rows, last_cols, smoothed_cols;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const LayerState& st = layers[l];
+    tracker_epochs.push_back(st.forward_epoch);
+    if (!st.halo.empty()) add_floats(fmt::format("halo/{}", l), st.halo);
+    last_rows.push_back(st.last_rows);
+    last_cols.push_back(st.last_cols);
+    if (!st.last_sent.empty()) add_floats(fmt::format("last_sent/{}", l), st.last_sent);
+    smoothed_cols.push_back(st.smoothed_cols);
+    if (!st.smoothed_grad.empty()) add_floats(fmt::format("smoothed_grad/{}", l), st.smoothed_grad);
+    for (int dir_i = 0; dir_i < 2; ++dir_i) {
+      const auto& pending = dir_i == 0 ? st.pending_fwd : st.pending_bwd;
+      std::vector<int> epochs;
+      for (size_t i = 0; i < pending.size(); ++i) {
+        w.add_string(fmt::format("{}/{}/{}", dir_i == 0 ? "fwd" : "bwd", l, i), pending[i].second);
+        epochs.push_back(pending[i].first);
+      }
+      meta[dir_i == 0 ? "pending_fwd" : "pending_bwd"].push_back(epochs);
+    }
+  }
+  meta["tracker_forward"] = tracker_epochs;
+  meta["last_sent_rows"] = last_rows;
+  meta["last_sent_cols"] = last_cols;
+  meta["smoothed_grad_cols"] = smoothed_cols;
+}
+
+std::vector<LayerState> read_layer_states(const CheckpointReader& r, const nlohmann::json& meta,
+                                          const std::vector<int64_t>& halo_values, int64_t sends) {
+  const size_t L = halo_values.size();
+  const auto tracker_epochs = meta.at("tracker_forward").get<std::vector<int>>();
+  const auto last_rows = meta.at("last_sent_rows").get<std::vector<int>>();
+  const auto last_cols = meta.at("last_sent_cols").get<std::vector<int>>();
+  const auto smoothed_cols = meta.value("smoothed_grad_cols", std::vector<int>(L, 0));
+  HALOGEN_EXPECTS(
+      tracker_epochs.size() == L && last_rows.size() == L && last_cols.size() == L && smoothed_cols.size() == L,
+      "checkpoint '{}' has the state of another number of layers", r.path().string());
+  const auto read_floats = [&](const std::string& name, int64_t count) {
+    std::vector<float> values(static_cast<size_t>(count));
+    r.read_array(name, std::span<float>(values));
+    return values;
+  };
+  std::vector<LayerState> layers(L);
+  for (size_t l = 0; l < L; ++l) {
+    LayerState& st = layers[l];
+    st.forward_epoch = tracker_epochs[l];
+    if (halo_values[l] > 0) st.halo = read_floats(fmt::format("halo/{}", l), halo_values[l]);
+    st.last_rows = last_rows[l];
+    st.last_cols = last_cols[l];
+    if (st.last_rows > 0)
+      st.last_sent = read_floats(fmt::format("last_sent/{}", l), static_cast<int64_t>(st.last_rows) * st.last_cols);
+    st.smoothed_cols = smoothed_cols[l];
+    if (st.smoothed_cols > 0)
+      st.smoothed_grad = read_floats(fmt::format("smoothed_grad/{}", l), sends * st.smoothed_cols);
+    for (int dir_i = 0; dir_i < 2; ++dir_i) {
+      auto& pending = dir_i == 0 ? st.pending_fwd : st.pending_bwd;
+      const auto epochs = meta.at(dir_i == 0 ? "pending_fwd" : "pending_bwd").at(l).get<std::vector<int>>();
+      for (size_t i = 0; i < epochs.size(); ++i)
+        pending.emplace_back(epochs[i], r.bytes(fmt::format("{}/{}/{}", dir_i == 0 ? "fwd" : "bwd", l, i)));
+    }
+  }
+  return layers;
+}
+
 }  // namespace halogen::train_detail

@@ -136,4 +136,22 @@ std::vector<double> layer_drift(const std::vector<double>& num, const std::vecto
 /// Logs why an epoch of stale mode (after the first) exchanges synchronously.
 void log_sync_decision(const TrainOptions& opt, int epoch, const BoundedStalenessAdapter::Decision& decision);
 
+/// One layer's stale-mode state as a checkpoint stores it (host, fp32), in the records both
+/// trainers write and read: the halo cache and the epoch it came from, the rows last sent
+/// (drift), the smoothed gradients, and the exchanges in flight (SavedExchange bytes) with the
+/// epochs that started them.
+struct LayerState {
+  int forward_epoch = -1;
+  std::vector<float> halo;  // empty: the layer exchanges nothing forward
+  int last_rows = 0, last_cols = 0;
+  std::vector<float> last_sent;
+  int smoothed_cols = 0;  // rows: the send-list entries
+  std::vector<float> smoothed_grad;
+  std::vector<std::pair<int, std::string>> pending_fwd, pending_bwd;
+};
+void write_layer_states(CheckpointWriter& w, nlohmann::json& meta, const std::vector<LayerState>& layers);
+/// `halo_values[l]`: the size of layer l's halo cache (0: none); `sends`: send-list entries.
+std::vector<LayerState> read_layer_states(const CheckpointReader& r, const nlohmann::json& meta,
+                                          const std::vector<int64_t>& halo_values, int64_t sends);
+
 }  // namespace halogen::train_detail

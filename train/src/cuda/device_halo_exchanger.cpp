@@ -120,8 +120,8 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backw
 }
 
 template <typename T>
-void DeviceHaloExchanger<T>::wait_and_fetch(Pending& p) {
-  HALOGEN_EXPECTS(p.active_, "rank {}: finishing a device halo exchange that is not in flight", shard_.part);
+void DeviceHaloExchanger<T>::fetch(Pending& p) {
+  if (p.fetched_) return;
   Stopwatch wait;
   try {
     stats_.transfer_s += p.transfer_.wait();
@@ -130,17 +130,55 @@ void DeviceHaloExchanger<T>::wait_and_fetch(Pending& p) {
                  p.backward_ ? "backward (gradients)" : "forward (embeddings)", e.what());
   }
   stats_.wait_s += wait.seconds();
-  p.active_ = false;
-  const size_t words = p.recv_off_.back();
-  if (!direct_ && words > 0)
-    HALOGEN_CHECK_CUDA(cudaMemcpyAsync(p.recv_words_.data(), p.recv_host_.data(), words * sizeof(uint32_t),
-                                       cudaMemcpyHostToDevice, stream_));
   if (!direct_) {
+    const size_t words = p.recv_off_.back();
+    if (words > 0)
+      HALOGEN_CHECK_CUDA(cudaMemcpyAsync(p.recv_words_.data(), p.recv_host_.data(), words * sizeof(uint32_t),
+                                         cudaMemcpyHostToDevice, stream_));
     // The host copies are done with once the upload above has run.
     HALOGEN_CHECK_CUDA(cudaStreamSynchronize(stream_));
     give_back(std::move(p.send_host_));
     give_back(std::move(p.recv_host_));
   }
+  p.fetched_ = true;
+}
+
+template <typename T>
+void DeviceHaloExchanger<T>::wait_and_fetch(Pending& p) {
+  HALOGEN_EXPECTS(p.active_, "rank {}: finishing a device halo exchange that is not in flight", shard_.part);
+  fetch(p);
+  p.active_ = false;
+}
+
+template <typename T>
+std::string DeviceHaloExchanger<T>::save(Pending& p) {
+  HALOGEN_EXPECTS(p.active_, "rank {}: saving a device halo exchange that is not in flight", shard_.part);
+  fetch(p);
+  SavedExchange saved{p.cols_, p.bits_, p.backward_, p.fp32_tail_, p.recv_off_, {}};
+  saved.words.resize(p.recv_off_.back());
+  if (!saved.words.empty())
+    HALOGEN_CHECK_CUDA(cudaMemcpyAsync(saved.words.data(), p.recv_words_.data(), saved.words.size() * sizeof(uint32_t),
+                                       cudaMemcpyDeviceToHost, stream_));
+  HALOGEN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  return saved.encode();
+}
+
+template <typename T>
+typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::restore(const std::string& bytes) {
+  SavedExchange saved = SavedExchange::decode(bytes);
+  HALOGEN_EXPECTS(saved.recv_offsets.size() == static_cast<size_t>(shard_.num_parts) + 1,
+                  "rank {}: a saved exchange of {} peers for a partition into {} parts", shard_.part,
+                  saved.recv_offsets.size() - (saved.recv_offsets.empty() ? 0 : 1), shard_.num_parts);
+  Pending p;
+  p.active_ = true;
+  p.fetched_ = true;
+  p.backward_ = saved.backward;
+  p.cols_ = saved.cols;
+  p.fp32_tail_ = saved.fp32_tail;
+  p.bits_ = saved.bits;
+  p.recv_off_ = std::move(saved.recv_offsets);
+  p.recv_words_.upload(saved.words, stream_);
+  return p;
 }
 
 template <typename T>

@@ -44,6 +44,7 @@ class DeviceHaloExchanger {
     bool active_ = false, backward_ = false;
     int64_t cols_ = 0, fp32_tail_ = 0;
     int bits_ = 32;
+    bool fetched_ = false;                     // the received words are on the device (transfer done)
     int epoch_ = 0, layer_ = 0;                // for error messages
     std::vector<size_t> send_off_, recv_off_;  // per peer, in words
     cuda::DeviceBuffer<uint32_t> send_words_, recv_words_;
@@ -68,6 +69,12 @@ class DeviceHaloExchanger {
   /// per send-list entry) becomes keep * average + (1 - keep) * (received), and is what is added.
   void finish_backward(Pending& pending, T* local_grad, float keep = 0.0f, float* average = nullptr);
 
+  /// Checkpointing: waits for the transfer and returns what it received in the CPU
+  /// exchanger's format (SavedExchange); restore() rebuilds an exchange from it that finish_*
+  /// then applies exactly as the original, on either device.
+  std::string save(Pending& pending);
+  Pending restore(const std::string& bytes);
+
   const ExchangeStats& stats() const noexcept { return stats_; }
   ExchangeStats& stats() noexcept { return stats_; }
   bool uses_device_buffers() const noexcept { return direct_; }
@@ -77,7 +84,8 @@ class DeviceHaloExchanger {
  private:
   Pending post(bool backward, int64_t cols, int64_t fp32_tail, int bits, const quant::QuantKey& key, int tag,
                const float* send_rows);
-  void wait_and_fetch(Pending& p);
+  void wait_and_fetch(Pending& p);  // fetch, then the exchange is finished
+  void fetch(Pending& p);           // waits; the received words end up on the device
   cuda::PinnedBuffer<uint32_t> take_pinned(size_t words);
   void give_back(cuda::PinnedBuffer<uint32_t>&& buffer);
 

@@ -85,6 +85,9 @@ class GpuTrainer {
   }
   void save_checkpoint(int epoch);
   void load_checkpoint(const std::filesystem::path& dir);
+  // Checkpoint records are fp32: a device matrix of T as fp32 on the host, and back.
+  std::vector<float> download_floats(const T* device, int64_t n);
+  void upload_floats(const std::vector<float>& host, T* device);
 
  private:
   TrainResult run_epochs();
@@ -1022,13 +1025,59 @@ void GpuTrainer<T>::drain_pending() {
   stream_.synchronize();
 }
 
-// What the next epoch depends on in sync and overlap modes (stale runs are not checkpointed on
-// the GPU yet: validate() refuses them): parameters, Adam state, the loss
-// scaler and the best-validation record (halos are exchanged fresh every epoch). The records
-// have the CPU trainer's names and layout, so a CPU checkpoint resumes here too.
+// Everything the next epoch depends on, in the CPU trainer's records (so a checkpoint resumes
+// on either device): parameters, Adam state, each layer's halo cache and its epoch, the
+// exchanges still in flight (completed, stored, not applied), smoothing averages and drift
+// state, the best-validation record, and here also the fp16 loss scaler. Device matrices are
+// stored as fp32.
+template <typename T>
+std::vector<float> GpuTrainer<T>::download_floats(const T* device, int64_t n) {
+  std::vector<T> raw(static_cast<size_t>(n));
+  if (n > 0)
+    HALOGEN_CHECK_CUDA(
+        cudaMemcpyAsync(raw.data(), device, raw.size() * sizeof(T), cudaMemcpyDeviceToHost, stream_.get()));
+  stream_.synchronize();
+  if constexpr (kHalf) {
+    std::vector<float> out(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) out[i] = __half2float(raw[i]);
+    return out;
+  } else {
+    return raw;
+  }
+}
+
+template <typename T>
+void GpuTrainer<T>::upload_floats(const std::vector<float>& host, T* device) {
+  std::vector<T> raw(host.size());
+  for (size_t i = 0; i < host.size(); ++i) raw[i] = static_cast<T>(host[i]);
+  if (!raw.empty())
+    HALOGEN_CHECK_CUDA(
+        cudaMemcpyAsync(device, raw.data(), raw.size() * sizeof(T), cudaMemcpyHostToDevice, stream_.get()));
+  stream_.synchronize();
+}
+
 template <typename T>
 void GpuTrainer<T>::save_checkpoint(int epoch) {
   const std::vector<float> params = params_.to_host(st()), m = adam_.m.to_host(st()), v = adam_.v.to_host(st());
+  const int64_t sends = s_.send_offsets[s_.num_parts];
+  std::vector<LayerState> layers(static_cast<size_t>(L()));
+  for (int l = 0; l < L(); ++l) {
+    LayerState& state = layers[l];
+    state.forward_epoch = tracker_.forward_epoch(l);
+    if (const auto [x, cols] = exchanged(l); x != nullptr)
+      state.halo = download_floats(x + owned() * cols, s_.num_halo * cols);
+    if (!last_sent_[l].empty()) {
+      state.last_rows = static_cast<int>(sends);
+      state.last_cols = static_cast<int>(static_cast<int64_t>(last_sent_[l].size()) / sends);
+      state.last_sent = last_sent_[l].to_host(st());
+    }
+    if (!smoothed_grad_[l].empty()) {
+      state.smoothed_cols = static_cast<int>(static_cast<int64_t>(smoothed_grad_[l].size()) / sends);
+      state.smoothed_grad = smoothed_grad_[l].to_host(st());
+    }
+    for (auto& [e, p] : pend_fwd_[l]) state.pending_fwd.emplace_back(e, exch_.save(p));
+    for (auto& [e, p] : pend_bwd_[l]) state.pending_bwd.emplace_back(e, exch_.save(p));
+  }
   write_checkpoint(opt_, s_, epoch, model_description(opt_, s_, params.size()), log_,
                    [&](CheckpointWriter& w, nlohmann::json& meta) {
                      meta["device"] = "cuda";
@@ -1037,9 +1086,12 @@ void GpuTrainer<T>::save_checkpoint(int epoch) {
                      meta["loss_scale"] = scaler_.scale();
                      meta["loss_scale_good_steps"] = scaler_.good_steps();
                      meta["loss_scale_skipped_steps"] = scaler_.skipped_steps();
+                     meta["prev_drift"] = prev_drift_;
+                     meta["drift_measured"] = drift_measured_;
                      w.add_array("params", std::span<const float>(params));
                      w.add_array("adam_m", std::span<const float>(m));
                      w.add_array("adam_v", std::span<const float>(v));
+                     write_layer_states(w, meta, layers);
                    });
 }
 
@@ -1059,6 +1111,24 @@ void GpuTrainer<T>::load_checkpoint(const std::filesystem::path& dir) {
         if (kHalf && meta.contains("loss_scale"))
           scaler_.restore(meta.at("loss_scale").get<float>(), meta.at("loss_scale_good_steps").get<int>(),
                           meta.at("loss_scale_skipped_steps").get<int64_t>());
+        prev_drift_ = meta.at("prev_drift").get<std::vector<double>>();
+        drift_measured_ = meta.at("drift_measured").get<bool>();
+        std::vector<int64_t> halo_values;
+        for (int l = 0; l < L(); ++l) {
+          const auto [x, cols] = exchanged(l);
+          halo_values.push_back(x != nullptr ? s_.num_halo * cols : 0);
+        }
+        const auto layers = read_layer_states(r, meta, halo_values, s_.send_offsets[s_.num_parts]);
+        for (int l = 0; l < L(); ++l) {
+          const LayerState& state = layers[l];
+          tracker_.set_forward(l, state.forward_epoch);
+          if (const auto [x, cols] = exchanged(l); x != nullptr && !state.halo.empty())
+            upload_floats(state.halo, x + owned() * cols);
+          if (!state.smoothed_grad.empty()) smoothed_grad_[l].upload(state.smoothed_grad, st());
+          if (!state.last_sent.empty()) last_sent_[l].upload(state.last_sent, st());
+          for (const auto& [e, bytes] : state.pending_fwd) pend_fwd_[l].emplace_back(e, exch_.restore(bytes));
+          for (const auto& [e, bytes] : state.pending_bwd) pend_bwd_[l].emplace_back(e, exch_.restore(bytes));
+        }
       });
   if constexpr (kHalf) float_to_half_gpu(params_.data(), params_h_.data(), static_cast<int64_t>(n), st());
 }

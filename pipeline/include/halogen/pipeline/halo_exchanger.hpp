@@ -40,6 +40,21 @@ struct ExchangeStats {
   void reset() { *this = ExchangeStats{}; }
 };
 
+/// The saved form of a completed exchange (checkpoints): its shape and the words it received.
+/// encode() is the byte format of PendingExchange::save, shared with the GPU exchanger, so a
+/// checkpoint written on one device resumes on the other.
+struct SavedExchange {
+  int64_t cols = 0;
+  int bits = 32;
+  bool backward = false;
+  int64_t fp32_tail = 0;
+  std::vector<size_t> recv_offsets;  // per peer, in words
+  std::vector<uint32_t> words;
+  std::string encode() const;
+  /// Throws halogen::Error on a truncated or inconsistent record.
+  static SavedExchange decode(const std::string& bytes);
+};
+
 /// An exchange in flight: owns the packed buffers and the transfer handle.
 class PendingExchange {
  public:
