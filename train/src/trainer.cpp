@@ -12,6 +12,7 @@
 #include <limits>
 #include <thread>
 
+#include "halo_schedule.hpp"
 #include "halogen/comm/collective_error.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
@@ -213,8 +214,8 @@ class DistributedTrainer {
   // Stale mode: per layer, the exchanges in flight (oldest first) and the epoch each carries.
   // Epoch t consumes exactly those started at epoch <= t - S: deterministic, whatever the
   // network's timing.
-  using InFlight = std::deque<std::pair<int, PendingExchange>>;
-  std::vector<InFlight> pend_fwd_, pend_bwd_;
+  std::vector<train_detail::InFlight<PendingExchange>> pend_fwd_, pend_bwd_;
+  train_detail::EpochSchedule schedule() const { return {opt_.mode, sync_epoch_, opt_.staleness.smoothing}; }
   // Drift: the rows last sent per layer, and this epoch's sums ||H - H_last||^2, ||H||^2.
   std::vector<Matrix<float>> last_sent_;
   // Stale mode with smoothing: per layer, the running average of the halo gradients added
@@ -398,36 +399,10 @@ void DistributedTrainer::exchange_forward(int l, int epoch, float* x, int64_t co
   // sent carry a fresh dropout mask every epoch, which alone would make them differ by ~100%
   // from one epoch to the next and hide how much the embeddings themselves moved.
   if (adapter_.drift_enabled() && drift_rows != nullptr) measure_drift(l, drift_rows, drift_cols);
-  InFlight& in_flight = pend_fwd_[l];
-  if (opt_.mode == ExchangeMode::kStale && !sync_epoch_) {
-    // Take in what was sent S or more epochs ago (waiting for it if it has not arrived),
-    // send this epoch's rows, and aggregate with the halo we hold.
-    const int S = tracker_.bound();
-    while (!in_flight.empty() && in_flight.front().first <= epoch - S) {
-      exch_.finish_forward(in_flight.front().second, x, cols, opt_.staleness.smoothing);
-      tracker_.set_forward(l, in_flight.front().first);
-      in_flight.pop_front();
-    }
-    if (s_.num_halo > 0) tracker_.use_forward(l, epoch);  // no halo rows, nothing stale
-    in_flight.emplace_back(epoch, exch_.start_forward(x, cols, cols, bits, key, tag_forward(l), fp32_tail(l)));
-    before_halo();
-    after_halo();
-    return;
-  }
-  // Fresh exchange. In stale mode a synchronous epoch first drains what is in flight.
-  for (auto& [e, p] : in_flight) exch_.finish_forward(p, x, cols);
-  in_flight.clear();
-  auto pending = exch_.start_forward(x, cols, cols, bits, key, tag_forward(l), fp32_tail(l));
-  if (opt_.mode == ExchangeMode::kSync) {
-    exch_.finish_forward(pending, x, cols);
-    before_halo();
-  } else {
-    before_halo();
-    exch_.finish_forward(pending, x, cols);
-  }
-  after_halo();
-  tracker_.set_forward(l, epoch);
-  tracker_.use_forward(l, epoch);
+  train_detail::schedule_forward(
+      schedule(), pend_fwd_[l], tracker_, l, epoch, s_.num_halo > 0,
+      [&] { return exch_.start_forward(x, cols, cols, bits, key, tag_forward(l), fp32_tail(l)); },
+      [&](PendingExchange& p, float keep) { exch_.finish_forward(p, x, cols, keep); }, before_halo, after_halo);
 }
 
 // Evaluation always sees fresh halos. In stale mode the training halo cache is kept aside and
@@ -479,39 +454,25 @@ void DistributedTrainer::exchange_backward(int l, int epoch, float* dlocal, int6
   }
   const quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0, 0};
   const int bits = opt_.bits_bwd_at(l);
-  InFlight& in_flight = pend_bwd_[l];
-  if (opt_.mode == ExchangeMode::kStale && !sync_epoch_) {
-    // Send this epoch's halo gradients; add the ones sent to us S epochs ago.
-    PendingExchange fresh = exch_.start_backward(dlocal, fin, fin, bits, key, tag_backward(l));
-    owned_rows();
-    const int S = tracker_.bound();
-    // Smoothing keeps a running average of the received gradients, one row per send-list entry.
-    const float keep = opt_.staleness.smoothing;
-    Matrix<float>& average = smoothed_grad_[l];
-    const int64_t sends = s_.send_offsets[s_.num_parts];
-    if (keep > 0.0f && (average.rows() != sends || average.cols() != fin)) {
-      average.reshape(sends, fin);
-      average.zero();
-    }
-    while (!in_flight.empty() && in_flight.front().first <= epoch - S) {
-      if (sends > 0) tracker_.use_backward(l, in_flight.front().first, epoch);
-      exch_.finish_backward(in_flight.front().second, dlocal, fin, keep, average.data());
-      in_flight.pop_front();
-    }
-    in_flight.emplace_back(epoch, std::move(fresh));
-    return;
-  }
-  if (!in_flight.empty()) {
-    // A synchronous epoch after stale ones: the halo gradients still in flight are dropped,
-    // so every epoch applies exactly one set of halo gradients.
-    Matrix<float> discard(local(), fin);
-    discard.zero();
-    for (auto& [e, p] : in_flight) exch_.finish_backward(p, discard.data(), fin);
-    in_flight.clear();
-  }
-  auto pending = exch_.start_backward(dlocal, fin, fin, bits, key, tag_backward(l));
-  owned_rows();
-  exch_.finish_backward(pending, dlocal, fin);
+  const int64_t sends = s_.send_offsets[s_.num_parts];
+  train_detail::schedule_backward(
+      schedule(), pend_bwd_[l], tracker_, l, epoch, sends > 0,
+      [&] { return exch_.start_backward(dlocal, fin, fin, bits, key, tag_backward(l)); },
+      [&](PendingExchange& p, float keep) {
+        // Smoothing keeps a running average of the received gradients, one row per send-list entry.
+        Matrix<float>& average = smoothed_grad_[l];
+        if (keep > 0.0f && (average.rows() != sends || average.cols() != fin)) {
+          average.reshape(sends, fin);
+          average.zero();
+        }
+        exch_.finish_backward(p, dlocal, fin, keep, average.data());
+      },
+      [&](PendingExchange& p) {
+        Matrix<float> discard(local(), fin);
+        discard.zero();
+        exch_.finish_backward(p, discard.data(), fin);
+      },
+      owned_rows);
 }
 
 // Test hooks for the failure tests (environment, all unset in normal runs):

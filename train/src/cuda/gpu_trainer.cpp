@@ -21,6 +21,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "../halo_schedule.hpp"
 #include "../train_gpu.hpp"
 #include "../trainer_common.hpp"
 #include "device_halo_exchanger.hpp"
@@ -53,6 +54,7 @@ DBuf<T> upload(const T* host, size_t n, void* stream) {
 template <typename T>
 class GpuTrainer {
   static constexpr bool kHalf = std::is_same_v<T, __half>;
+  using Pending = typename DeviceHaloExchanger<T>::Pending;
 
  public:
   GpuTrainer(const Shard& shard, Communicator& comm, const TrainOptions& opt)
@@ -150,7 +152,7 @@ class GpuTrainer {
   int64_t fp32_tail(int l) const { return gat() && !opt_.quantize_attention_terms ? lp_[l].heads : 0; }
   // Drift of the rows layer l sends (before dropout: y of layer l - 1), as the CPU trainer.
   void measure_drift(int l, const T* rows, int64_t cols);
-  void discard_gradients(typename DeviceHaloExchanger<T>::Pending& pending, int64_t cols);
+  void discard_gradients(Pending& pending, int64_t cols);
 
   const Shard& s_;
   Communicator& comm_;
@@ -162,9 +164,9 @@ class GpuTrainer {
   BoundedStalenessAdapter adapter_;
   StalenessTracker tracker_;
   bool sync_epoch_ = true;
-  // Stale mode: per layer, the exchanges in flight (oldest first) and the epoch each carries.
-  using InFlight = std::deque<std::pair<int, typename DeviceHaloExchanger<T>::Pending>>;
-  std::vector<InFlight> pend_fwd_, pend_bwd_;
+  // Stale mode: per layer, the exchanges in flight (halo_schedule.hpp).
+  std::vector<InFlight<Pending>> pend_fwd_, pend_bwd_;
+  EpochSchedule schedule() const { return {opt_.mode, sync_epoch_, opt_.staleness.smoothing}; }
   DBuf<T> saved_halo_, discard_;  // evaluation's copy of the stale halo; dropped gradients
   DBuf<unsigned int> nonfinite_;
   // GAT: the structure on the device (its host copy gives the sizes), per layer the local
@@ -757,36 +759,10 @@ void GpuTrainer<T>::exchange_forward(int l, int epoch, bool training, T* x, int6
   // Drift is measured on the activations before dropout (the rows sent carry a fresh dropout
   // mask every epoch, which alone would hide how much the embeddings moved).
   if (adapter_.drift_enabled() && drift_rows != nullptr) measure_drift(l, drift_rows, drift_cols);
-  InFlight& in_flight = pend_fwd_[l];
-  if (stale() && !sync_epoch_) {
-    // Take in what was sent S or more epochs ago, send this epoch's rows, and aggregate with
-    // the halo held. Deterministic: epoch t consumes exactly the exchanges of epochs <= t - S.
-    const int S = tracker_.bound();
-    while (!in_flight.empty() && in_flight.front().first <= epoch - S) {
-      exch_.finish_forward(in_flight.front().second, x, opt_.staleness.smoothing);
-      tracker_.set_forward(l, in_flight.front().first);
-      in_flight.pop_front();
-    }
-    if (s_.num_halo > 0) tracker_.use_forward(l, epoch);
-    in_flight.emplace_back(epoch, exch_.start_forward(x, cols, bits, key, 4 * l, fp32_tail));
-    owned_part();
-    halo_part();
-    return;
-  }
-  // Fresh exchange; a synchronous epoch of stale mode first drains what is in flight.
-  for (auto& [e, p] : in_flight) exch_.finish_forward(p, x);
-  in_flight.clear();
-  auto pending = exch_.start_forward(x, cols, bits, key, 4 * l, fp32_tail);
-  if (opt_.mode == ExchangeMode::kSync) {
-    exch_.finish_forward(pending, x);
-    owned_part();
-  } else {
-    owned_part();
-    exch_.finish_forward(pending, x);
-  }
-  halo_part();
-  tracker_.set_forward(l, epoch);
-  tracker_.use_forward(l, epoch);
+  schedule_forward(
+      schedule(), pend_fwd_[l], tracker_, l, epoch, s_.num_halo > 0,
+      [&] { return exch_.start_forward(x, cols, bits, key, 4 * l, fp32_tail); },
+      [&](Pending& p, float keep) { exch_.finish_forward(p, x, keep); }, owned_part, halo_part);
 }
 
 template <typename T>
@@ -810,39 +786,24 @@ void GpuTrainer<T>::exchange_backward(int l, int epoch, T* dlocal, int64_t cols,
       gradient_overflow_ = true;
     }
   }
-  InFlight& in_flight = pend_bwd_[l];
-  if (stale() && !sync_epoch_) {
-    // Send this epoch's halo gradients; add the ones sent to us S epochs ago.
-    auto fresh = exch_.start_backward(dlocal, cols, bits, key, 4 * l + 1);
-    owned_rows();
-    const int S = tracker_.bound();
-    const int64_t sends = s_.send_offsets[s_.num_parts];
-    // Smoothing keeps a running average of the received gradients, one row per send-list entry.
-    const float keep = opt_.staleness.smoothing;
-    DBuf<float>& average = smoothed_grad_[l];
-    if (keep > 0.0f && average.size() != static_cast<size_t>(sends * cols)) {
-      average.resize(static_cast<size_t>(sends * cols));
-      average.zero(st());
-    }
-    while (!in_flight.empty() && in_flight.front().first <= epoch - S) {
-      if (sends > 0) tracker_.use_backward(l, in_flight.front().first, epoch);
-      exch_.finish_backward(in_flight.front().second, dlocal, keep, keep > 0.0f ? average.data() : nullptr);
-      in_flight.pop_front();
-    }
-    in_flight.emplace_back(epoch, std::move(fresh));
-    return;
-  }
-  // A synchronous epoch after stale ones drops the halo gradients still in flight, so every
-  // epoch applies exactly one set of halo gradients (as the CPU trainer).
-  for (auto& [e, p] : in_flight) discard_gradients(p, cols);
-  in_flight.clear();
-  auto pending = exch_.start_backward(dlocal, cols, bits, key, 4 * l + 1);
-  owned_rows();
-  exch_.finish_backward(pending, dlocal);
+  const int64_t sends = s_.send_offsets[s_.num_parts];
+  schedule_backward(
+      schedule(), pend_bwd_[l], tracker_, l, epoch, sends > 0,
+      [&] { return exch_.start_backward(dlocal, cols, bits, key, 4 * l + 1); },
+      [&](Pending& p, float keep) {
+        // Smoothing keeps a running average of the received gradients, one row per send-list entry.
+        DBuf<float>& average = smoothed_grad_[l];
+        if (keep > 0.0f && average.size() != static_cast<size_t>(sends * cols)) {
+          average.resize(static_cast<size_t>(sends * cols));
+          average.zero(st());
+        }
+        exch_.finish_backward(p, dlocal, keep, keep > 0.0f ? average.data() : nullptr);
+      },
+      [&](Pending& p) { discard_gradients(p, cols); }, owned_rows);
 }
 
 template <typename T>
-void GpuTrainer<T>::discard_gradients(typename DeviceHaloExchanger<T>::Pending& pending, int64_t cols) {
+void GpuTrainer<T>::discard_gradients(Pending& pending, int64_t cols) {
   discard_.resize(static_cast<size_t>(local() * cols));
   discard_.zero(st());
   exch_.finish_backward(pending, discard_.data());
