@@ -733,19 +733,9 @@ TEST_F(GpuKernels, GatMatchesCpu) {
     run(on_host, on_host.feat, dout.data(), out.data(), dfeat.data(), alpha.data(), edge_grad.data(), del.data(),
         der.data(), cpu_forward, cpu_backward);
     // The same on the device.
-    auto up64 = [](const std::vector<int64_t>& v) { return DeviceBuffer<int64_t>::from_host(v); };
-    auto up32 = [](const std::vector<int32_t>& v) { return DeviceBuffer<int32_t>::from_host(v); };
     auto upf = [](const std::vector<float>& v) { return DeviceBuffer<float>::from_host(v); };
-    auto d_off = up64(st.offsets), d_toff = up64(st.t_offsets), d_tentry = up64(st.t_entry);
-    auto d_idx = up32(st.indices), d_trows = up32(st.t_rows), d_dgid = up32(st.dst_gid), d_sgid = up32(st.src_gid);
-    GatGraph dev = host;
-    dev.offsets = d_off.data();
-    dev.indices = d_idx.data();
-    dev.t_offsets = d_toff.data();
-    dev.t_rows = d_trows.data();
-    dev.t_entry = d_tentry.data();
-    dev.dst_gid = d_dgid.data();
-    dev.src_gid = d_sgid.data();
+    const GatDeviceStructure on_gpu(st);
+    const GatGraph dev = on_gpu.view();
     auto d_feat = upf(pr.feat), d_el = upf(pr.el), d_er = upf(pr.er), d_dout = upf(dout);
     DeviceBuffer<float> d_alpha(alpha.size()), d_out(out.size()), d_eg(alpha.size()), d_dfeat(dfeat.size()),
         d_del(del.size()), d_der(der.size());

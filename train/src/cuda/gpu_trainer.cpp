@@ -172,9 +172,7 @@ class GpuTrainer {
   // GAT: the structure on the device (its host copy gives the sizes), per layer the local
   // [h | el] rows (exchanged), er on owned rows and the attention weights; backward scratch.
   GatStructure gat_host_;
-  GatGraph gat_graph_;
-  DBuf<int64_t> gat_off_, gat_toff_, gat_tentry_;
-  DBuf<int32_t> gat_idx_, gat_trows_, gat_dgid_, gat_sgid_, gat_interior_, gat_boundary_;
+  GatDeviceStructure gat_device_;
   std::vector<DBuf<float>> hl_, er_, alpha_;
   DBuf<float> dh_, del_, der_, edge_grad_;
   // Stale smoothing: per layer, the running average of the halo gradients added (one row per
@@ -272,23 +270,7 @@ void GpuTrainer<T>::upload_structure() {
   for (int64_t i = 0; i < owned(); ++i) mask[i] = s_.split[i] == static_cast<uint8_t>(SplitRole::kTrain);
   train_mask_ = upload(mask.data(), mask.size(), st());
   if (gat()) {
-    gat_off_.upload(gat_host_.offsets, st());
-    gat_toff_.upload(gat_host_.t_offsets, st());
-    gat_tentry_.upload(gat_host_.t_entry, st());
-    gat_idx_.upload(gat_host_.indices, st());
-    gat_trows_.upload(gat_host_.t_rows, st());
-    gat_dgid_.upload(gat_host_.dst_gid, st());
-    gat_sgid_.upload(gat_host_.src_gid, st());
-    gat_interior_.upload(gat_host_.interior_rows, st());
-    gat_boundary_.upload(gat_host_.boundary_rows, st());
-    gat_graph_ = gat_host_.view();  // sizes from the host; pointers to the device copies
-    gat_graph_.offsets = gat_off_.data();
-    gat_graph_.indices = gat_idx_.data();
-    gat_graph_.t_offsets = gat_toff_.data();
-    gat_graph_.t_rows = gat_trows_.data();
-    gat_graph_.t_entry = gat_tentry_.data();
-    gat_graph_.dst_gid = gat_dgid_.data();
-    gat_graph_.src_gid = gat_sgid_.data();
+    gat_device_ = GatDeviceStructure(gat_host_, st());
   }
   if constexpr (kHalf) {
     plan_own_.emplace(CsrBlock{own_off_.data(), own_idx_.data(), owned()}, HalfAggregationPlan::kDefaultChunk, st());
@@ -843,7 +825,7 @@ GatInputs GpuTrainer<T>::gat_inputs(int l, int epoch, bool training) const {
   const auto& lp = lp_[l];
   const int64_t ldh = lp.proj() + lp.heads;
   GatInputs in;
-  in.graph = gat_graph_;
+  in.graph = gat_device_.view();
   in.heads = lp.heads;
   in.head_dim = lp.head_dim;
   in.feat = hl_[l].data();
@@ -889,7 +871,7 @@ void GpuTrainer<T>::forward_gat_layer(int l, int epoch, bool training) {
     };
     exchange_forward(
         l, epoch, training, hl, ldh, l > 0 ? y_[l - 1].data() : nullptr, fin, fp32_tail(l),
-        [&] { rows(gat_interior_); }, [&] { rows(gat_boundary_); });
+        [&] { rows(gat_device_.interior_rows()); }, [&] { rows(gat_device_.boundary_rows()); });
     gemm_into_output(l, 1, ones_.data(), 1, params_.data() + lp.bias, 1.0f);  // out += bias
     if (lp.identity_residual) {
       axpy_gpu(owned() * fout, 1.0f, x, out, st());

@@ -26,6 +26,8 @@
 #include "halogen/core/rng.hpp"
 
 #if HALOGEN_HAVE_CUDA
+#include "halogen/core/cuda/device_memory.hpp"
+
 struct __half;  // cuda_fp16.h
 #endif
 
@@ -58,6 +60,25 @@ struct GatStructure {
 /// are halo. Self loops (column == row) are dropped; the kernels add the self term.
 GatStructure build_gat_structure(int64_t rows, int64_t num_src, const int64_t* offsets, const int32_t* indices,
                                  const int32_t* owned_gid, const int32_t* halo_gid);
+
+#if HALOGEN_HAVE_CUDA
+/// A GatStructure copied to the device (CUDA builds): view() is the same GatGraph with device
+/// pointers, and the interior/boundary row lists are device arrays. Built once per shard.
+class GatDeviceStructure {
+ public:
+  GatDeviceStructure() = default;
+  /// Copies `host` (synchronising `stream`, a cudaStream_t).
+  explicit GatDeviceStructure(const GatStructure& host, void* stream = nullptr);
+  GatGraph view() const;
+  const cuda::DeviceBuffer<int32_t>& interior_rows() const noexcept { return interior_rows_; }
+  const cuda::DeviceBuffer<int32_t>& boundary_rows() const noexcept { return boundary_rows_; }
+
+ private:
+  int64_t rows_ = 0, num_src_ = 0;
+  cuda::DeviceBuffer<int64_t> offsets_, t_offsets_, t_entry_;
+  cuda::DeviceBuffer<int32_t> indices_, t_rows_, dst_gid_, src_gid_, interior_rows_, boundary_rows_;
+};
+#endif
 
 struct GatDropout {
   float p = 0.0f;  // attention dropout probability, [0, 1)
