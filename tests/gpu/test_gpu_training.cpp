@@ -29,21 +29,16 @@
 namespace halogen {
 namespace {
 
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using test::world_rank;
+using test::world_size;
 
-/// Agreed over all ranks: 0 = no GPU anywhere, 1 = every rank can have its own, 2 = they must share.
+/// Agreed over all ranks: 0 = some rank has no GPU, 2 = some node has fewer GPUs than ranks,
+/// 1 = every rank can have its own.
 int gpu_situation() {
-  const LocalRankInfo local = local_rank_info(MPI_COMM_WORLD);
   const int gpus = cuda_device_count();
-  int situation = gpus == 0 ? 0 : gpus >= local.local_size ? 1 : 2;
-  int worst_none = situation == 0 ? 1 : 0, worst_share = situation == 2 ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &worst_none, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &worst_share, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return worst_none ? 0 : worst_share ? 2 : 1;
+  int lacking[2] = {gpus == 0 ? 1 : 0, gpus < local_rank_info(MPI_COMM_WORLD).local_size ? 1 : 0};
+  MPI_Allreduce(MPI_IN_PLACE, lacking, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return lacking[0] ? 0 : lacking[1] ? 2 : 1;
 }
 
 class GpuTraining : public testing::Test {
@@ -51,17 +46,14 @@ class GpuTraining : public testing::Test {
   void SetUp() override {
     situation_ = gpu_situation();
     if (situation_ == 0) GTEST_SKIP() << "no GPU";
-    const auto dir = test::shared_data_dir() / "cora";
-    if (!std::filesystem::exists(dir / "raw")) GTEST_SKIP() << "shared dataset missing: " << dir;
+    HALOGEN_SHARED_DATASET(dir, "cora");
     if (situation_ == 2) setenv("HALOGEN_DEVICE", "0", 1);
     select_local_device(MPI_COMM_WORLD);
     const Dataset ds = read_ogb_dataset(dir);
     PartitionOptions popt;
     popt.num_parts = world_size();
     auto shards = build_shards(ds, partition_graph(ds, popt), world_size());
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    shard_ = std::move(shards[static_cast<size_t>(rank)]);
+    shard_ = std::move(shards[static_cast<size_t>(world_rank())]);
   }
 
   static TrainOptions options(ModelKind model, Device device) {
@@ -264,9 +256,7 @@ TEST_F(GpuTraining, ResumeIsBitIdentical) {
       EXPECT_EQ(resumed.epochs[e]["loss"].get<double>(), whole.epochs[e + 7]["loss"].get<double>())
           << "variant " << variant << " epoch " << e + 7;
     MPI_Barrier(MPI_COMM_WORLD);
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0) std::filesystem::remove_all(dir);
+    if (world_rank() == 0) std::filesystem::remove_all(dir);
   }
 }
 

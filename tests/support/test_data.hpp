@@ -1,8 +1,9 @@
-// Locating the shared real datasets (../shared/data beside the checkout) and scratch
-// directories for tests.
+// Locating the shared real datasets (../shared/data beside the checkout), scratch
+// directories and the MPI world for tests.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +18,18 @@ namespace halogen::test {
 inline std::filesystem::path shared_data_dir() {
   if (const char* env = std::getenv("HALOGEN_SHARED_DATA")) return env;
   return std::filesystem::path(HALOGEN_SOURCE_DIR) / ".." / "shared" / "data";
+}
+
+/// This process's rank and the rank count of MPI_COMM_WORLD.
+inline int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+inline int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
 }
 
 /// Path of one shared dataset; skips the test when the shared data is not there.

@@ -17,16 +17,8 @@
 namespace halogen {
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using test::world_rank;
+using test::world_size;
 
 TrainOptions exactness_options(ModelKind model, ExchangeMode mode) {
   TrainOptions t;
