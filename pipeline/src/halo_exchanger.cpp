@@ -112,6 +112,20 @@ HaloExchanger::MessageLayout HaloExchanger::message_layout(const Shard& shard, b
   return m;
 }
 
+uint64_t HaloExchanger::MessageLayout::peer_buffers(uint32_t* send_base, uint32_t* recv_base,
+                                                    std::vector<PeerBuffer>& sends,
+                                                    std::vector<PeerBuffer>& recvs) const {
+  uint64_t bytes = 0;
+  for (size_t q = 0; q + 1 < send.size(); ++q) {
+    const size_t sb = (send[q + 1] - send[q]) * sizeof(uint32_t);
+    const size_t rb = (recv[q + 1] - recv[q]) * sizeof(uint32_t);
+    if (sb > 0) sends.push_back({static_cast<int>(q), send_base + send[q], sb});
+    if (rb > 0) recvs.push_back({static_cast<int>(q), recv_base + recv[q], rb});
+    bytes += sb;
+  }
+  return bytes;
+}
+
 PendingExchange HaloExchanger::post(bool backward, int64_t cols, int64_t fp32_tail, int bits,
                                     const quant::QuantKey& key, int tag,
                                     const std::function<const float*(int q, int64_t& ld)>& rows_of) {
@@ -120,7 +134,6 @@ PendingExchange HaloExchanger::post(bool backward, int64_t cols, int64_t fp32_ta
   Stopwatch sw;
   const int P = shard_.num_parts;
   auto send_rows = [&](int q) { return rows_to(shard_, backward, q); };
-  auto recv_rows = [&](int q) { return rows_from(shard_, backward, q); };
   PendingExchange p;
   p.active_ = true;
   p.cols_ = cols;
@@ -130,12 +143,8 @@ PendingExchange HaloExchanger::post(bool backward, int64_t cols, int64_t fp32_ta
   p.epoch_ = static_cast<int>(key.epoch);
   p.layer_ = static_cast<int>(key.layer);
   MessageLayout layout = message_layout(shard_, backward, bits, cols, fp32_tail);
-  p.send_offsets_ = std::move(layout.send);
-  p.recv_offsets_ = std::move(layout.recv);
-  p.send_words_.resize(p.send_offsets_[P]);
-  p.recv_words_.resize(p.recv_offsets_[P]);
-  std::vector<PeerBuffer> sends, recvs;
-  uint64_t bytes = 0;
+  p.send_words_.resize(layout.send[P]);
+  p.recv_words_.resize(layout.recv[P]);
   for (int q = 0; q < P; ++q) {
     if (send_rows(q) > 0) {
       quant::QuantKey k = key;
@@ -143,7 +152,7 @@ PendingExchange HaloExchanger::post(bool backward, int64_t cols, int64_t fp32_ta
       k.peer = static_cast<uint32_t>(q);
       int64_t ld = cols;
       const float* rows = rows_of(q, ld);
-      uint32_t* words = p.send_words_.data() + p.send_offsets_[q];
+      uint32_t* words = p.send_words_.data() + layout.send[q];
       quant::quantize_rows<kDevCpu>(rows, send_rows(q), cols - fp32_tail, ld, bits, k, words);
       if (fp32_tail > 0) {
         float* tail = reinterpret_cast<float*>(words + quant::packed_words(bits, send_rows(q), cols - fp32_tail));
@@ -151,13 +160,12 @@ PendingExchange HaloExchanger::post(bool backward, int64_t cols, int64_t fp32_ta
           std::memcpy(tail + r * fp32_tail, rows + r * ld + cols - fp32_tail,
                       static_cast<size_t>(fp32_tail) * sizeof(float));
       }
-      const size_t n = (p.send_offsets_[q + 1] - p.send_offsets_[q]) * 4;
-      sends.push_back({q, p.send_words_.data() + p.send_offsets_[q], n});
-      bytes += n;
     }
-    if (recv_rows(q) > 0)
-      recvs.push_back({q, p.recv_words_.data() + p.recv_offsets_[q], (p.recv_offsets_[q + 1] - p.recv_offsets_[q]) * 4});
   }
+  std::vector<PeerBuffer> sends, recvs;
+  const uint64_t bytes = layout.peer_buffers(p.send_words_.data(), p.recv_words_.data(), sends, recvs);
+  p.send_offsets_ = std::move(layout.send);
+  p.recv_offsets_ = std::move(layout.recv);
   stats_.quant_s += sw.seconds();
   stats_.bytes_sent += bytes;
   stats_.messages += sends.size();

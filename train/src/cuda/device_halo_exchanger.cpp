@@ -68,11 +68,9 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backw
   p.bits_ = bits;
   p.epoch_ = static_cast<int>(key.epoch);
   p.layer_ = static_cast<int>(key.layer);
-  HaloExchanger::MessageLayout layout = HaloExchanger::message_layout(shard_, backward, bits, cols, fp32_tail);
-  p.send_off_ = std::move(layout.send);
-  p.recv_off_ = std::move(layout.recv);
-  p.send_words_.resize(p.send_off_[P]);
-  p.recv_words_.resize(p.recv_off_[P]);
+  p.layout_ = HaloExchanger::message_layout(shard_, backward, bits, cols, fp32_tail);
+  p.send_words_.resize(p.layout_.send[P]);
+  p.recv_words_.resize(p.layout_.recv[P]);
   // Row r of peer q's message is row (first row of q) + r of send_rows.
   int64_t first_row = 0;
   for (int q = 0; q < P; ++q) {
@@ -81,7 +79,7 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backw
       quant::QuantKey k = key;
       k.rank = static_cast<uint32_t>(shard_.part);
       k.peer = static_cast<uint32_t>(q);
-      uint32_t* words = p.send_words_.data() + p.send_off_[q];
+      uint32_t* words = p.send_words_.data() + p.layout_.send[q];
       quant::quantize_rows<kDevCuda>(send_rows + first_row * cols, n, quantized, cols, bits, k, words, stream_);
       if (fp32_tail > 0) {
         float* tail = reinterpret_cast<float*>(words + quant::packed_words(bits, n, quantized));
@@ -95,24 +93,17 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backw
   uint32_t* send_base = p.send_words_.data();
   uint32_t* recv_base = p.recv_words_.data();
   if (!direct_) {
-    p.send_host_ = take_pinned(p.send_off_[P]);
-    p.recv_host_ = take_pinned(p.recv_off_[P]);
-    if (p.send_off_[P] > 0)
-      HALOGEN_CHECK_CUDA(cudaMemcpyAsync(p.send_host_.data(), p.send_words_.data(), p.send_off_[P] * sizeof(uint32_t),
-                                         cudaMemcpyDeviceToHost, stream_));
+    p.send_host_ = take_pinned(p.layout_.send[P]);
+    p.recv_host_ = take_pinned(p.layout_.recv[P]);
+    if (p.layout_.send[P] > 0)
+      HALOGEN_CHECK_CUDA(cudaMemcpyAsync(p.send_host_.data(), p.send_words_.data(),
+                                         p.layout_.send[P] * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream_));
     HALOGEN_CHECK_CUDA(cudaStreamSynchronize(stream_));  // MPI reads the host copy
     send_base = p.send_host_.data();
     recv_base = p.recv_host_.data();
   }
   std::vector<PeerBuffer> sends, recvs;
-  uint64_t bytes = 0;
-  for (int q = 0; q < P; ++q) {
-    const size_t sb = (p.send_off_[q + 1] - p.send_off_[q]) * sizeof(uint32_t);
-    const size_t rb = (p.recv_off_[q + 1] - p.recv_off_[q]) * sizeof(uint32_t);
-    if (sb > 0) sends.push_back({q, send_base + p.send_off_[q], sb});
-    if (rb > 0) recvs.push_back({q, recv_base + p.recv_off_[q], rb});
-    bytes += sb;
-  }
+  const uint64_t bytes = p.layout_.peer_buffers(send_base, recv_base, sends, recvs);
   stats_.bytes_sent += bytes;
   stats_.messages += sends.size();
   p.transfer_ = Transfer::post(comm_, progress_, std::move(sends), std::move(recvs), tag);
@@ -131,7 +122,7 @@ void DeviceHaloExchanger<T>::fetch(Pending& p) {
   }
   stats_.wait_s += wait.seconds();
   if (!direct_) {
-    const size_t words = p.recv_off_.back();
+    const size_t words = p.layout_.recv.back();
     if (words > 0)
       HALOGEN_CHECK_CUDA(cudaMemcpyAsync(p.recv_words_.data(), p.recv_host_.data(), words * sizeof(uint32_t),
                                          cudaMemcpyHostToDevice, stream_));
@@ -154,8 +145,8 @@ template <typename T>
 std::string DeviceHaloExchanger<T>::save(Pending& p) {
   HALOGEN_EXPECTS(p.active_, "rank {}: saving a device halo exchange that is not in flight", shard_.part);
   fetch(p);
-  SavedExchange saved{p.cols_, p.bits_, p.backward_, p.fp32_tail_, p.recv_off_, {}};
-  saved.words.resize(p.recv_off_.back());
+  SavedExchange saved{p.cols_, p.bits_, p.backward_, p.fp32_tail_, p.layout_.recv, {}};
+  saved.words.resize(p.layout_.recv.back());
   if (!saved.words.empty())
     HALOGEN_CHECK_CUDA(cudaMemcpyAsync(saved.words.data(), p.recv_words_.data(), saved.words.size() * sizeof(uint32_t),
                                        cudaMemcpyDeviceToHost, stream_));
@@ -176,7 +167,7 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::restore(const s
   p.cols_ = saved.cols;
   p.fp32_tail_ = saved.fp32_tail;
   p.bits_ = saved.bits;
-  p.recv_off_ = std::move(saved.recv_offsets);
+  p.layout_.recv = std::move(saved.recv_offsets);
   p.recv_words_.upload(saved.words, stream_);
   return p;
 }
@@ -213,7 +204,7 @@ void DeviceHaloExchanger<T>::finish_forward(Pending& p, T* local, float keep) {
     if (n == 0) continue;
     const int64_t first = shard_.halo_offsets[q];
     const int64_t quantized = cols - p.fp32_tail_;
-    const uint32_t* words = p.recv_words_.data() + p.recv_off_[q];
+    const uint32_t* words = p.recv_words_.data() + p.layout_.recv[q];
     quant::dequantize_rows<kDevCuda>(words, n, quantized, p.bits_, target + first * cols, cols, false, stream_);
     if (p.fp32_tail_ > 0) {
       const auto* tail = reinterpret_cast<const float*>(words + quant::packed_words(p.bits_, n, quantized));
@@ -263,7 +254,7 @@ void DeviceHaloExchanger<T>::finish_backward(Pending& p, T* local_grad, float ke
     if (n == 0) continue;
     const int64_t first = shard_.send_offsets[q];
     float* received = rows_.data() + first * cols;
-    quant::dequantize_rows<kDevCuda>(p.recv_words_.data() + p.recv_off_[q], n, cols, p.bits_, received, cols, false,
+    quant::dequantize_rows<kDevCuda>(p.recv_words_.data() + p.layout_.recv[q], n, cols, p.bits_, received, cols, false,
                                      stream_);
     const float* added = received;
     if (keep > 0.0f) {

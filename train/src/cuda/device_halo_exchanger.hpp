@@ -46,7 +46,7 @@ class DeviceHaloExchanger {
     int bits_ = 32;
     bool fetched_ = false;                     // the received words are on the device (transfer done)
     int epoch_ = 0, layer_ = 0;                // for error messages
-    std::vector<size_t> send_off_, recv_off_;  // per peer, in words
+    HaloExchanger::MessageLayout layout_;      // per peer, in words
     cuda::DeviceBuffer<uint32_t> send_words_, recv_words_;
     cuda::PinnedBuffer<uint32_t> send_host_, recv_host_;
     Transfer transfer_;  // last: destroyed (waited for) before the buffers

@@ -143,6 +143,10 @@ class HaloExchanger {
   /// Word offsets (num_parts + 1 each) of the messages one exchange sends and receives, per peer.
   struct MessageLayout {
     std::vector<size_t> send, recv;
+    /// The non-empty messages of a transfer whose words start at send_base / recv_base;
+    /// returns the bytes sent.
+    uint64_t peer_buffers(uint32_t* send_base, uint32_t* recv_base, std::vector<PeerBuffer>& sends,
+                          std::vector<PeerBuffer>& recvs) const;
   };
   static MessageLayout message_layout(const Shard& shard, bool backward, int bits, int64_t cols, int64_t fp32_tail = 0);
 
