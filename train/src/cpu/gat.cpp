@@ -30,20 +30,6 @@ void check_gat_inputs(const GatLayerArgs& in) {
                   in.dropout.p);
 }
 
-GatGraph GatStructure::view() const {
-  GatGraph g;
-  g.rows = static_cast<int64_t>(offsets.size()) - 1;
-  g.num_src = static_cast<int64_t>(t_offsets.size()) - 1;
-  g.offsets = offsets.data();
-  g.indices = indices.data();
-  g.t_offsets = t_offsets.data();
-  g.t_rows = t_rows.data();
-  g.t_entry = t_entry.data();
-  g.dst_gid = dst_gid.data();
-  g.src_gid = src_gid.data();
-  return g;
-}
-
 GatStructure build_gat_structure(int64_t rows, int64_t num_src, const int64_t* offsets, const int32_t* indices,
                                  const int32_t* owned_gid, const int32_t* halo_gid) {
   HALOGEN_EXPECTS(rows >= 0 && num_src >= rows, "gat structure: {} rows, {} sources", rows, num_src);

@@ -871,7 +871,7 @@ void GpuTrainer<T>::forward_gat_layer(int l, int epoch, bool training) {
     };
     exchange_forward(
         l, epoch, training, hl, ldh, l > 0 ? y_[l - 1].data() : nullptr, fin, fp32_tail(l),
-        [&] { rows(gat_device_.interior_rows()); }, [&] { rows(gat_device_.boundary_rows()); });
+        [&] { rows(gat_device_.interior_rows); }, [&] { rows(gat_device_.boundary_rows); });
     gemm_into_output(l, 1, ones_.data(), 1, params_.data() + lp.bias, 1.0f);  // out += bias
     if (lp.identity_residual) {
       axpy_gpu(owned() * fout, 1.0f, x, out, st());

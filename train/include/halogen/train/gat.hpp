@@ -48,13 +48,31 @@ struct GatGraph {
   HALOGEN_HD int64_t entries() const { return rows > 0 ? offsets[rows] : 0; }
 };
 
+/// The GatGraph over the arrays of a structure (host vectors or device buffers).
+template <typename Arrays>
+GatGraph gat_graph_over(int64_t rows, int64_t num_src, const Arrays& a) {
+  GatGraph g;
+  g.rows = rows;
+  g.num_src = num_src;
+  g.offsets = a.offsets.data();
+  g.indices = a.indices.data();
+  g.t_offsets = a.t_offsets.data();
+  g.t_rows = a.t_rows.data();
+  g.t_entry = a.t_entry.data();
+  g.dst_gid = a.dst_gid.data();
+  g.src_gid = a.src_gid.data();
+  return g;
+}
+
 /// Host-side storage for a GatGraph (one per shard; the graph never changes).
 struct GatStructure {
   std::vector<int64_t> offsets, t_offsets, t_entry;
   std::vector<int32_t> indices, t_rows, dst_gid, src_gid;
   /// Rows whose sources are all owned (computable before the halo arrives), and the rest.
   std::vector<int32_t> interior_rows, boundary_rows;
-  GatGraph view() const;
+  GatGraph view() const {
+    return gat_graph_over(static_cast<int64_t>(offsets.size()) - 1, static_cast<int64_t>(t_offsets.size()) - 1, *this);
+  }
 };
 /// From a shard-like CSR: `rows` owned rows with local column ids (< num_src), ids >= rows
 /// are halo. Self loops (column == row) are dropped; the kernels add the self term.
@@ -64,19 +82,15 @@ GatStructure build_gat_structure(int64_t rows, int64_t num_src, const int64_t* o
 #if HALOGEN_HAVE_CUDA
 /// A GatStructure copied to the device (CUDA builds): view() is the same GatGraph with device
 /// pointers, and the interior/boundary row lists are device arrays. Built once per shard.
-class GatDeviceStructure {
- public:
+struct GatDeviceStructure {
   GatDeviceStructure() = default;
   /// Copies `host` (synchronising `stream`, a cudaStream_t).
   explicit GatDeviceStructure(const GatStructure& host, void* stream = nullptr);
-  GatGraph view() const;
-  const cuda::DeviceBuffer<int32_t>& interior_rows() const noexcept { return interior_rows_; }
-  const cuda::DeviceBuffer<int32_t>& boundary_rows() const noexcept { return boundary_rows_; }
+  GatGraph view() const { return gat_graph_over(rows, num_src, *this); }
 
- private:
-  int64_t rows_ = 0, num_src_ = 0;
-  cuda::DeviceBuffer<int64_t> offsets_, t_offsets_, t_entry_;
-  cuda::DeviceBuffer<int32_t> indices_, t_rows_, dst_gid_, src_gid_, interior_rows_, boundary_rows_;
+  int64_t rows = 0, num_src = 0;
+  cuda::DeviceBuffer<int64_t> offsets, t_offsets, t_entry;
+  cuda::DeviceBuffer<int32_t> indices, t_rows, dst_gid, src_gid, interior_rows, boundary_rows;
 };
 #endif
 
