@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "halogen/partition/generate.hpp"
-#include "halogen/train/aggregate.hpp"
+#include "kernels/aggregate.hpp"
 
 namespace {
 

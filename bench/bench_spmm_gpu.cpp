@@ -37,14 +37,14 @@
 #include <string_view>
 #include <vector>
 
+#include "cuda/device_kernels.hpp"
 #include "halogen/core/cuda/device_memory.hpp"
 #include "halogen/core/cuda/stream.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
 #include "halogen/partition/generate.hpp"
 #include "halogen/quant/quantize.hpp"
-#include "halogen/train/aggregate.hpp"
-#include "halogen/train/gpu_ops.hpp"
+#include "kernels/aggregate.hpp"
 
 #define CHECK_CUSPARSE(call)                                                                 \
   do {                                                                                       \

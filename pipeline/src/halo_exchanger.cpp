@@ -54,7 +54,8 @@ SavedExchange SavedExchange::decode(const std::string& bytes) {
   std::memcpy(s.recv_offsets.data(), bytes.data() + sizeof(header), n_off * sizeof(size_t));
   const size_t words = n_off ? s.recv_offsets.back() : 0;
   HALOGEN_EXPECTS(bytes.size() == sizeof(header) + n_off * sizeof(size_t) + words * 4,
-                  "saved exchange has {} bytes, expected {}", bytes.size(), sizeof(header) + n_off * sizeof(size_t) + words * 4);
+                  "saved exchange has {} bytes, expected {}", bytes.size(),
+                  sizeof(header) + n_off * sizeof(size_t) + words * 4);
   s.words.resize(words);
   std::memcpy(s.words.data(), bytes.data() + sizeof(header) + n_off * sizeof(size_t), words * 4);
   return s;
@@ -82,10 +83,11 @@ PendingExchange PendingExchange::restore(const std::string& bytes) {
   return p;
 }
 
-HaloExchanger::HaloExchanger(const Shard& shard, Communicator& comm, ProgressThread* progress)
+HostHaloExchanger::HostHaloExchanger(const Shard& shard, Communicator& comm, ProgressThread* progress)
     : shard_(shard), comm_(comm), progress_(progress) {
-  HALOGEN_EXPECTS(shard.num_parts == comm.size(), "shard {} belongs to a partition into {} parts but {} ranks are running",
-                  shard.part, shard.num_parts, comm.size());
+  HALOGEN_EXPECTS(shard.num_parts == comm.size(),
+                  "shard {} belongs to a partition into {} parts but {} ranks are running", shard.part, shard.num_parts,
+                  comm.size());
   HALOGEN_EXPECTS(shard.part == comm.rank(), "rank {} was given shard {}", comm.rank(), shard.part);
 }
 
@@ -93,7 +95,7 @@ size_t HaloExchanger::message_words(int bits, int64_t rows, int64_t cols, int64_
   return quant::packed_words(bits, rows, cols - fp32_tail) + static_cast<size_t>(rows * fp32_tail);
 }
 
-uint64_t HaloExchanger::forward_bytes(int64_t cols, int bits, int64_t fp32_tail) const {
+uint64_t HostHaloExchanger::forward_bytes(int64_t cols, int bits, int64_t fp32_tail) const {
   uint64_t words = 0;
   for (int q = 0; q < shard_.num_parts; ++q) words += message_words(bits, shard_.send_count_to(q), cols, fp32_tail);
   return words * 4;
@@ -126,9 +128,9 @@ uint64_t HaloExchanger::MessageLayout::peer_buffers(uint32_t* send_base, uint32_
   return bytes;
 }
 
-PendingExchange HaloExchanger::post(bool backward, int64_t cols, int64_t fp32_tail, int bits,
-                                    const quant::QuantKey& key, int tag,
-                                    const std::function<const float*(int q, int64_t& ld)>& rows_of) {
+PendingExchange HostHaloExchanger::post(bool backward, int64_t cols, int64_t fp32_tail, int bits,
+                                        const quant::QuantKey& key, int tag,
+                                        const std::function<const float*(int q, int64_t& ld)>& rows_of) {
   HALOGEN_EXPECTS(fp32_tail >= 0 && fp32_tail < std::max<int64_t>(cols, 1), "halo exchange: {} fp32 columns of {}",
                   fp32_tail, cols);
   Stopwatch sw;
@@ -173,7 +175,7 @@ PendingExchange HaloExchanger::post(bool backward, int64_t cols, int64_t fp32_ta
   return p;
 }
 
-void HaloExchanger::wait(PendingExchange& p) {
+void HostHaloExchanger::wait(PendingExchange& p) {
   Stopwatch wait;
   try {
     wait_unchecked(p);
@@ -185,10 +187,10 @@ void HaloExchanger::wait(PendingExchange& p) {
   stats_.wait_s += wait.seconds();
 }
 
-void HaloExchanger::wait_unchecked(PendingExchange& p) { stats_.transfer_s += p.transfer_.wait(); }
+void HostHaloExchanger::wait_unchecked(PendingExchange& p) { stats_.transfer_s += p.transfer_.wait(); }
 
-PendingExchange HaloExchanger::start_forward(const float* local, int64_t cols, int64_t ld, int bits,
-                                             const quant::QuantKey& key, int tag, int64_t fp32_tail) {
+PendingExchange HostHaloExchanger::start_forward(const float* local, int64_t cols, int64_t ld, int bits,
+                                                 const quant::QuantKey& key, int tag, int64_t fp32_tail) {
   // Gather each peer's send rows contiguously first (the quantizer reads strided rows only).
   const int P = shard_.num_parts;
   const int64_t total_send = shard_.send_offsets[P];
@@ -206,7 +208,8 @@ PendingExchange HaloExchanger::start_forward(const float* local, int64_t cols, i
   });
 }
 
-void HaloExchanger::unpack_forward_rows(const PendingExchange& p, int q, int64_t rows, float* dst, int64_t ld) const {
+void HostHaloExchanger::unpack_forward_rows(const PendingExchange& p, int q, int64_t rows, float* dst,
+                                            int64_t ld) const {
   const uint32_t* words = p.recv_words_.data() + p.recv_offsets_[q];
   const int64_t tail = p.fp32_tail_, quantized = p.cols_ - tail;
   quant::dequantize_rows<kDevCpu>(words, rows, quantized, p.bits_, dst, ld, false);
@@ -217,7 +220,7 @@ void HaloExchanger::unpack_forward_rows(const PendingExchange& p, int q, int64_t
   }
 }
 
-void HaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t ld, float keep) {
+void HostHaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t ld, float keep) {
   HALOGEN_EXPECTS(p.active() && !p.backward_, "finish_forward without a pending forward exchange");
   wait(p);
   Stopwatch sw;
@@ -243,17 +246,18 @@ void HaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t ld,
   p.active_ = false;
 }
 
-PendingExchange HaloExchanger::start_backward(const float* local_grad, int64_t cols, int64_t ld, int bits,
-                                              const quant::QuantKey& key, int tag) {
+PendingExchange HostHaloExchanger::start_backward(const float* local_grad, int64_t cols, int64_t ld, int bits,
+                                                  const quant::QuantKey& key, int tag) {
   return post(true, cols, 0, bits, key, tag, [&](int q, int64_t& row_ld) {
     row_ld = ld;
     return local_grad + (static_cast<int64_t>(shard_.num_owned) + shard_.halo_offsets[q]) * ld;
   });
 }
 
-void HaloExchanger::finish_backward(PendingExchange& p, float* local_grad, int64_t ld, float keep, float* average) {
+void HostHaloExchanger::finish_backward(PendingExchange& p, float* local_grad, int64_t ld, float keep, float* average) {
   HALOGEN_EXPECTS(p.active() && p.backward_, "finish_backward without a pending backward exchange");
-  HALOGEN_EXPECTS(keep == 0.0f || average != nullptr, "finish_backward: smoothing needs the running average");
+  HALOGEN_EXPECTS(keep == 0.0f || average != nullptr || shard_.send_offsets[shard_.num_parts] == 0,
+                  "finish_backward: smoothing needs the running average");
   wait(p);
   Stopwatch sw;
   const int64_t cols = p.cols_;
@@ -261,8 +265,8 @@ void HaloExchanger::finish_backward(PendingExchange& p, float* local_grad, int64
     const int64_t rows = shard_.send_count_to(q);
     if (rows == 0) continue;
     gather_.resize(static_cast<size_t>(rows * cols));
-    quant::dequantize_rows<kDevCpu>(p.recv_words_.data() + p.recv_offsets_[q], rows, cols, p.bits_, gather_.data(), cols,
-                                    false);
+    quant::dequantize_rows<kDevCpu>(p.recv_words_.data() + p.recv_offsets_[q], rows, cols, p.bits_, gather_.data(),
+                                    cols, false);
     // A node appears at most once in one peer's send list, so rows are disjoint here; peers
     // are added in ascending order, so the sum order is fixed.
     const int32_t* idx = shard_.send_indices.data() + shard_.send_offsets[q];
@@ -284,6 +288,77 @@ void HaloExchanger::finish_backward(PendingExchange& p, float* local_grad, int64
   }
   stats_.quant_s += sw.seconds();
   p.active_ = false;
+}
+
+// --- HaloExchanger on host TensorViews --------------------------------------------------------
+
+namespace {
+
+PendingExchange& host_exchange(Exchange& exchange) {
+  auto* p = dynamic_cast<PendingExchange*>(exchange.get());
+  HALOGEN_EXPECTS(p != nullptr,
+                  "halo exchange: an exchange of another exchanger (or none) given to the host exchanger");
+  return *p;
+}
+
+float* host_floats(const TensorView& v, const char* what) {
+  HALOGEN_EXPECTS(v.device == kDevCpu && v.dtype == DType::kF32,
+                  "host halo exchange: {} must be fp32 host memory, got {} on {}", what, to_string(v.dtype),
+                  to_string(v.device));
+  return static_cast<float*>(v.data);
+}
+
+}  // namespace
+
+Exchange HostHaloExchanger::start_forward(const TensorView& local, int bits, const quant::QuantKey& key, int tag,
+                                          int64_t fp32_tail) {
+  return std::make_unique<PendingExchange>(
+      start_forward(host_floats(local, "local"), local.cols, local.ld, bits, key, tag, fp32_tail));
+}
+
+void HostHaloExchanger::finish_forward(Exchange& exchange, const TensorView& local, float keep) {
+  finish_forward(host_exchange(exchange), host_floats(local, "local"), local.ld, keep);
+}
+
+Exchange HostHaloExchanger::start_backward(const TensorView& local_grad, int bits, const quant::QuantKey& key,
+                                           int tag) {
+  return std::make_unique<PendingExchange>(
+      start_backward(host_floats(local_grad, "local_grad"), local_grad.cols, local_grad.ld, bits, key, tag));
+}
+
+void HostHaloExchanger::finish_backward(Exchange& exchange, const TensorView& local_grad, float keep,
+                                        const TensorView& average) {
+  finish_backward(host_exchange(exchange), host_floats(local_grad, "local_grad"), local_grad.ld, keep,
+                  average.data == nullptr ? nullptr : host_floats(average, "average"));
+}
+
+std::string HostHaloExchanger::save(Exchange& exchange) {
+  PendingExchange& p = host_exchange(exchange);
+  complete(p);
+  return p.save();
+}
+
+Exchange HostHaloExchanger::restore(const std::string& bytes) {
+  return std::make_unique<PendingExchange>(PendingExchange::restore(bytes));
+}
+
+#if HALOGEN_HAVE_CUDA
+// pipeline/src/cuda/device_halo_exchanger.cpp
+std::unique_ptr<HaloExchanger> make_device_halo_exchanger(const Shard& shard, Communicator& comm, void* stream,
+                                                          DType dtype, ProgressThread* progress);
+#endif
+
+std::unique_ptr<HaloExchanger> make_halo_exchanger(const Shard& shard, Communicator& comm, const ExecContext& ctx,
+                                                   DType dtype, ProgressThread* progress) {
+  if (ctx.device == kDevCuda) {
+#if HALOGEN_HAVE_CUDA
+    return make_device_halo_exchanger(shard, comm, ctx.stream, dtype, progress);
+#else
+    HALOGEN_FAIL("a GPU halo exchange in a halogen built without CUDA");
+#endif
+  }
+  HALOGEN_EXPECTS(dtype == DType::kF32, "the host halo exchange takes fp32 matrices, not {}", to_string(dtype));
+  return std::make_unique<HostHaloExchanger>(shard, comm, progress);
 }
 
 }  // namespace halogen

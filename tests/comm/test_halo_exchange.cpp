@@ -43,7 +43,7 @@ TEST(HaloExchange, ForwardFillsHaloSlotsWithOwnerRows) {
   Fixture f;
   const Shard& s = f.mine();
   MpiCommunicator comm;
-  HaloExchanger ex(s, comm);
+  HostHaloExchanger ex(s, comm);
   const int64_t F = 37;  // not a multiple of 32
   for (int bits : {32, 16, 8, 1}) {
     std::vector<float> local(static_cast<size_t>(s.num_local() * F), -1.0f);
@@ -75,7 +75,7 @@ TEST(HaloExchange, Fp32TailColumnsArriveExactly) {
   Fixture f;
   const Shard& s = f.mine();
   MpiCommunicator comm;
-  HaloExchanger ex(s, comm);
+  HostHaloExchanger ex(s, comm);
   const int64_t F = 37, tail = 3;
   std::vector<float> local(static_cast<size_t>(s.num_local() * F), -1.0f);
   for (int32_t i = 0; i < s.num_owned; ++i)
@@ -106,7 +106,7 @@ TEST(HaloExchange, BackwardAddsGradientsAtOwners) {
   Fixture f;
   const Shard& s = f.mine();
   MpiCommunicator comm;
-  HaloExchanger ex(s, comm);
+  HostHaloExchanger ex(s, comm);
   const int64_t F = 5;
   std::vector<float> grad(static_cast<size_t>(s.num_local() * F), 0.0f);
   // Every rank holding node v as a halo sends back (rank + 1) in every column.

@@ -12,7 +12,7 @@
 #include "halogen/config.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/lazy_library.hpp"
-#include "halogen/train/gpu_ops.hpp"
+#include "halogen/train/mixed_precision.hpp"
 
 #if HALOGEN_HAVE_CUDA
 #include <cublas_v2.h>

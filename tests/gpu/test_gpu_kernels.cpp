@@ -29,16 +29,17 @@
 #include <type_traits>
 #include <vector>
 
+#include "cuda/device_kernels.hpp"
+#include "cuda/rows.hpp"  // pipeline/src: the device halo exchange's row kernels
 #include "gat_problem.hpp"
 #include "halogen/core/cuda/device_memory.hpp"
 #include "halogen/core/cuda/stream.hpp"
 #include "halogen/core/device.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
-#include "halogen/train/aggregate.hpp"
-#include "halogen/train/dense.hpp"
-#include "halogen/train/gat.hpp"
-#include "halogen/train/gpu_ops.hpp"
+#include "kernels/aggregate.hpp"
+#include "kernels/dense.hpp"
+#include "kernels/gat.hpp"
 
 namespace halogen {
 namespace {
@@ -353,7 +354,7 @@ TEST_F(GpuKernels, AggregateHalfSaturatesOrOverflowsAsAsked) {
       EXPECT_EQ(out[3 * cols + j], std::numeric_limits<float>::infinity()) << "Inf input must propagate";
       EXPECT_EQ(out[4 * cols + j], 60000.0f);
     }
-    EXPECT_FALSE(all_finite_gpu(d_out.data(), static_cast<int64_t>(d_out.size())));
+    EXPECT_FALSE(cuda::all_finite(d_out.data(), static_cast<int64_t>(d_out.size())));
   }
 }
 
@@ -399,15 +400,15 @@ TEST_F(GpuKernels, GemmMatchesCpuForAllTranspositions) {
 
         DeviceBuffer<float> d_a = DeviceBuffer<float>::from_host(a), d_b = DeviceBuffer<float>::from_host(b);
         DeviceBuffer<float> d_c = DeviceBuffer<float>::from_host(c0);
-        gemm_gpu(ta, tb, m, n, k, 1.5f, d_a.data(), lda, d_b.data(), ldb, beta, d_c.data(), ldc);
+        cuda::gemm(ta, tb, m, n, k, 1.5f, d_a.data(), lda, d_b.data(), ldb, beta, d_c.data(), ldc);
         const std::vector<float> gpu = d_c.to_host();
 
         DeviceBuffer<__half> h_a = DeviceBuffer<__half>::from_host(to_half(a));
         DeviceBuffer<__half> h_b = DeviceBuffer<__half>::from_host(to_half(b));
         DeviceBuffer<__half> h_c = DeviceBuffer<__half>::from_host(to_half(c0));
         DeviceBuffer<float> f_c = DeviceBuffer<float>::from_host(c0);
-        gemm_gpu(ta, tb, m, n, k, 1.5f, h_a.data(), lda, h_b.data(), ldb, beta, h_c.data(), ldc);
-        gemm_gpu(ta, tb, m, n, k, 1.5f, h_a.data(), lda, h_b.data(), ldb, beta, f_c.data(), ldc);
+        cuda::gemm(ta, tb, m, n, k, 1.5f, h_a.data(), lda, h_b.data(), ldb, beta, h_c.data(), ldc);
+        cuda::gemm(ta, tb, m, n, k, 1.5f, h_a.data(), lda, h_b.data(), ldb, beta, f_c.data(), ldc);
         const std::vector<float> half_out = to_float(h_c.to_host()), half_in = f_c.to_host();
 
         for (int64_t i = 0; i < m; ++i) {
@@ -435,10 +436,10 @@ TEST_F(GpuKernels, GemmWithEmptyInnerDimensionScalesC) {
   const std::vector<float> c0 = uniform(static_cast<size_t>(m * n), -1.0f, 1.0f, 23);
   DeviceBuffer<float> d_c = DeviceBuffer<float>::from_host(c0);
   DeviceBuffer<float> d_a(1), d_b(1);
-  gemm_gpu(false, false, m, n, 0, 1.0f, d_a.data(), 1, d_b.data(), n, 2.0f, d_c.data(), n);
+  cuda::gemm(false, false, m, n, 0, 1.0f, d_a.data(), 1, d_b.data(), n, 2.0f, d_c.data(), n);
   std::vector<float> got = d_c.to_host();
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], 2.0f * c0[i]);
-  gemm_gpu(false, false, m, n, 0, 1.0f, d_a.data(), 1, d_b.data(), n, 0.0f, d_c.data(), n);
+  cuda::gemm(false, false, m, n, 0, 1.0f, d_a.data(), 1, d_b.data(), n, 0.0f, d_c.data(), n);
   got = d_c.to_host();
   for (float v : got) EXPECT_EQ(v, 0.0f);
 }
@@ -458,7 +459,7 @@ TEST_F(GpuKernels, DropoutMaskIsBitIdenticalToCpu) {
     std::vector<float> cpu = x0;
     dropout_apply(cpu.data(), rows, cols, ld, ids.data(), p, key);
     DeviceBuffer<float> d_x = DeviceBuffer<float>::from_host(x0);
-    dropout_apply_gpu(d_x.data(), rows, cols, ld, d_ids.data(), p, key);
+    cuda::dropout_apply(d_x.data(), rows, cols, ld, d_ids.data(), p, key);
     const std::vector<float> gpu = d_x.to_host();
     EXPECT_EQ(std::memcmp(cpu.data(), gpu.data(), cpu.size() * sizeof(float)), 0) << "p " << p;
     if (p > 0.0f) {
@@ -471,7 +472,7 @@ TEST_F(GpuKernels, DropoutMaskIsBitIdenticalToCpu) {
     // fp16: the same mask, kept values scaled in fp32 and rounded once.
     const std::vector<__half> h0 = to_half(x0);
     DeviceBuffer<__half> d_h = DeviceBuffer<__half>::from_host(h0);
-    dropout_apply_gpu(d_h.data(), rows, cols, ld, d_ids.data(), p, key);
+    cuda::dropout_apply(d_h.data(), rows, cols, ld, d_ids.data(), p, key);
     const std::vector<__half> h = d_h.to_host();
     const float keep = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     for (int64_t i = 0; i < rows; ++i) {
@@ -493,14 +494,14 @@ TEST_F(GpuKernels, ReluForwardAndBackward) {
   relu_inplace(cpu_y.data(), 1000);
   relu_backward(cpu_y.data(), cpu_g.data(), 1000);
   DeviceBuffer<float> y = DeviceBuffer<float>::from_host(x), g = DeviceBuffer<float>::from_host(gr);
-  relu_inplace_gpu(y.data(), 1000);
-  relu_backward_gpu(y.data(), g.data(), 1000);
+  cuda::relu_inplace(y.data(), 1000);
+  cuda::relu_backward(y.data(), g.data(), 1000);
   EXPECT_EQ(y.to_host(), cpu_y);
   EXPECT_EQ(g.to_host(), cpu_g);
   DeviceBuffer<__half> hy = DeviceBuffer<__half>::from_host(to_half(x)),
                        hg = DeviceBuffer<__half>::from_host(to_half(gr));
-  relu_inplace_gpu(hy.data(), 1000);
-  relu_backward_gpu(hy.data(), hg.data(), 1000);
+  cuda::relu_inplace(hy.data(), 1000);
+  cuda::relu_backward(hy.data(), hg.data(), 1000);
   const std::vector<float> fy = to_float(hy.to_host()), fg = to_float(hg.to_host());
   for (size_t i = 0; i < 1000; ++i) {
     EXPECT_EQ(fy[i], __half2float(__float2half_rn(cpu_y[i])));
@@ -518,10 +519,10 @@ TEST_F(GpuKernels, HaloRowGatherScatterAndAxpy) {
   const DeviceBuffer<float> dx = DeviceBuffer<float>::from_host(x);
   const DeviceBuffer<int32_t> didx = DeviceBuffer<int32_t>::from_host(idx);
   DeviceBuffer<float> out(idx.size() * cols);
-  gather_rows_gpu(dx.data(), cols, didx.data(), 7, cols, out.data());
+  exchange_cuda::gather_rows(dx.data(), cols, didx.data(), 7, cols, out.data(), nullptr);
   const std::vector<float> gathered = out.to_host();
   const DeviceBuffer<__half> hx = DeviceBuffer<__half>::from_host(to_half(x));
-  gather_rows_gpu(hx.data(), cols, didx.data(), 7, cols, out.data());
+  exchange_cuda::gather_rows(hx.data(), cols, didx.data(), 7, cols, out.data(), nullptr);
   const std::vector<float> gathered_half = out.to_host();
   for (size_t r = 0; r < idx.size(); ++r) {
     for (int64_t c = 0; c < cols; ++c) {
@@ -531,13 +532,13 @@ TEST_F(GpuKernels, HaloRowGatherScatterAndAxpy) {
   }
   DeviceBuffer<float> target = DeviceBuffer<float>::from_host(x);
   const DeviceBuffer<float> din = DeviceBuffer<float>::from_host(in);
-  scatter_add_rows_gpu(din.data(), didx.data(), 7, cols, target.data(), cols);
+  exchange_cuda::scatter_add_rows(din.data(), didx.data(), 7, cols, target.data(), cols, nullptr);
   std::vector<float> expected = x;
   for (size_t r = 0; r < idx.size(); ++r)
     for (int64_t c = 0; c < cols; ++c) expected[idx[r] * cols + c] += in[r * cols + c];
   EXPECT_EQ(target.to_host(), expected);
   DeviceBuffer<__half> htarget = DeviceBuffer<__half>::from_host(to_half(x));
-  scatter_add_rows_gpu(din.data(), didx.data(), 7, cols, htarget.data(), cols);
+  exchange_cuda::scatter_add_rows(din.data(), didx.data(), 7, cols, htarget.data(), cols, nullptr);
   const std::vector<float> hsum = to_float(htarget.to_host());
   for (int64_t i = 0; i < rows * cols; ++i) {
     const float base = __half2float(__float2half_rn(x[i]));
@@ -547,7 +548,7 @@ TEST_F(GpuKernels, HaloRowGatherScatterAndAxpy) {
     EXPECT_EQ(hsum[i], __half2float(__float2half_rn(want))) << "value " << i;
   }
   DeviceBuffer<float> y = DeviceBuffer<float>::from_host(in);
-  axpy_gpu(static_cast<int64_t>(in.size()), 5e-4f, dx.data(), y.data());
+  cuda::axpy(static_cast<int64_t>(in.size()), 5e-4f, dx.data(), y.data());
   const std::vector<float> axpy = y.to_host();
   for (size_t i = 0; i < in.size(); ++i) {
     volatile float product = 5e-4f * x[i];  // rounded on its own, as the kernel does
@@ -573,18 +574,18 @@ TEST_F(GpuKernels, SoftmaxCrossEntropyMatchesCpu) {
     DeviceBuffer<int32_t> d_labels = DeviceBuffer<int32_t>::from_host(labels);
     DeviceBuffer<uint8_t> d_mask = DeviceBuffer<uint8_t>::from_host(mask);
     const double gpu_loss =
-        softmax_xent_gpu(d_logits.data(), rows, classes, d_labels.data(), d_mask.data(), 0.25f, d_grad.data());
+        cuda::softmax_xent(d_logits.data(), rows, classes, d_labels.data(), d_mask.data(), 0.25f, d_grad.data());
     EXPECT_NEAR(gpu_loss, cpu_loss, 1e-9 * std::abs(cpu_loss) + 1e-12) << "classes " << classes;
     expect_close(d_grad.to_host(), cpu_grad, 1e-6, 1e-9, "softmax gradient");
     // Without a gradient buffer: the same loss.
-    EXPECT_EQ(softmax_xent_gpu(d_logits.data(), rows, classes, d_labels.data(), d_mask.data(), 0.25f, nullptr),
+    EXPECT_EQ(cuda::softmax_xent(d_logits.data(), rows, classes, d_labels.data(), d_mask.data(), 0.25f, nullptr),
               gpu_loss);
   }
   // A label beyond the classes gives NaN instead of an out-of-bounds read.
   DeviceBuffer<float> d_logits = DeviceBuffer<float>::from_host(std::vector<float>{1.0f, 2.0f});
   DeviceBuffer<int32_t> d_labels = DeviceBuffer<int32_t>::from_host(std::vector<int32_t>{5});
   DeviceBuffer<uint8_t> d_mask = DeviceBuffer<uint8_t>::from_host(std::vector<uint8_t>{1});
-  EXPECT_TRUE(std::isnan(softmax_xent_gpu(d_logits.data(), 1, 2, d_labels.data(), d_mask.data(), 1.0f, nullptr)));
+  EXPECT_TRUE(std::isnan(cuda::softmax_xent(d_logits.data(), 1, 2, d_labels.data(), d_mask.data(), 1.0f, nullptr)));
 }
 
 TEST_F(GpuKernels, AdamMatchesCpu) {
@@ -592,18 +593,22 @@ TEST_F(GpuKernels, AdamMatchesCpu) {
   std::vector<float> cpu_param = uniform(n, -1.0f, 1.0f, 80);
   DeviceBuffer<float> d_param = DeviceBuffer<float>::from_host(cpu_param);
   AdamState cpu_state;
-  AdamStateGpu gpu_state;
+  DeviceBuffer<float> gpu_m(n), gpu_v(n);
+  gpu_m.zero();
+  gpu_v.zero();
+  int64_t gpu_step = 0;
   for (int step = 0; step < 6; ++step) {
     const std::vector<float> grad = uniform(n, -0.5f, 0.5f, 81 + step);
     adam_step(cpu_param, grad, cpu_state, 0.01f, 5e-4f);
     DeviceBuffer<float> d_grad = DeviceBuffer<float>::from_host(grad);
-    adam_step_gpu(d_param.data(), d_grad.data(), static_cast<int64_t>(n), gpu_state, 0.01f, 5e-4f);
+    cuda::adam_step(d_param.data(), d_grad.data(), gpu_m.data(), gpu_v.data(), static_cast<int64_t>(n), ++gpu_step,
+                    0.01f, 5e-4f);
   }
-  EXPECT_EQ(gpu_state.step, cpu_state.step);
+  EXPECT_EQ(gpu_step, cpu_state.step);
   const std::vector<float> m(cpu_state.m.begin(), cpu_state.m.end()), v(cpu_state.v.begin(), cpu_state.v.end());
   expect_close(d_param.to_host(), cpu_param, 1e-6, 1e-12, "adam parameters");
-  expect_close(gpu_state.m.to_host(), m, 1e-6, 1e-12, "adam m");
-  expect_close(gpu_state.v.to_host(), v, 1e-6, 1e-12, "adam v");
+  expect_close(gpu_m.to_host(), m, 1e-6, 1e-12, "adam m");
+  expect_close(gpu_v.to_host(), v, 1e-6, 1e-12, "adam v");
 }
 
 TEST_F(GpuKernels, HalfConversionAndNonFiniteChecks) {
@@ -611,9 +616,9 @@ TEST_F(GpuKernels, HalfConversionAndNonFiniteChecks) {
   x[5] = std::numeric_limits<float>::quiet_NaN();
   DeviceBuffer<float> d_x = DeviceBuffer<float>::from_host(x);
   DeviceBuffer<__half> d_h(x.size());
-  float_to_half_gpu(d_x.data(), d_h.data(), static_cast<int64_t>(x.size()));
+  cuda::float_to_half(d_x.data(), d_h.data(), static_cast<int64_t>(x.size()));
   DeviceBuffer<float> d_back(x.size());
-  half_to_float_gpu(d_h.data(), d_back.data(), static_cast<int64_t>(x.size()));
+  cuda::half_to_float(d_h.data(), d_back.data(), static_cast<int64_t>(x.size()));
   const std::vector<float> back = d_back.to_host();
   unsigned int expected_bad = 0;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -629,19 +634,19 @@ TEST_F(GpuKernels, HalfConversionAndNonFiniteChecks) {
 
   DeviceBuffer<unsigned int> count(1);
   count.zero();
-  count_nonfinite_gpu(d_h.data(), static_cast<int64_t>(x.size()), count.data());
+  cuda::count_nonfinite(d_h.data(), static_cast<int64_t>(x.size()), count.data());
   EXPECT_EQ(count.to_host()[0], expected_bad);
   count.zero();
-  count_nonfinite_gpu(d_x.data(), static_cast<int64_t>(x.size()), count.data());
+  cuda::count_nonfinite(d_x.data(), static_cast<int64_t>(x.size()), count.data());
   EXPECT_EQ(count.to_host()[0], 1u);
-  EXPECT_FALSE(all_finite_gpu(d_x.data(), static_cast<int64_t>(x.size())));
-  EXPECT_FALSE(all_finite_gpu(d_h.data(), static_cast<int64_t>(x.size())));
+  EXPECT_FALSE(cuda::all_finite(d_x.data(), static_cast<int64_t>(x.size())));
+  EXPECT_FALSE(cuda::all_finite(d_h.data(), static_cast<int64_t>(x.size())));
 
   std::vector<float> grads = uniform(1000, -8.0f, 8.0f, 91);
   DeviceBuffer<float> d_g = DeviceBuffer<float>::from_host(grads);
-  EXPECT_TRUE(all_finite_gpu(d_g.data(), 1000));
+  EXPECT_TRUE(cuda::all_finite(d_g.data(), 1000));
   count.zero();
-  unscale_gpu(d_g.data(), 1000, 0.125f, count.data());
+  cuda::unscale(d_g.data(), 1000, 0.125f, count.data());
   EXPECT_EQ(count.to_host()[0], 0u);
   const std::vector<float> unscaled = d_g.to_host();
   for (size_t i = 0; i < grads.size(); ++i) EXPECT_EQ(unscaled[i], grads[i] * 0.125f);

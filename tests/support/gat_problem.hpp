@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "halogen/train/gat.hpp"
+#include "kernels/gat.hpp"
 
 namespace halogen::test {
 

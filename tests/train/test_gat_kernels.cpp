@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "gat_problem.hpp"
-#include "halogen/train/gat.hpp"
+#include "kernels/gat.hpp"
 
 namespace halogen {
 namespace {

@@ -4,12 +4,12 @@
 #include <cmath>
 #include <vector>
 
-#include "halogen/core/rng.hpp"
-#include "halogen/train/aggregate.hpp"
-#include "halogen/train/dense.hpp"
 #include "halogen/core/error.hpp"
+#include "halogen/core/rng.hpp"
 #include "halogen/train/memory_plan.hpp"
 #include "halogen/train/trainer.hpp"
+#include "kernels/aggregate.hpp"
+#include "kernels/dense.hpp"
 
 namespace halogen {
 namespace {

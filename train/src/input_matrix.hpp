@@ -7,8 +7,10 @@
 
 #include <cstdint>
 
+#include "halogen/comm/communicator.hpp"
 #include "halogen/core/buffer.hpp"
-#include "halogen/train/dense.hpp"
+#include "halogen/core/tensor.hpp"
+#include "kernels/dense.hpp"
 
 namespace halogen {
 
@@ -45,6 +47,29 @@ class InputMatrix {
   HostBuffer<int64_t> off_;
   HostBuffer<int32_t> col_;
   HostBuffer<float> val_, val_dropped_;
+};
+
+/// A layer-0 input matrix on the trainer's device: on the CPU an InputMatrix (sparse or dense,
+/// chosen from the density over all ranks), on a GPU a dense tensor of the activation dtype and
+/// its dropped copy. Products go through the op layer, so the model code is the same on both.
+class LayerInput {
+ public:
+  /// Stores `values` (owned rows x features, fp32, on ctx's device). Collective over `comm`
+  /// on the CPU (the sparse-or-dense decision uses global counts).
+  void assign(const ExecContext& ctx, Communicator& comm, const TensorView& values, DType dtype);
+  /// This epoch's input: the stored values with dropout p at `key` (p = 0: as stored).
+  void prepare(const ExecContext& ctx, float p, const DropoutKey& key, const TensorView& global_ids);
+  /// y = beta * y + D w (D: the prepared input, rows x cols; w: cols x n).
+  void multiply(const ExecContext& ctx, const TensorView& w, float beta, const TensorView& y) const;
+  /// dw = D^T dy.
+  void multiply_transposed(const ExecContext& ctx, const TensorView& dy, const TensorView& dw) const;
+  bool sparse() const noexcept { return host_.sparse(); }
+
+ private:
+  Device device_ = kDevCpu;
+  InputMatrix host_;         // CPU
+  Tensor stored_, dropped_;  // GPU
+  bool dropped_now_ = false;
 };
 
 }  // namespace halogen

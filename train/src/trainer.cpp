@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <limits>
+#include <span>
 #include <thread>
 
 #include "halo_schedule.hpp"
@@ -18,19 +19,21 @@
 #include "halogen/core/io.hpp"
 #include "halogen/core/log.hpp"
 #include "halogen/core/metrics.hpp"
+#include "halogen/core/tensor.hpp"
 #include "halogen/core/timer.hpp"
 #include "halogen/pipeline/halo_exchanger.hpp"
 #include "halogen/pipeline/progress_thread.hpp"
 #include "halogen/pipeline/staleness.hpp"
 #include "halogen/quant/quantize.hpp"
-#include "halogen/train/aggregate.hpp"
 #include "halogen/train/checkpoint.hpp"
-#include "halogen/train/dense.hpp"
-#include "halogen/train/gat.hpp"
 #include "halogen/train/memory_plan.hpp"
+#include "halogen/train/mixed_precision.hpp"
 #include "input_matrix.hpp"
+#include "kernels/aggregate.hpp"
+#include "kernels/dense.hpp"
+#include "kernels/gat.hpp"
 #include "layer_shapes.hpp"
-#include "train_gpu.hpp"
+#include "ops.hpp"
 #include "trainer_common.hpp"
 
 namespace halogen {
@@ -77,19 +80,16 @@ void TrainOptions::validate() const {
     const char* what = v == &bits_fwd ? "--bits-fwd" : "--bits-bwd";
     HALOGEN_EXPECTS(v->size() == 1 || static_cast<int>(v->size()) == layers,
                     "{} takes one value or one per layer ({}), got {}", what, layers, v->size());
-    for (int b : *v) HALOGEN_EXPECTS(quant::is_supported_bits(b), "{}: {} bits not supported (1, 2, 4, 8, 16, 32)", what, b);
+    for (int b : *v)
+      HALOGEN_EXPECTS(quant::is_supported_bits(b), "{}: {} bits not supported (1, 2, 4, 8, 16, 32)", what, b);
   }
   HALOGEN_EXPECTS(loss_scale >= 1.0f && loss_scale <= 16777216.0f, "--loss-scale must be in [1, 2^24], got {}",
                   loss_scale);
   HALOGEN_EXPECTS(precision == Precision::kFp32 || device == Device::kCuda,
                   "--precision fp16 needs --device cuda (the CPU path computes in fp32)");
-  if (device == Device::kCuda) {
-    // What the GPU path does not do yet: refused up front rather than silently run on the CPU.
-    HALOGEN_EXPECTS(model != ModelKind::kGat || precision == Precision::kFp32,
-                    "--model gat on --device cuda runs in fp32 (--precision fp32); its fp16 kernels are not wired "
-                    "into training yet");
-    HALOGEN_EXPECTS(!skip_exchange, "--skip-exchange is a CPU benchmark floor; not available with --device cuda");
-  }
+  // What the GPU path does not do yet: refused up front rather than silently run otherwise.
+  HALOGEN_EXPECTS(model != ModelKind::kGat || precision == Precision::kFp32,
+                  "--model gat runs in fp32 (--precision fp32); its fp16 attention terms are not wired into training");
 }
 int TrainOptions::bits_fwd_at(int layer) const { return bits_fwd.size() == 1 ? bits_fwd[0] : bits_fwd[layer]; }
 int TrainOptions::bits_bwd_at(int layer) const { return bits_bwd.size() == 1 ? bits_bwd[0] : bits_bwd[layer]; }
@@ -104,11 +104,15 @@ void check_shards_consistent(const Shard& shard, Communicator& comm) {
   info[3 * comm.rank() + 2] = static_cast<int64_t>(shard.partition_id);
   comm.allreduce_sum(std::span<int64_t>(info));
   for (int r = 0; r < P; ++r) {
-    HALOGEN_EXPECTS(info[3 * r + 1] == P, "rank {} holds a shard of a partition into {} parts, but {} ranks are running (mpirun -np must equal the number of parts)",
+    HALOGEN_EXPECTS(info[3 * r + 1] == P,
+                    "rank {} holds a shard of a partition into {} parts, but {} ranks are running (mpirun -np must "
+                    "equal the number of parts)",
                     r, info[3 * r + 1], P);
     HALOGEN_EXPECTS(info[3 * r] == r, "rank {} holds shard {} (expected part {})", r, info[3 * r], r);
-    HALOGEN_EXPECTS(info[3 * r + 2] == info[2], "rank {} holds a shard of partition {:016x}, rank 0 of {:016x}: shards come from different partitions",
-                    r, static_cast<uint64_t>(info[3 * r + 2]), static_cast<uint64_t>(info[2]));
+    HALOGEN_EXPECTS(
+        info[3 * r + 2] == info[2],
+        "rank {} holds a shard of partition {:016x}, rank 0 of {:016x}: shards come from different partitions", r,
+        static_cast<uint64_t>(info[3 * r + 2]), static_cast<uint64_t>(info[2]));
   }
 }
 
@@ -122,364 +126,712 @@ using train_detail::LocalStructure;
 // LeakyReLU slope of the attention logits (GAT's and PyG's default).
 constexpr float kGatNegativeSlope = 0.2f;
 
-class DistributedTrainer {
+// The one trainer of halogen, for every device: the model (GCN, GraphSAGE, GAT) written once
+// over the op layer (ops.hpp), whose leaves are chosen by the tensors' device; the halo
+// exchange through the HaloExchanger interface (host or device implementation); the exchange
+// schedule, staleness adapter, mixed-precision policy, packed all-reduce, checkpoints,
+// metrics, fault injection and probe() are the same code on the CPU and on a GPU.
+class Trainer {
  public:
-  DistributedTrainer(const Shard& shard, Communicator& comm, const TrainOptions& opt)
-      : s_(shard),
-        comm_(comm),
-        opt_(opt),
-        // On an oversubscribed node the progress thread's polls take CPU from computing
-        // ranks; polling every 200 us instead of 20 us still keeps socket buffers busy.
-        progress_(opt.mode == ExchangeMode::kSync ? nullptr
-                                                  : std::make_unique<ProgressThread>(std::chrono::microseconds(
-                                                        comm.sleep_while_waiting() ? 200 : 20))),
-        exch_(shard, comm, progress_.get()),
-        ls_(opt.model == ModelKind::kGat ? LocalStructure{} : train_detail::build_structure(shard, opt.model)),
-        adapter_(opt.mode, opt.staleness),
-        tracker_(opt.layers, opt.mode == ExchangeMode::kStale ? opt.staleness.staleness : 0),
-        log_(comm, shard, opt) {
-    lp_ = train_detail::layout_parameters(opt_, s_.feature_dim, s_.num_classes);
-    for (const LayerParams& p : lp_) dims_.push_back(p.in);
-    dims_.push_back(s_.num_classes);
-    if (gat())
-      gat_ = build_gat_structure(owned(), local(), s_.row_offsets.data(), s_.col_indices.data(), s_.owned_global.data(),
-                                 s_.halo_global.data());
-    init_params();
-    allocate();
-    precompute_input_aggregation();
-  }
+  Trainer(const Shard& shard, Communicator& comm, const TrainOptions& opt);
 
   TrainResult run();
-  TrainResult run_epochs();
   LossAndGradient probe(const std::vector<float>& params);
-  void save_checkpoint(int epoch);
   void load_checkpoint(const std::filesystem::path& dir);
   void set_memory_estimate(uint64_t bytes) { memory_estimate_ = bytes; }
 
  private:
-  void allreduce_gradients(double& loss_sum);
+  using Work = std::function<void()>;
   int L() const { return opt_.layers; }
   bool gat() const { return opt_.model == ModelKind::kGat; }
+  bool sage() const { return opt_.model == ModelKind::kSage; }
   int64_t owned() const { return s_.num_owned; }
   int64_t local() const { return s_.num_local(); }
+  int64_t sends() const { return s_.send_offsets[s_.num_parts]; }
+  const ExecContext& ctx() const { return stream_.context(); }
 
+  // --- set-up
+  template <typename T>
+  TensorView place(const T* host, int64_t n);
+  void place_structure();
   void init_params();
   void allocate();
   void precompute_input_aggregation();
-  // Aggregation of a local matrix x (num_local x cols) into out (owned x cols), with the
-  // halo rows either already present (sync) or arriving through `exchange` (overlap).
-  void aggregate_owned_part(const float* x, int64_t cols, float* out);
-  void aggregate_halo_part(const float* x, int64_t cols, float* out);
-  void aggregate_transpose(const float* dz, int64_t cols, float* dx_local, bool halo_rows);
+
+  // --- views of the parameters (f32 master copy) and of their compute copy (f16 in fp16)
+  TensorView param(size_t offset, int64_t rows, int64_t cols) const {
+    return params_.row_range(static_cast<int64_t>(offset), static_cast<int64_t>(offset) + rows * cols)
+        .reshaped(rows, cols);
+  }
+  TensorView grad(size_t offset, int64_t rows, int64_t cols) const {
+    return grads_.view()
+        .row_range(static_cast<int64_t>(offset), static_cast<int64_t>(offset) + rows * cols)
+        .reshaped(rows, cols);
+  }
+  TensorView weight(size_t offset, int64_t rows, int64_t cols) const {
+    const Tensor& w = mp_.active() ? params_half_ : params_;
+    return w.view()
+        .row_range(static_cast<int64_t>(offset), static_cast<int64_t>(offset) + rows * cols)
+        .reshaped(rows, cols);
+  }
+  // The output of layer l (owned rows): activations, or the fp32 logits of the last layer.
+  TensorView output(int l) const { return y_[l].view(); }
+  TensorView dy(int64_t cols) const { return dy_.view().reshaped(owned(), cols); }
+
+  // --- the model
   void forward(int epoch, bool training);
-  double loss_and_grad(float* grad);
-  void backward(int epoch);
+  void forward_layer(int l, int epoch, bool training);
+  void backward_layer(int l, int epoch);
   void forward_gat_layer(int l, int epoch, bool training);
-  GatInputs gat_inputs(int l, int epoch, bool training) const;
   void backward_gat_layer(int l, int epoch);
-  // Halo exchange of layer l on the local matrix x (cols wide, owned rows filled).
-  // `before_halo` is the work that needs no halo row (run while the rows are in flight in
-  // overlap mode), `after_halo` the rest. Drift is measured on `drift_rows` (owned rows,
-  // drift_cols wide; nullptr: not measured).
-  using Work = std::function<void()>;
-  void exchange_forward(int l, int epoch, float* x, int64_t cols, const float* drift_rows, int64_t drift_cols,
-                        const Work& before_halo, const Work& after_halo);
-  void exchange_forward_eval(int l, int epoch, float* x, int64_t cols, const Work& before_halo, const Work& after_halo);
-  // Sends the halo rows of dlocal (cols wide) to their owners and adds what arrives into the
-  // owned rows; `owned_work` runs while the rows are in flight.
-  void exchange_backward(int l, int epoch, float* dlocal, int64_t cols, const Work& owned_work);
-  // The matrix layer l exchanges forward (its halo rows are the cache), or {nullptr, 0}.
-  std::pair<float*, int64_t> exchanged(int l);
+  GatInputs gat_inputs(int l, int epoch, bool training) const;
+  void aggregate_forward(const TensorView& x, const TensorView& z, bool halo_part);
+  void aggregate_transpose(const TensorView& dz, const TensorView& dlocal, bool halo_rows);
+  double loss_and_grad();
+  void backward(int epoch);
+
+  // --- the step
+  bool allreduce_and_step(double& loss_sum, int epoch, bool apply);
+  void allreduce_packed();
+
+  // --- the halo exchange of layer l (halo_schedule.hpp)
+  void exchange_forward(int l, int epoch, const TensorView& x, const TensorView& drift_rows, const Work& before_halo,
+                        const Work& after_halo);
+  void exchange_forward_eval(int l, int epoch, const TensorView& x, const Work& before_halo, const Work& after_halo);
+  void exchange_backward(int l, int epoch, const TensorView& dlocal, const Work& owned_rows);
+  void discard(Exchange& pending, int64_t cols);
+  void drain_pending();
+  // The matrix layer l exchanges forward (its halo rows are the cache), or an empty view.
+  TensorView exchanged(int l) const;
   int64_t backward_width(int l) const { return gat() ? lp_[l].proj() : dims_[l]; }
   // GAT's attention terms (el, the last `heads` columns of the exchanged rows) travel as fp32
   // unless told otherwise: they pass through a softmax, where the unbiased noise of
   // stochastic rounding becomes biased attention weights.
   int64_t fp32_tail(int l) const { return gat() && !opt_.quantize_attention_terms ? lp_[l].heads : 0; }
-  void measure_drift(int l, const float* x, int64_t cols);
-  void drain_pending();
-  void inject_faults(int epoch, float* x, int64_t cols);
+  void measure_drift(int l, const TensorView& rows);
+  void inject_faults(int epoch, const TensorView& x);
   static int tag_forward(int l) { return 4 * l; }
   static int tag_backward(int l) { return 4 * l + 1; }
   static int tag_eval(int l) { return 4 * l + 2; }
+  train_detail::EpochSchedule schedule() const { return {opt_.mode, sync_epoch_, opt_.staleness.smoothing}; }
+
+  // --- records
+  TrainResult run_epochs();
+  void save_checkpoint(int epoch);
+  nlohmann::json model_description() const { return train_detail::model_description(opt_, s_, lp_.back().end); }
+  std::vector<float> to_host_floats(const TensorView& v);
+  void from_host_floats(const std::vector<float>& host, const TensorView& v);
+  const float* logits_on_host();
 
   const Shard& s_;
   Communicator& comm_;
   const TrainOptions& opt_;
+  const Device device_;
+  const DType act_;  // activations: f32, or f16 on the GPU in fp16 mode
+  ExecStream stream_;
+  MixedPrecision mp_;
   std::unique_ptr<ProgressThread> progress_;
-  HaloExchanger exch_;
-  LocalStructure ls_;
+  std::unique_ptr<HaloExchanger> exch_;
   BoundedStalenessAdapter adapter_;
   StalenessTracker tracker_;
   bool sync_epoch_ = true;
   // Stale mode: per layer, the exchanges in flight (oldest first) and the epoch each carries.
-  // Epoch t consumes exactly those started at epoch <= t - S: deterministic, whatever the
-  // network's timing.
-  std::vector<train_detail::InFlight<PendingExchange>> pend_fwd_, pend_bwd_;
-  train_detail::EpochSchedule schedule() const { return {opt_.mode, sync_epoch_, opt_.staleness.smoothing}; }
+  std::vector<train_detail::InFlight<Exchange>> pend_fwd_, pend_bwd_;
   // Drift: the rows last sent per layer, and this epoch's sums ||H - H_last||^2, ||H||^2.
-  std::vector<Matrix<float>> last_sent_;
-  // Stale mode with smoothing: per layer, the running average of the halo gradients added
-  // (one row per send-list entry; empty until the first stale epoch).
-  std::vector<Matrix<float>> smoothed_grad_;
+  std::vector<Tensor> last_sent_;
+  // Stale smoothing: per layer, the running average of the halo gradients added (one row per
+  // send-list entry; empty until the first stale epoch).
+  std::vector<Tensor> smoothed_grad_;
   std::vector<double> drift_num_, drift_den_, prev_drift_;
   bool drift_measured_ = false;  // this epoch compared against a previous send
-  // Run state that a checkpoint carries besides the arrays.
+  bool halo_overflow_ = false;   // fp16: an outgoing halo gradient overflowed this epoch
   int start_epoch_ = 0;
-  EpochLog log_;  // metrics records and the best-validation epoch
-  nlohmann::json model_description() const { return train_detail::model_description(opt_, s_, params_.size()); }
+  EpochLog log_;
   std::vector<int64_t> dims_;
   std::vector<LayerParams> lp_;
-  HostBuffer<float> params_, grads_;
-  AdamState adam_;
 
-  InputMatrix agg0_;                  // precomputed aggregation of the input features (layer 0)
-  InputMatrix x0_;                    // SAGE: the (normalised) input features, self term of layer 0
-  std::vector<Matrix<float>> in_;     // in_[l]: input of layer l on local nodes (l >= 1)
-  std::vector<Matrix<float>> z_;      // z_[l]: aggregated (GCN) / neighbour mean (SAGE), owned rows
-  std::vector<Matrix<float>> y_;      // y_[l]: layer output (relu applied for hidden layers), owned
-  Matrix<float> dy_, dz_, dlocal_;
-  // GAT: per layer, the local [h | el] rows (exchanged), er on owned rows, and the attention
-  // weights per edge and head; backward scratch shared by the layers.
-  GatStructure gat_;
-  std::vector<Matrix<float>> hl_, er_, alpha_;
-  Matrix<float> dh_, del_, der_, edge_grad_;
-  double comm_wait_ = 0.0, allreduce_s_ = 0.0;
-  uint64_t memory_estimate_ = 0;  // this rank's estimated peak host bytes (memory_plan.hpp)
+  // Arrays of the shard on the device (views of the shard's own arrays on the CPU).
+  std::deque<Tensor> placed_;
+  LocalStructure ls_;
+  TensorView gid_, labels_, train_mask_, send_indices_;
+  ops::CsrAggregation own_, halo_, t_own_, t_halo_;
+  ops::HalfPlan own_plan_, halo_plan_, t_own_plan_, t_halo_plan_;
+  GatStructure gat_host_;
+  GatGraph gat_graph_;
+  TensorView interior_rows_, boundary_rows_;
+
+  // Parameters: fp32 master weights, gradients and Adam moments; their fp16 copy in fp16.
+  Tensor params_, grads_, adam_m_, adam_v_, params_half_;
+  int64_t adam_step_ = 0;
+  Tensor packed_;              // f64: gradients, loss, drift sums, overflow flag (one all-reduce)
+  HostBuffer<double> staged_;  // the packed values on the host when the communicator needs them there
+
+  LayerInput agg0_;         // precomputed aggregation of the input features (layer 0)
+  LayerInput x0_;           // SAGE and GAT: the (normalised) input features of layer 0
+  std::vector<Tensor> in_;  // in_[l]: input of layer l (GCN/SAGE: local rows, exchanged; GAT: owned)
+  std::vector<Tensor> z_;   // z_[l]: aggregation of in_[l] (GCN/SAGE), owned rows
+  std::vector<Tensor> y_;   // y_[l]: output of layer l (activation applied for hidden layers); last: fp32 logits
+  Tensor dy_, dz_, dlocal_, dlogits_;
+  // GAT: per layer the exchanged [h | el] rows, er on owned rows, the attention weights per
+  // edge and head; backward scratch shared by the layers.
+  std::vector<Tensor> hl_, er_, alpha_;
+  Tensor dh_, del_, der_, edge_grad_;
+  Tensor saved_halo_, discard_;
+  HostBuffer<float> logits_host_;
+  double allreduce_s_ = 0.0;
+  uint64_t memory_estimate_ = 0;  // this rank's estimated peak bytes (memory_plan.hpp)
 };
 
-void DistributedTrainer::init_params() {
-  params_.resize(lp_.back().end);
-  grads_.resize(lp_.back().end);
-  train_detail::init_parameters(opt_, lp_, params_.data());
+Trainer::Trainer(const Shard& shard, Communicator& comm, const TrainOptions& opt)
+    : s_(shard),
+      comm_(comm),
+      opt_(opt),
+      device_(opt.device),
+      act_(opt.device == kDevCuda && opt.precision == Precision::kFp16 ? DType::kF16 : DType::kF32),
+      stream_(opt.device),
+      mp_(opt.precision == Precision::kFp16, opt.loss_scale),
+      // On an oversubscribed node the progress thread's polls take CPU from computing ranks;
+      // polling every 200 us instead of 20 us still keeps socket buffers busy.
+      progress_(opt.mode == ExchangeMode::kSync ? nullptr
+                                                : std::make_unique<ProgressThread>(std::chrono::microseconds(
+                                                      comm.sleep_while_waiting() ? 200 : 20))),
+      exch_(make_halo_exchanger(shard, comm, stream_.context(), act_, progress_.get())),
+      adapter_(opt.mode, opt.staleness),
+      tracker_(opt.layers, opt.mode == ExchangeMode::kStale ? opt.staleness.staleness : 0),
+      log_(comm, shard, opt) {
+  lp_ = train_detail::layout_parameters(opt_, s_.feature_dim, s_.num_classes);
+  for (const LayerParams& p : lp_) dims_.push_back(p.in);
+  dims_.push_back(s_.num_classes);
+  place_structure();
+  init_params();
+  allocate();
+  precompute_input_aggregation();
+  synchronize(ctx());  // host arrays placed on the device may go now
 }
 
-void DistributedTrainer::allocate() {
-  in_.resize(static_cast<size_t>(L()));
-  z_.resize(static_cast<size_t>(L()));
-  y_.resize(static_cast<size_t>(L()));
-  pend_fwd_.resize(static_cast<size_t>(L()));
-  pend_bwd_.resize(static_cast<size_t>(L()));
-  last_sent_.resize(static_cast<size_t>(L()));
-  smoothed_grad_.resize(static_cast<size_t>(L()));
-  drift_num_.assign(static_cast<size_t>(L()), 0.0);
-  drift_den_.assign(static_cast<size_t>(L()), 0.0);
+template <typename T>
+TensorView Trainer::place(const T* host, int64_t n) {
+  const TensorView h = TensorView::of(host, n, 1);
+  if (device_ == kDevCpu) return h;
+  Tensor& t = placed_.emplace_back(device_, h.dtype, n, 1);
+  copy(ctx(), h, t);
+  return t.view();
+}
+
+void Trainer::place_structure() {
+  gid_ = place(s_.owned_global.data(), owned());
+  labels_ = place(s_.labels.data(), owned());
+  send_indices_ = place(s_.send_indices.data(), sends());
+  {
+    std::vector<uint8_t> mask(static_cast<size_t>(owned()));
+    for (int64_t i = 0; i < owned(); ++i) mask[i] = s_.split[i] == static_cast<uint8_t>(SplitRole::kTrain);
+    Tensor& t = placed_.emplace_back(device_, DType::kU8, owned(), 1);
+    copy(ctx(), TensorView::of(mask.data(), owned(), 1), t);
+    synchronize(ctx());  // `mask` is freed at scope exit
+    train_mask_ = t.view();
+  }
   if (gat()) {
-    // Inputs live on owned rows only (the exchange carries the projected rows); every layer
-    // exchanges [h | el].
-    hl_.resize(static_cast<size_t>(L()));
-    er_.resize(static_cast<size_t>(L()));
-    alpha_.resize(static_cast<size_t>(L()));
-    const int64_t entries = gat_.view().entries();
-    int64_t max_proj = 0, max_heads = 0;
-    for (int l = 0; l < L(); ++l) {
-      const auto& p = lp_[l];
-      if (l >= 1) in_[l].reshape(owned(), dims_[l]);
-      y_[l].reshape(owned(), dims_[l + 1]);
-      hl_[l].reshape(local(), p.proj() + p.heads);
-      hl_[l].zero();
-      er_[l].reshape(owned(), p.heads);
-      alpha_[l].reshape(entries + owned(), p.heads);
-      max_proj = std::max(max_proj, p.proj());
-      max_heads = std::max<int64_t>(max_heads, p.heads);
-    }
-    const int64_t max_dim = *std::max_element(dims_.begin() + 1, dims_.end());
-    dy_.reshape(owned(), max_dim);
-    dz_.reshape(owned(), max_dim);
-    dh_.reshape(local(), max_proj);
-    del_.reshape(local(), max_heads);
-    der_.reshape(owned(), max_heads);
-    edge_grad_.reshape(entries + owned(), max_heads);
+    gat_host_ = build_gat_structure(owned(), local(), s_.row_offsets.data(), s_.col_indices.data(),
+                                    s_.owned_global.data(), s_.halo_global.data());
+    const GatGraph h = gat_host_.view();
+    gat_graph_ = h;
+    gat_graph_.offsets = place(gat_host_.offsets.data(), static_cast<int64_t>(gat_host_.offsets.size())).ptr<int64_t>();
+    gat_graph_.indices = place(gat_host_.indices.data(), static_cast<int64_t>(gat_host_.indices.size())).ptr<int32_t>();
+    gat_graph_.t_offsets =
+        place(gat_host_.t_offsets.data(), static_cast<int64_t>(gat_host_.t_offsets.size())).ptr<int64_t>();
+    gat_graph_.t_rows = place(gat_host_.t_rows.data(), static_cast<int64_t>(gat_host_.t_rows.size())).ptr<int32_t>();
+    gat_graph_.t_entry = place(gat_host_.t_entry.data(), static_cast<int64_t>(gat_host_.t_entry.size())).ptr<int64_t>();
+    gat_graph_.dst_gid = place(gat_host_.dst_gid.data(), static_cast<int64_t>(gat_host_.dst_gid.size())).ptr<int32_t>();
+    gat_graph_.src_gid = place(gat_host_.src_gid.data(), static_cast<int64_t>(gat_host_.src_gid.size())).ptr<int32_t>();
+    interior_rows_ = place(gat_host_.interior_rows.data(), static_cast<int64_t>(gat_host_.interior_rows.size()));
+    boundary_rows_ = place(gat_host_.boundary_rows.data(), static_cast<int64_t>(gat_host_.boundary_rows.size()));
     return;
   }
-  for (int l = 0; l < L(); ++l) {
-    if (l >= 1) {
-      in_[l].reshape(local(), dims_[l]);
-      in_[l].zero();
-    }
-    if (l >= 1) z_[l].reshape(owned(), dims_[l]);
-    y_[l].reshape(owned(), dims_[l + 1]);
+  ls_ = train_detail::build_structure(s_, opt_.model);
+  const int64_t* own_off = place(ls_.own_off.data(), static_cast<int64_t>(ls_.own_off.size())).ptr<int64_t>();
+  const int64_t* halo_off = place(ls_.halo_off.data(), static_cast<int64_t>(ls_.halo_off.size())).ptr<int64_t>();
+  const int32_t* own_idx = place(ls_.own_idx.data(), static_cast<int64_t>(ls_.own_idx.size())).ptr<int32_t>();
+  const int32_t* halo_idx = place(ls_.halo_idx.data(), static_cast<int64_t>(ls_.halo_idx.size())).ptr<int32_t>();
+  const float* dst_scale = place(ls_.dst_scale.data(), static_cast<int64_t>(ls_.dst_scale.size())).ptr<float>();
+  const float* src_scale = place(ls_.src_scale.data(), static_cast<int64_t>(ls_.src_scale.size())).ptr<float>();
+  const int64_t* t_off = place(s_.t_offsets.data(), static_cast<int64_t>(s_.t_offsets.size())).ptr<int64_t>();
+  const int32_t* t_idx = place(s_.t_indices.data(), static_cast<int64_t>(s_.t_indices.size())).ptr<int32_t>();
+  // Forward: rows are owned nodes, the columns owned (own_) or halo (halo_) sources. Backward:
+  // the transposed structure, rows = local sources (owned, then halo), scales swapped.
+  own_ = {own_off, own_idx, owned(), dst_scale, src_scale, ls_.self_loops, nullptr};
+  halo_ = {halo_off, halo_idx, owned(), dst_scale, src_scale, false, nullptr};
+  t_own_ = {t_off, t_idx, owned(), src_scale, dst_scale, ls_.self_loops, nullptr};
+  t_halo_ = {t_off + owned(), t_idx, s_.num_halo, src_scale + owned(), dst_scale, false, nullptr};
+  if (act_ == DType::kF16) {
+    own_plan_ = ops::HalfPlan(ctx(), own_);
+    halo_plan_ = ops::HalfPlan(ctx(), halo_);
+    t_own_plan_ = ops::HalfPlan(ctx(), t_own_);
+    t_halo_plan_ = ops::HalfPlan(ctx(), t_halo_);
+    own_.half_plan = own_plan_.get();
+    halo_.half_plan = halo_plan_.get();
+    t_own_.half_plan = t_own_plan_.get();
+    t_halo_.half_plan = t_halo_plan_.get();
   }
+}
+
+void Trainer::init_params() {
+  const int64_t n = static_cast<int64_t>(lp_.back().end);
+  std::vector<float> host(static_cast<size_t>(n));
+  train_detail::init_parameters(opt_, lp_, host.data());
+  params_.reset(device_, DType::kF32, n, 1);
+  copy(ctx(), TensorView::of(host.data(), n, 1), params_);
+  grads_.reset(device_, DType::kF32, n, 1);
+  adam_m_.reset(device_, DType::kF32, n, 1);
+  adam_v_.reset(device_, DType::kF32, n, 1);
+  zero(ctx(), adam_m_);
+  zero(ctx(), adam_v_);
+  packed_.reset(device_, DType::kF64, n + 2 + 2 * L(), 1);
+  if (mp_.active()) {
+    params_half_.reset(device_, DType::kF16, n, 1);
+    copy(ctx(), params_, params_half_);
+  }
+  synchronize(ctx());
+}
+
+void Trainer::allocate() {
+  const size_t layers = static_cast<size_t>(L());
+  in_.resize(layers);
+  z_.resize(layers);
+  y_.resize(layers);
+  pend_fwd_.resize(layers);
+  pend_bwd_.resize(layers);
+  last_sent_.resize(layers);
+  smoothed_grad_.resize(layers);
+  drift_num_.assign(layers, 0.0);
+  drift_den_.assign(layers, 0.0);
+  for (int l = 0; l < L(); ++l) y_[l].reset(device_, l + 1 == L() ? DType::kF32 : act_, owned(), dims_[l + 1]);
   // Backward work matrices hold layer outputs and hidden inputs, never the input features
   // (their gradient is not needed), so they are as wide as the widest of dims_[1..L].
   const int64_t max_dim = *std::max_element(dims_.begin() + 1, dims_.end());
-  dy_.reshape(owned(), max_dim);
-  dz_.reshape(owned(), max_dim);
-  dlocal_.reshape(local(), max_dim);
+  dy_.reset(device_, act_, owned(), max_dim);
+  dz_.reset(device_, act_, owned(), max_dim);
+  if (act_ != DType::kF32) dlogits_.reset(device_, DType::kF32, owned(), dims_.back());
+  if (gat()) {
+    // Inputs live on owned rows only (the exchange carries the projected rows); every layer
+    // exchanges [h | el].
+    hl_.resize(layers);
+    er_.resize(layers);
+    alpha_.resize(layers);
+    const int64_t entries = gat_host_.view().entries();
+    int64_t max_proj = 0, max_heads = 0;
+    for (int l = 0; l < L(); ++l) {
+      const auto& p = lp_[l];
+      if (l >= 1) in_[l].reset(device_, act_, owned(), dims_[l]);
+      hl_[l].reset(device_, act_, local(), p.proj() + p.heads);
+      zero(ctx(), hl_[l]);
+      er_[l].reset(device_, DType::kF32, owned(), p.heads);
+      alpha_[l].reset(device_, DType::kF32, entries + owned(), p.heads);
+      max_proj = std::max(max_proj, p.proj());
+      max_heads = std::max<int64_t>(max_heads, p.heads);
+    }
+    dh_.reset(device_, act_, local(), max_proj);
+    del_.reset(device_, DType::kF32, local(), max_heads);
+    der_.reset(device_, DType::kF32, owned(), max_heads);
+    edge_grad_.reset(device_, DType::kF32, entries + owned(), max_heads);
+    return;
+  }
+  for (int l = 1; l < L(); ++l) {
+    in_[l].reset(device_, act_, local(), dims_[l]);
+    zero(ctx(), in_[l]);
+    z_[l].reset(device_, act_, owned(), dims_[l]);
+  }
+  dlocal_.reset(device_, act_, local(), max_dim);
 }
 
-void DistributedTrainer::aggregate_owned_part(const float* x, int64_t cols, float* out) {
-  AggregateArgs a;
-  a.graph = {ls_.own_off.data(), ls_.own_idx.data(), owned()};
-  a.dst_scale = ls_.dst_scale.data();
-  a.src_scale = ls_.src_scale.data();
-  a.include_self = ls_.self_loops;
-  a.accumulate = false;
-  a.x = x;
-  a.ldx = cols;
-  a.out = out;
-  a.ldo = cols;
-  a.cols = cols;
-  aggregate<kDevCpu>(a);
+void Trainer::precompute_input_aggregation() {
+  // Layer-0 input features never change: exchange them once (fp32) and aggregate once.
+  const int64_t F = dims_[0];
+  // GAT projects before it aggregates: layer 0 needs only the owned input rows.
+  const Matrix<float> host = train_detail::input_features(s_, opt_, gat() ? owned() : local());
+  const TensorView x_host = TensorView::of(host.data(), host.rows(), F);
+  Tensor x_device;
+  TensorView x = x_host;
+  if (device_ != kDevCpu) {
+    x_device.reset(device_, DType::kF32, host.rows(), F);
+    copy(ctx(), x_host, x_device);
+    x = x_device.view();
+  }
+  if (gat()) {
+    x0_.assign(ctx(), comm_, x, act_);
+    synchronize(ctx());
+    return;
+  }
+  {
+    // The exchanger of the activations may hold fp16; the input features travel as fp32.
+    std::unique_ptr<HaloExchanger> fp32 =
+        act_ == DType::kF32 ? nullptr : make_halo_exchanger(s_, comm_, ctx(), DType::kF32);
+    HaloExchanger& exchange = fp32 ? *fp32 : *exch_;
+    const quant::QuantKey key{opt_.seed, 0, 0, quant::Direction::kForward, 0, 0};
+    Exchange pending = exchange.start_forward(x, 32, key, 0);
+    exchange.finish_forward(pending, x);
+  }
+  Tensor agg(device_, DType::kF32, owned(), F);
+  ops::CsrAggregation own = own_, halo = halo_;
+  own.half_plan = halo.half_plan = nullptr;  // fp32 here
+  ops::aggregate(ctx(), own, x, agg, /*accumulate=*/false);
+  if (s_.num_halo > 0) ops::aggregate(ctx(), halo, x, agg, /*accumulate=*/true);
+  agg0_.assign(ctx(), comm_, agg, act_);
+  if (sage()) x0_.assign(ctx(), comm_, x.row_range(0, owned()), act_);
+  synchronize(ctx());  // x and agg are freed at scope exit
+  exch_->stats().reset();
 }
 
-void DistributedTrainer::aggregate_halo_part(const float* x, int64_t cols, float* out) {
-  if (s_.num_halo == 0) return;
-  AggregateArgs a;
-  a.graph = {ls_.halo_off.data(), ls_.halo_idx.data(), owned()};
-  a.dst_scale = ls_.dst_scale.data();
-  a.src_scale = ls_.src_scale.data();
-  a.include_self = false;
-  a.accumulate = true;
-  a.x = x;
-  a.ldx = cols;
-  a.out = out;
-  a.ldo = cols;
-  a.cols = cols;
-  aggregate<kDevCpu>(a);
+// --- The model --------------------------------------------------------------------------------
+
+void Trainer::aggregate_forward(const TensorView& x, const TensorView& z, bool halo_part) {
+  if (!halo_part) return ops::aggregate(ctx(), own_, x, z, /*accumulate=*/false);
+  if (s_.num_halo > 0) ops::aggregate(ctx(), halo_, x, z, /*accumulate=*/true);
 }
 
 // dx[c] = src_scale[c] * (self: dst_scale[c] * dz[c] + sum_{r : c in row r} dst_scale[r] * dz[r])
-void DistributedTrainer::aggregate_transpose(const float* dz, int64_t cols, float* dx_local, bool halo_rows) {
-  AggregateArgs a;
+void Trainer::aggregate_transpose(const TensorView& dz, const TensorView& dlocal, bool halo_rows) {
   const int64_t first = halo_rows ? owned() : 0;
   const int64_t rows = halo_rows ? s_.num_halo : owned();
   if (rows == 0) return;
-  a.graph = {s_.t_offsets.data() + first, s_.t_indices.data(), rows};
-  a.dst_scale = ls_.src_scale.data() + first;
-  a.src_scale = ls_.dst_scale.data();
-  a.include_self = ls_.self_loops && !halo_rows;
-  a.accumulate = false;
-  a.x = dz;
-  a.ldx = cols;
-  a.out = dx_local + first * cols;
-  a.ldo = cols;
-  a.cols = cols;
-  aggregate<kDevCpu>(a);
+  // Gradients under loss scaling must overflow to Inf (the scaler's signal), not saturate.
+  ops::aggregate(ctx(), halo_rows ? t_halo_ : t_own_, dz, dlocal.row_range(first, first + rows),
+                 /*accumulate=*/false, /*saturate=*/false);
 }
 
-void DistributedTrainer::precompute_input_aggregation() {
-  // Layer-0 input features never change: exchange them once (fp32) and aggregate once.
-  const int64_t F = dims_[0];
-  // GAT never exchanges its inputs.
-  Matrix<float> x_local = train_detail::input_features(s_, opt_, gat() ? owned() : local());
-  // Sparse storage when a matrix is sparse enough over all ranks (global counts, so every rank
-  // takes the same path).
-  const auto store = [&](InputMatrix& m, const float* values) {
-    std::vector<int64_t> counts = {InputMatrix::count_nonzeros(values, owned() * F), owned() * F};
-    comm_.allreduce_sum(std::span<int64_t>(counts));
-    m.assign(values, owned(), F,
-             static_cast<double>(counts[0]) <
-                 InputMatrix::kSparseBelow * static_cast<double>(std::max<int64_t>(counts[1], 1)));
-  };
-  if (gat()) {  // GAT projects before it aggregates: layer 0 needs only the owned input rows
-    store(x0_, x_local.data());
-    return;
+void Trainer::forward(int epoch, bool training) {
+  for (int l = 0; l < L(); ++l) gat() ? forward_gat_layer(l, epoch, training) : forward_layer(l, epoch, training);
+}
+
+void Trainer::forward_layer(int l, int epoch, bool training) {
+  const float p = training ? opt_.dropout : 0.0f;
+  const auto& lp = lp_[l];
+  const int64_t fin = lp.in, fout = lp.out;
+  const TensorView y = output(l);
+  const TensorView w_main = weight(sage() ? lp.w_neigh : lp.w_self, fin, fout);
+  ops::add_row_vector(ctx(), y, param(lp.bias, 1, fout), 0.0f);
+  if (l == 0) {
+    // Layer 0: the constant aggregated input (and SAGE's self input), dropout per epoch.
+    agg0_.prepare(ctx(), p, {opt_.seed, static_cast<uint32_t>(epoch), 0}, gid_);
+    agg0_.multiply(ctx(), w_main, 1.0f, y);
+    if (sage()) {
+      x0_.prepare(ctx(), p, {opt_.seed, static_cast<uint32_t>(epoch), 1}, gid_);
+      x0_.multiply(ctx(), weight(lp.w_self, fin, fout), 1.0f, y);
+    }
+  } else {
+    const TensorView x = in_[l].view();
+    const TensorView z = z_[l].view();
+    const Work owned_part = [&] { aggregate_forward(x, z, false); };
+    const Work halo_part = [&] { aggregate_forward(x, z, true); };
+    if (training) {
+      exchange_forward(l, epoch, x, output(l - 1), owned_part, halo_part);
+    } else {
+      exchange_forward_eval(l, epoch, x, owned_part, halo_part);
+    }
+    ops::gemm(ctx(), false, false, 1.0f, z, w_main, 1.0f, y);
+    if (sage()) ops::gemm(ctx(), false, false, 1.0f, x.row_range(0, owned()), weight(lp.w_self, fin, fout), 1.0f, y);
   }
-  quant::QuantKey key{opt_.seed, 0, 0, quant::Direction::kForward, 0, 0};
-  exch_.forward(x_local.data(), F, F, 32, key);
-  Matrix<float> agg(owned(), F);
-  aggregate_owned_part(x_local.data(), F, agg.data());
-  aggregate_halo_part(x_local.data(), F, agg.data());
-  store(agg0_, agg.data());
-  if (opt_.model == ModelKind::kSage) store(x0_, x_local.data());
-  exch_.stats().reset();
+  if (l + 1 < L()) {
+    ops::relu(ctx(), y);
+    const TensorView next = in_[l + 1].row_range(0, owned());
+    copy(ctx(), y, next);
+    ops::dropout(ctx(), next, gid_, p, {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * (l + 1))});
+  }
 }
 
-void DistributedTrainer::exchange_forward(int l, int epoch, float* x, int64_t cols, const float* drift_rows,
-                                          int64_t drift_cols, const Work& before_halo, const Work& after_halo) {
-  if (l == 1) inject_faults(epoch, x, cols);
+double Trainer::loss_and_grad() {
+  const int64_t C = dims_.back();
+  const float inv_train = 1.0f / static_cast<float>(std::max<int64_t>(s_.global_train_count, 1));
+  // fp32: the gradient lands where the backward pass reads it; fp16: in fp32, then rounded.
+  const TensorView grad = act_ == DType::kF32 ? dy(C) : dlogits_.view();
+  const double loss = ops::softmax_xent(ctx(), output(L() - 1), labels_, train_mask_,
+                                        mp_.active() ? inv_train * mp_.loss_scale() : inv_train, grad);
+  if (act_ != DType::kF32) copy(ctx(), grad, dy(C));
+  return loss;
+}
+
+void Trainer::backward(int epoch) {
+  zero(ctx(), grads_);
+  // dy_ holds dL/dy of the last layer on entry.
+  for (int l = L() - 1; l >= 0; --l) gat() ? backward_gat_layer(l, epoch) : backward_layer(l, epoch);
+}
+
+void Trainer::backward_layer(int l, int epoch) {
+  const auto& lp = lp_[l];
+  const int64_t fin = lp.in, fout = lp.out;
+  const TensorView dy_l = dy(fout);  // owned x fout
+  // Bias and weight gradients (local partial sums, all-reduced later).
+  ops::add_column_sums(ctx(), dy_l, grad(lp.bias, 1, fout));
+  const TensorView gw_main = grad(sage() ? lp.w_neigh : lp.w_self, fin, fout);
+  if (l == 0) {
+    agg0_.multiply_transposed(ctx(), dy_l, gw_main);
+    if (sage()) x0_.multiply_transposed(ctx(), dy_l, grad(lp.w_self, fin, fout));
+    return;  // input features need no gradient
+  }
+  ops::gemm(ctx(), true, false, 1.0f, z_[l].view(), dy_l, 0.0f, gw_main);
+  const TensorView x_owned = in_[l].row_range(0, owned());
+  if (sage()) ops::gemm(ctx(), true, false, 1.0f, x_owned, dy_l, 0.0f, grad(lp.w_self, fin, fout));
+  // dz = dy W^T (owned x fin); dlocal = transpose aggregation of dz over [owned | halo].
+  const TensorView dz = dz_.view().reshaped(owned(), fin);
+  ops::gemm(ctx(), false, true, 1.0f, dy_l, weight(sage() ? lp.w_neigh : lp.w_self, fin, fout), 0.0f, dz);
+  const TensorView dlocal = dlocal_.view().reshaped(local(), fin);
+  aggregate_transpose(dz, dlocal, /*halo_rows=*/true);
+  exchange_backward(l, epoch, dlocal, [&] {
+    aggregate_transpose(dz, dlocal, /*halo_rows=*/false);
+    if (sage())
+      ops::gemm(ctx(), false, true, 1.0f, dy_l, weight(lp.w_self, fin, fout), 1.0f, dlocal.row_range(0, owned()));
+  });
+  // Through the dropout and relu of the previous layer: dy_{l-1} = dlocal (owned) * mask * relu'.
+  const TensorView dprev = dy(fin);
+  copy(ctx(), dlocal.row_range(0, owned()), dprev);
+  ops::dropout(ctx(), dprev, gid_, opt_.dropout,
+               {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * l)});
+  ops::relu_backward(ctx(), output(l - 1), dprev);
+}
+
+// Layer l's rows, attention terms and settings for the fused kernels (attention dropout only
+// while training).
+GatInputs Trainer::gat_inputs(int l, int epoch, bool training) const {
+  const auto& lp = lp_[l];
+  const Tensor& hl = hl_[l];
+  GatInputs in;
+  in.graph = gat_graph_;
+  in.heads = lp.heads;
+  in.head_dim = lp.head_dim;
+  in.feat = hl.ptr<float>();
+  in.ld_feat = hl.cols();
+  in.el = hl.ptr<float>() + lp.proj();
+  in.ld_el = hl.cols();
+  in.er = er_[l].ptr<float>();
+  in.negative_slope = kGatNegativeSlope;
+  in.dropout = {training ? opt_.attention_dropout() : 0.0f, opt_.seed, static_cast<uint32_t>(epoch),
+                static_cast<uint32_t>(l)};
+  in.average_heads = l + 1 == L();
+  return in;
+}
+
+// One GAT layer (kernels/gat.hpp): h = dropout(x) W on owned rows, el/er from the attention
+// vectors, [h | el] exchanged like any halo row, then the fused attention over each owned
+// row's neighbours. Rows without halo neighbours are computed while the halo is in flight.
+void Trainer::forward_gat_layer(int l, int epoch, bool training) {
+  const auto& lp = lp_[l];
+  const int64_t fin = lp.in, fout = lp.out, pw = lp.proj();
+  const int H = lp.heads;
+  const float p = training ? opt_.dropout : 0.0f;
+  const Tensor& hl = hl_[l];
+  const TensorView h_owned = hl.view().row_range(0, owned()).col_range(0, pw);
+  const TensorView w = weight(lp.w_self, fin, pw);
+  // The projection straight into the exchanged rows; el beside it.
+  if (l == 0) {
+    x0_.prepare(ctx(), p, {opt_.seed, static_cast<uint32_t>(epoch), 1}, gid_);
+    x0_.multiply(ctx(), w, 0.0f, h_owned);
+  } else {
+    ops::gemm(ctx(), false, false, 1.0f, in_[l].view(), w, 0.0f, h_owned);
+  }
+  ops::gat_attention_terms(ctx(), h_owned, H, lp.head_dim, param(lp.att_src, 1, pw),
+                           hl.view().row_range(0, owned()).col_range(pw, pw + H));
+  ops::gat_attention_terms(ctx(), h_owned, H, lp.head_dim, param(lp.att_dst, 1, pw), er_[l].view());
+
+  const TensorView y = output(l);
+  GatForwardArgs a;
+  static_cast<GatInputs&>(a) = gat_inputs(l, epoch, training);
+  a.alpha = alpha_[l].ptr<float>();
+  a.out = y.ptr<float>();
+  a.ld_out = fout;
+  auto rows = [&](const TensorView& list) {
+    GatForwardArgs part = a;
+    part.row_list = static_cast<const int32_t*>(list.data);
+    part.row_list_size = list.numel();
+    if (part.row_list_size > 0) ops::gat_forward(ctx(), part);
+  };
+  const Work interior = [&] { rows(interior_rows_); };
+  const Work boundary = [&] { rows(boundary_rows_); };
+  if (training) {
+    exchange_forward(l, epoch, hl, l > 0 ? output(l - 1) : TensorView{}, interior, boundary);
+  } else {
+    exchange_forward_eval(l, epoch, hl, interior, boundary);
+  }
+  ops::add_row_vector(ctx(), y, param(lp.bias, 1, fout), 1.0f);
+  if (lp.identity_residual) {
+    ops::axpy(ctx(), 1.0f, in_[l].view(), y);
+  } else if (lp.w_res != LayerParams::kNone) {
+    const TensorView w_res = weight(lp.w_res, fin, fout);
+    if (l == 0) {
+      x0_.multiply(ctx(), w_res, 1.0f, y);
+    } else {
+      ops::gemm(ctx(), false, false, 1.0f, in_[l].view(), w_res, 1.0f, y);
+    }
+  }
+  if (l + 1 < L()) {
+    ops::elu(ctx(), y);
+    const TensorView next = in_[l + 1].view();
+    copy(ctx(), y, next);
+    ops::dropout(ctx(), next, gid_, p, {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * (l + 1))});
+  }
+}
+
+// dy_ holds dL/dy_l (before the activation) on entry; on exit, for l > 0, dL/dy_{l-1}.
+void Trainer::backward_gat_layer(int l, int epoch) {
+  const auto& lp = lp_[l];
+  const int64_t fin = lp.in, fout = lp.out, pw = lp.proj();
+  const int H = lp.heads;
+  const TensorView dy_l = dy(fout);
+  const Tensor& hl = hl_[l];
+  ops::add_column_sums(ctx(), dy_l, grad(lp.bias, 1, fout));
+  if (lp.w_res != LayerParams::kNone) {
+    const TensorView gres = grad(lp.w_res, fin, fout);
+    if (l == 0) {
+      x0_.multiply_transposed(ctx(), dy_l, gres);
+    } else {
+      ops::gemm(ctx(), true, false, 1.0f, in_[l].view(), dy_l, 0.0f, gres);
+    }
+  }
+  const TensorView dh = dh_.view().reshaped(local(), pw);
+  const TensorView del = del_.view().reshaped(local(), H);
+  const TensorView der = der_.view().reshaped(owned(), H);
+  GatBackwardArgs b;
+  static_cast<GatInputs&>(b) = gat_inputs(l, epoch, /*training=*/true);
+  b.alpha = alpha_[l].ptr<float>();
+  b.dout = dy_l.ptr<float>();
+  b.ld_dout = fout;
+  b.edge_grad = edge_grad_.ptr<float>();
+  b.dfeat = dh.ptr<float>();
+  b.ld_dfeat = pw;
+  b.del = del.ptr<float>();
+  b.der = der.ptr<float>();
+  ops::gat_backward(ctx(), b);
+  // The attention terms' share of dh (halo rows go back to their owners with the rest).
+  ops::gat_attention_terms_backward(ctx(), dh, H, lp.head_dim, del, der, param(lp.att_src, 1, pw),
+                                    param(lp.att_dst, 1, pw));
+  exchange_backward(l, epoch, dh, [&] {
+    // Attention vectors while the halo gradients travel: sums over this rank's edges (halo
+    // sources included, with the h this rank received), all-reduced with the rest.
+    ops::gat_attention_vector_grads(ctx(), hl.view().col_range(0, pw), H, lp.head_dim, del, der,
+                                    grad(lp.att_src, 1, pw), grad(lp.att_dst, 1, pw));
+  });
+  // dW = x^T dh on owned rows (halo gradients added by now).
+  const TensorView gw = grad(lp.w_self, fin, pw);
+  const TensorView dh_owned = dh.row_range(0, owned());
+  if (l == 0) {
+    x0_.multiply_transposed(ctx(), dh_owned, gw);
+    return;  // input features need no gradient
+  }
+  ops::gemm(ctx(), true, false, 1.0f, in_[l].view(), dh_owned, 0.0f, gw);
+  // dx = dh W^T (+ the residual's share), then through dropout and the ELU of layer l-1.
+  const TensorView dx = dz_.view().reshaped(owned(), fin);
+  ops::gemm(ctx(), false, true, 1.0f, dh_owned, weight(lp.w_self, fin, pw), 0.0f, dx);
+  if (lp.identity_residual) {
+    ops::axpy(ctx(), 1.0f, dy_l, dx);
+  } else if (lp.w_res != LayerParams::kNone) {
+    ops::gemm(ctx(), false, true, 1.0f, dy_l, weight(lp.w_res, fin, fout), 1.0f, dx);
+  }
+  const TensorView dprev = dy(fin);
+  copy(ctx(), dx, dprev);
+  ops::dropout(ctx(), dprev, gid_, opt_.dropout,
+               {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * l)});
+  ops::elu_backward(ctx(), output(l - 1), dprev);
+}
+
+// --- The halo exchange ------------------------------------------------------------------------
+
+void Trainer::exchange_forward(int l, int epoch, const TensorView& x, const TensorView& drift_rows,
+                               const Work& before_halo, const Work& after_halo) {
+  if (l == 1) inject_faults(epoch, x);
   if (opt_.skip_exchange && epoch > 0) {  // benchmark floor: reuse epoch 0's halo rows
     before_halo();
     after_halo();
     return;
   }
-  const quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
+  const quant::QuantKey key{
+      opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
   const int bits = opt_.bits_fwd_at(l);
-  // Drift is measured on the activations before dropout (y_[l-1], the same rows): the rows
-  // sent carry a fresh dropout mask every epoch, which alone would make them differ by ~100%
-  // from one epoch to the next and hide how much the embeddings themselves moved.
-  if (adapter_.drift_enabled() && drift_rows != nullptr) measure_drift(l, drift_rows, drift_cols);
+  // Drift is measured on the activations before dropout (y of layer l - 1, the same rows): the
+  // rows sent carry a fresh dropout mask every epoch, which alone would make them differ by
+  // ~100% from one epoch to the next and hide how much the embeddings themselves moved.
+  if (adapter_.drift_enabled() && drift_rows.data != nullptr) measure_drift(l, drift_rows);
   train_detail::schedule_forward(
       schedule(), pend_fwd_[l], tracker_, l, epoch, s_.num_halo > 0,
-      [&] { return exch_.start_forward(x, cols, cols, bits, key, tag_forward(l), fp32_tail(l)); },
-      [&](PendingExchange& p, float keep) { exch_.finish_forward(p, x, cols, keep); }, before_halo, after_halo);
+      [&] { return exch_->start_forward(x, bits, key, tag_forward(l), fp32_tail(l)); },
+      [&](Exchange& p, float keep) { exch_->finish_forward(p, x, keep); }, before_halo, after_halo);
 }
 
 // Evaluation always sees fresh halos. In stale mode the training halo cache is kept aside and
 // restored, so evaluating does not change what training uses.
-void DistributedTrainer::exchange_forward_eval(int l, int epoch, float* x, int64_t cols, const Work& before_halo,
-                                               const Work& after_halo) {
-  const quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
-  float* halo = x + owned() * cols;
-  const int64_t halo_values = static_cast<int64_t>(s_.num_halo) * cols;
-  HostBuffer<float> saved;
-  if (opt_.mode == ExchangeMode::kStale) {
-    saved.resize(static_cast<size_t>(halo_values));
-    std::copy_n(halo, halo_values, saved.data());
+void Trainer::exchange_forward_eval(int l, int epoch, const TensorView& x, const Work& before_halo,
+                                    const Work& after_halo) {
+  const quant::QuantKey key{
+      opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
+  const TensorView halo = x.row_range(owned(), local());
+  const bool keep_cache = opt_.mode == ExchangeMode::kStale;
+  if (keep_cache) {
+    saved_halo_.reset(device_, x.dtype, halo.rows, halo.cols);
+    copy(ctx(), halo, saved_halo_);
   }
-  auto pending = exch_.start_forward(x, cols, cols, opt_.bits_fwd_at(l), key, tag_eval(l), fp32_tail(l));
+  Exchange pending = exch_->start_forward(x, opt_.bits_fwd_at(l), key, tag_eval(l), fp32_tail(l));
   before_halo();
-  exch_.finish_forward(pending, x, cols);
+  exch_->finish_forward(pending, x);
   after_halo();
-  if (opt_.mode == ExchangeMode::kStale) std::copy_n(saved.data(), halo_values, halo);
+  if (keep_cache) copy(ctx(), saved_halo_, halo);
 }
 
 // Relative drift of the rows this rank sends in layer l since it last sent them.
-void DistributedTrainer::measure_drift(int l, const float* x, int64_t cols) {
-  const int64_t n = s_.send_offsets[s_.num_parts];
-  Matrix<float>& last = last_sent_[l];
-  const bool have_last = last.rows() == n && last.cols() == cols;
-  if (!have_last) last.reshape(n, cols);
-  double num = 0.0, den = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : num, den)
-  for (int64_t i = 0; i < n; ++i) {
-    const float* row = x + static_cast<int64_t>(s_.send_indices[i]) * cols;
-    float* prev = last.row(i);
-    for (int64_t j = 0; j < cols; ++j) {
-      const double d = static_cast<double>(row[j]) - prev[j];
-      num += d * d;
-      den += static_cast<double>(row[j]) * row[j];
-      prev[j] = row[j];
-    }
+void Trainer::measure_drift(int l, const TensorView& rows) {
+  Tensor& last = last_sent_[l];
+  const bool have_last = last.rows() == sends() && last.cols() == rows.cols;
+  if (!have_last) {
+    last.reset(device_, DType::kF32, sends(), rows.cols);
+    zero(ctx(), last);
   }
+  const auto [num, den] = ops::drift(ctx(), rows, send_indices_, last);
   drift_num_[l] = have_last ? num : 0.0;
   drift_den_[l] = den;
   drift_measured_ = have_last;
 }
 
-void DistributedTrainer::exchange_backward(int l, int epoch, float* dlocal, int64_t fin, const Work& owned_rows) {
+void Trainer::exchange_backward(int l, int epoch, const TensorView& dlocal, const Work& owned_rows) {
   if (opt_.skip_exchange && epoch > 0) {
     owned_rows();
     return;
   }
-  const quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0, 0};
+  const quant::QuantKey key{
+      opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0, 0};
   const int bits = opt_.bits_bwd_at(l);
-  const int64_t sends = s_.send_offsets[s_.num_parts];
+  const int64_t cols = dlocal.cols;
+  if (mp_.active()) {
+    // Under loss scaling a halo gradient may overflow to Inf, which the quantizer refuses.
+    // Such rows are sent as zeros and the step is marked to be skipped on every rank (the flag
+    // travels in the packed all-reduce), so the scaler backs off instead of the run failing.
+    const TensorView halo = dlocal.row_range(owned(), local());
+    if (ops::first_nonfinite(ctx(), halo) >= 0) {
+      zero(ctx(), halo);
+      halo_overflow_ = true;
+    }
+  }
   train_detail::schedule_backward(
-      schedule(), pend_bwd_[l], tracker_, l, epoch, sends > 0,
-      [&] { return exch_.start_backward(dlocal, fin, fin, bits, key, tag_backward(l)); },
-      [&](PendingExchange& p, float keep) {
+      schedule(), pend_bwd_[l], tracker_, l, epoch, sends() > 0,
+      [&] { return exch_->start_backward(dlocal, bits, key, tag_backward(l)); },
+      [&](Exchange& p, float keep) {
         // Smoothing keeps a running average of the received gradients, one row per send-list entry.
-        Matrix<float>& average = smoothed_grad_[l];
-        if (keep > 0.0f && (average.rows() != sends || average.cols() != fin)) {
-          average.reshape(sends, fin);
-          average.zero();
+        Tensor& average = smoothed_grad_[l];
+        if (keep > 0.0f && (average.rows() != sends() || average.cols() != cols)) {
+          average.reset(device_, DType::kF32, sends(), cols);
+          zero(ctx(), average);
         }
-        exch_.finish_backward(p, dlocal, fin, keep, average.data());
+        exch_->finish_backward(p, dlocal, keep, keep > 0.0f ? average.view() : TensorView{});
       },
-      [&](PendingExchange& p) {
-        Matrix<float> discard(local(), fin);
-        discard.zero();
-        exch_.finish_backward(p, discard.data(), fin);
-      },
-      owned_rows);
+      [&](Exchange& p) { discard(p, cols); }, owned_rows);
+}
+
+void Trainer::discard(Exchange& pending, int64_t cols) {
+  discard_.reset(device_, act_, local(), cols);
+  zero(ctx(), discard_);
+  exch_->finish_backward(pending, discard_);
 }
 
 // Test hooks for the failure tests (environment, all unset in normal runs):
 // HALOGEN_FAULT_RANK=r with HALOGEN_FAULT_EPOCH=e and HALOGEN_FAULT=kill|hang|nan makes rank
 // r, at the first exchanged layer of epoch e, die (SIGKILL), hang, or put a NaN into the
 // embeddings it is about to send.
-void DistributedTrainer::inject_faults(int epoch, float* x, int64_t cols) {
+void Trainer::inject_faults(int epoch, const TensorView& x) {
   static const char* rank = std::getenv("HALOGEN_FAULT_RANK");
   static const char* at = std::getenv("HALOGEN_FAULT_EPOCH");
   static const char* what = std::getenv("HALOGEN_FAULT");
@@ -488,438 +840,276 @@ void DistributedTrainer::inject_faults(int epoch, float* x, int64_t cols) {
   if (fault == "kill") std::raise(SIGKILL);
   if (fault == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  if (fault == "nan" && s_.send_offsets[s_.num_parts] > 0)
-    x[static_cast<int64_t>(s_.send_indices[0]) * cols] = std::numeric_limits<float>::quiet_NaN();
+  if (fault == "nan" && sends() > 0) {
+    const int64_t row = s_.send_indices[0];
+    float nan = std::numeric_limits<float>::quiet_NaN();
+    Tensor value(device_, x.dtype, 1, 1);
+    if (x.dtype == DType::kF32) {
+      copy(ctx(), TensorView::of(&nan, 1, 1), value);
+    } else {
+      Tensor f(device_, DType::kF32, 1, 1);
+      copy(ctx(), TensorView::of(&nan, 1, 1), f);
+      copy(ctx(), f, value);
+    }
+    copy(ctx(), value, x.row_range(row, row + 1).col_range(0, 1));
+    synchronize(ctx());
+  }
 }
 
-std::pair<float*, int64_t> DistributedTrainer::exchanged(int l) {
-  if (gat()) return {hl_[l].data(), hl_[l].cols()};
-  if (l == 0) return {nullptr, 0};
-  return {in_[l].data(), dims_[l]};
+TensorView Trainer::exchanged(int l) const {
+  if (gat()) return hl_[l].view();
+  if (l == 0) return {};
+  return in_[l].view();
 }
 
-void DistributedTrainer::drain_pending() {
+void Trainer::drain_pending() {
   for (int l = 0; l < L(); ++l) {
-    const auto [x, cols] = exchanged(l);
-    for (auto& [e, p] : pend_fwd_[l]) exch_.finish_forward(p, x, cols);
+    const TensorView x = exchanged(l);
+    for (auto& [e, p] : pend_fwd_[l]) exch_->finish_forward(p, x);
     pend_fwd_[l].clear();
-    if (!pend_bwd_[l].empty()) {
-      Matrix<float> discard(local(), backward_width(l));
-      discard.zero();
-      for (auto& [e, p] : pend_bwd_[l]) exch_.finish_backward(p, discard.data(), backward_width(l));
-      pend_bwd_[l].clear();
-    }
+    for (auto& [e, p] : pend_bwd_[l]) discard(p, backward_width(l));
+    pend_bwd_[l].clear();
   }
+  synchronize(ctx());
 }
 
-void DistributedTrainer::forward(int epoch, bool training) {
-  const float p = training ? opt_.dropout : 0.0f;
-  const int32_t* gid = s_.owned_global.data();
-  if (gat()) {
-    for (int l = 0; l < L(); ++l) forward_gat_layer(l, epoch, training);
+// --- The step ----------------------------------------------------------------------------------
+
+// Weight gradients, the loss, the adapter's drift sums and the fp16 overflow flag: summed over
+// ranks in fp64 in ONE collective, so the result does not depend on how the rows were split
+// and the step costs one round trip whatever the mode.
+void Trainer::allreduce_packed() {
+  const int64_t n = packed_.numel();
+  if (device_ == kDevCpu || comm_.takes_device_buffers()) {
+    comm_.allreduce_sum(packed_.data(), static_cast<size_t>(n), ReduceDtype::kFloat64);
     return;
   }
-  for (int l = 0; l < L(); ++l) {
-    const auto& lp = lp_[l];
-    const int64_t fin = lp.in, fout = lp.out;
-    const bool sage = opt_.model == ModelKind::kSage;
-    float* y = y_[l].data();
-    for (int64_t i = 0; i < owned(); ++i) std::copy_n(params_.data() + lp.bias, fout, y + i * fout);
-    if (l == 0) {
-      // Layer 0: the constant aggregated input (and SAGE's self input), dropout per epoch.
-      agg0_.prepare(p, {opt_.seed, static_cast<uint32_t>(epoch), 0}, gid);
-      agg0_.multiply(params_.data() + (sage ? lp.w_neigh : lp.w_self), fout, 1.0f, y);
-      if (sage) {
-        x0_.prepare(p, {opt_.seed, static_cast<uint32_t>(epoch), 1}, gid);
-        x0_.multiply(params_.data() + lp.w_self, fout, 1.0f, y);
-      }
-    } else {
-      float* x = in_[l].data();
-      const Work owned_part = [&] { aggregate_owned_part(x, fin, z_[l].data()); };
-      const Work halo_part = [&] { aggregate_halo_part(x, fin, z_[l].data()); };
-      if (training) {
-        exchange_forward(l, epoch, x, fin, y_[l - 1].data(), fin, owned_part, halo_part);
-      } else {
-        exchange_forward_eval(l, epoch, x, fin, owned_part, halo_part);
-      }
-      gemm(false, false, owned(), fout, fin, 1.0f, z_[l].data(), fin, params_.data() + (sage ? lp.w_neigh : lp.w_self), fout, 1.0f, y, fout);
-      if (sage) gemm(false, false, owned(), fout, fin, 1.0f, in_[l].data(), fin, params_.data() + lp.w_self, fout, 1.0f, y, fout);
-    }
-    if (l + 1 < L()) {
-      relu_inplace(y, owned() * fout);
-      float* next = in_[l + 1].data();
-      std::copy_n(y, owned() * fout, next);
-      dropout_apply(next, owned(), fout, fout, gid, p, {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * (l + 1))});
-    }
-  }
+  staged_.resize(static_cast<size_t>(n));
+  const TensorView host = TensorView::of(staged_.data(), n, 1);
+  copy(ctx(), packed_, host);
+  synchronize(ctx());
+  comm_.allreduce_sum(std::span<double>(staged_.data(), staged_.size()));
+  copy(ctx(), host, packed_);
+  synchronize(ctx());
 }
 
-void DistributedTrainer::backward(int epoch) {
-  const int32_t* gid = s_.owned_global.data();
-  grads_.zero();
-  // dy_ holds dL/dy of the last layer on entry.
-  if (gat()) {
-    for (int l = L() - 1; l >= 0; --l) backward_gat_layer(l, epoch);
-    return;
-  }
-  for (int l = L() - 1; l >= 0; --l) {
-    const auto& lp = lp_[l];
-    const int64_t fin = lp.in, fout = lp.out;
-    const float* dy = dy_.data();  // owned x fout
-    const bool sage = opt_.model == ModelKind::kSage;
-    // Bias and weight gradients (local partial sums, all-reduced later).
-    add_column_sums(dy, owned(), fout, grads_.data() + lp.bias);
-    float* gw_main = grads_.data() + (sage ? lp.w_neigh : lp.w_self);
-    if (l == 0) {
-      agg0_.multiply_transposed(dy, fout, gw_main);
-      if (sage) x0_.multiply_transposed(dy, fout, grads_.data() + lp.w_self);
-    } else {
-      gemm(true, false, fin, fout, owned(), 1.0f, z_[l].data(), fin, dy, fout, 0.0f, gw_main, fout);
-      if (sage) gemm(true, false, fin, fout, owned(), 1.0f, in_[l].data(), fin, dy, fout, 0.0f, grads_.data() + lp.w_self, fout);
-    }
-    if (l == 0) break;  // input features need no gradient
-    // dz = dy W^T (owned x fin); dlocal = transpose aggregation of dz over [owned | halo].
-    float* dz = dz_.data();
-    gemm(false, true, owned(), fin, fout, 1.0f, dy, fout, params_.data() + (sage ? lp.w_neigh : lp.w_self), fout, 0.0f, dz, fin);
-    float* dlocal = dlocal_.data();
-    aggregate_transpose(dz, fin, dlocal, /*halo_rows=*/true);
-    exchange_backward(l, epoch, dlocal, fin, [&] {
-      aggregate_transpose(dz, fin, dlocal, /*halo_rows=*/false);
-      if (sage)
-        gemm(false, true, owned(), fin, fout, 1.0f, dy, fout, params_.data() + lp.w_self, fout, 1.0f, dlocal, fin);
-    });
-    // Through the dropout and relu of the previous layer: dy_{l-1} = dlocal (owned) * mask * relu'.
-    float* dprev = dy_.data();
-    std::copy_n(dlocal, owned() * fin, dprev);
-    dropout_apply(dprev, owned(), fin, fin, gid, opt_.dropout, {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * l)});
-    relu_backward(y_[l - 1].data(), dprev, owned() * fin);
-  }
-}
-
-// Layer l's rows, attention terms and settings for the fused kernels (attention dropout only
-// while training).
-GatInputs DistributedTrainer::gat_inputs(int l, int epoch, bool training) const {
-  const auto& lp = lp_[l];
-  const Matrix<float>& hl = hl_[l];
-  GatInputs in;
-  in.graph = gat_.view();
-  in.heads = lp.heads;
-  in.head_dim = lp.head_dim;
-  in.feat = hl.data();
-  in.ld_feat = hl.cols();
-  in.el = hl.data() + lp.proj();
-  in.ld_el = hl.cols();
-  in.er = er_[l].data();
-  in.negative_slope = kGatNegativeSlope;
-  in.dropout = {training ? opt_.attention_dropout() : 0.0f, opt_.seed, static_cast<uint32_t>(epoch),
-                static_cast<uint32_t>(l)};
-  in.average_heads = l + 1 == L();
-  return in;
-}
-
-// One GAT layer (train/gat.hpp): h = dropout(x) W on owned rows, el/er from the attention
-// vectors, [h | el] exchanged like any halo row, then the fused attention over each owned
-// row's neighbours. Rows without halo neighbours are computed while the halo is in flight.
-void DistributedTrainer::forward_gat_layer(int l, int epoch, bool training) {
-  const auto& lp = lp_[l];
-  const int64_t fin = lp.in, fout = lp.out, pw = lp.proj();
-  const int H = lp.heads;
-  const float p = training ? opt_.dropout : 0.0f;
-  const int32_t* gid = s_.owned_global.data();
-  const float* w = params_.data() + lp.w_self;
-  Matrix<float>& hl = hl_[l];
-  const int64_t ldh = hl.cols();
-  // The projection straight into the exchanged rows; el beside it.
-  if (l == 0) {
-    x0_.prepare(p, {opt_.seed, static_cast<uint32_t>(epoch), 1}, gid);
-    x0_.multiply(w, pw, 0.0f, hl.data(), ldh);
-  } else {
-    gemm(false, false, owned(), pw, fin, 1.0f, in_[l].data(), fin, w, pw, 0.0f, hl.data(), ldh);
-  }
-  gat_attention_terms(hl.data(), ldh, owned(), H, lp.head_dim, params_.data() + lp.att_src, hl.data() + pw, ldh);
-  gat_attention_terms(hl.data(), ldh, owned(), H, lp.head_dim, params_.data() + lp.att_dst, er_[l].data(), H);
-
-  GatForwardArgs a;
-  static_cast<GatInputs&>(a) = gat_inputs(l, epoch, training);
-  a.alpha = alpha_[l].data();
-  a.out = y_[l].data();
-  a.ld_out = fout;
-  auto rows = [&](const std::vector<int32_t>& list) {
-    GatForwardArgs part = a;
-    part.row_list = list.data();
-    part.row_list_size = static_cast<int64_t>(list.size());
-    gat_forward<kDevCpu>(part);
-  };
-  const Work interior = [&] { rows(gat_.interior_rows); };
-  const Work boundary = [&] { rows(gat_.boundary_rows); };
-  if (training) {
-    exchange_forward(l, epoch, hl.data(), ldh, l > 0 ? y_[l - 1].data() : nullptr, fin, interior, boundary);
-  } else {
-    exchange_forward_eval(l, epoch, hl.data(), ldh, interior, boundary);
-  }
-
-  float* y = y_[l].data();
-  const float* bias = params_.data() + lp.bias;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < owned(); ++i)
-    for (int64_t j = 0; j < fout; ++j) y[i * fout + j] += bias[j];
-  if (lp.identity_residual) {
-    const float* x = in_[l].data();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < owned() * fout; ++i) y[i] += x[i];
-  } else if (lp.w_res != LayerParams::kNone) {
-    if (l == 0) {
-      x0_.multiply(params_.data() + lp.w_res, fout, 1.0f, y);
-    } else {
-      gemm(false, false, owned(), fout, fin, 1.0f, in_[l].data(), fin, params_.data() + lp.w_res, fout, 1.0f, y, fout);
-    }
-  }
-  if (l + 1 < L()) {
-    elu_inplace(y, owned() * fout);
-    float* next = in_[l + 1].data();
-    std::copy_n(y, owned() * fout, next);
-    dropout_apply(next, owned(), fout, fout, gid, p,
-                  {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * (l + 1))});
-  }
-}
-
-// dy_ holds dL/dy_l (before the activation) on entry; on exit, for l > 0, dL/dy_{l-1}.
-void DistributedTrainer::backward_gat_layer(int l, int epoch) {
-  const auto& lp = lp_[l];
-  const int64_t fin = lp.in, fout = lp.out, pw = lp.proj(), D = lp.head_dim;
-  const int H = lp.heads;
-  const int32_t* gid = s_.owned_global.data();
-  const float* dy = dy_.data();
-  const Matrix<float>& hl = hl_[l];
-  add_column_sums(dy, owned(), fout, grads_.data() + lp.bias);
-  if (lp.w_res != LayerParams::kNone) {
-    float* gres = grads_.data() + lp.w_res;
-    if (l == 0) {
-      x0_.multiply_transposed(dy, fout, gres);
-    } else {
-      gemm(true, false, fin, fout, owned(), 1.0f, in_[l].data(), fin, dy, fout, 0.0f, gres, fout);
-    }
-  }
-
-  GatBackwardArgs b;
-  static_cast<GatInputs&>(b) = gat_inputs(l, epoch, /*training=*/true);
-  b.alpha = alpha_[l].data();
-  b.dout = dy;
-  b.ld_dout = fout;
-  b.edge_grad = edge_grad_.data();
-  float* dh = dh_.data();  // local x pw
-  b.dfeat = dh;
-  b.ld_dfeat = pw;
-  float* del = del_.data();  // local x H
-  float* der = der_.data();  // owned x H
-  b.del = del;
-  b.der = der;
-  gat_backward<kDevCpu>(b);
-  // The attention terms' share of dh: el_j = <h_j, a_src> on every local row (halo rows go
-  // back to their owners with the rest), er_i = <h_i, a_dst> on owned rows.
-  const float* a_src = params_.data() + lp.att_src;
-  const float* a_dst = params_.data() + lp.att_dst;
-#pragma omp parallel for schedule(static)
-  for (int64_t j = 0; j < local(); ++j) {
-    for (int hh = 0; hh < H; ++hh) {
-      const float ge = del[j * H + hh];
-      const float gr = j < owned() ? der[j * H + hh] : 0.0f;
-      float* row = dh + j * pw + hh * D;
-      for (int64_t d = 0; d < D; ++d) row[d] += ge * a_src[hh * D + d] + gr * a_dst[hh * D + d];
-    }
-  }
-  exchange_backward(l, epoch, dh, pw, [&] {
-    // Attention vectors while the halo gradients travel: sums over this rank's edges (halo
-    // sources included, with the h this rank received), all-reduced with the rest.
-    // Per-thread fp64 partial sums over a static split of the rows, added in thread order:
-    // the same result on every run with the same thread count.
-    std::vector<std::vector<double>> partial(static_cast<size_t>(omp_get_max_threads()));
-#pragma omp parallel
-    {
-      std::vector<double>& mine = partial[static_cast<size_t>(omp_get_thread_num())];
-      mine.assign(static_cast<size_t>(2 * pw), 0.0);
-#pragma omp for schedule(static)
-      for (int64_t j = 0; j < local(); ++j) {
-        const float* h = hl.row(j);
-        for (int hh = 0; hh < H; ++hh) {
-          const double ge = del[j * H + hh], gr = j < owned() ? der[j * H + hh] : 0.0;
-          for (int64_t d = 0; d < D; ++d) {
-            mine[static_cast<size_t>(hh * D + d)] += ge * h[hh * D + d];
-            mine[static_cast<size_t>(pw + hh * D + d)] += gr * h[hh * D + d];
-          }
-        }
-      }
-    }
-    float* ga_src = grads_.data() + lp.att_src;
-    float* ga_dst = grads_.data() + lp.att_dst;
-    for (int64_t c = 0; c < pw; ++c) {
-      double s_src = 0.0, s_dst = 0.0;
-      for (const auto& mine : partial) {
-        if (mine.empty()) continue;
-        s_src += mine[static_cast<size_t>(c)];
-        s_dst += mine[static_cast<size_t>(pw + c)];
-      }
-      ga_src[c] += static_cast<float>(s_src);
-      ga_dst[c] += static_cast<float>(s_dst);
-    }
-  });
-  // dW = x^T dh on owned rows (halo gradients added by now).
-  float* gw = grads_.data() + lp.w_self;
-  if (l == 0) {
-    x0_.multiply_transposed(dh, pw, gw);
-    return;  // input features need no gradient
-  }
-  gemm(true, false, fin, pw, owned(), 1.0f, in_[l].data(), fin, dh, pw, 0.0f, gw, pw);
-  // dx = dh W^T (+ the residual's share), then through dropout and the ELU of layer l-1.
-  float* dx = dz_.data();
-  gemm(false, true, owned(), fin, pw, 1.0f, dh, pw, params_.data() + lp.w_self, pw, 0.0f, dx, fin);
-  if (lp.identity_residual) {
-    for (int64_t i = 0; i < owned() * fin; ++i) dx[i] += dy[i];
-  } else if (lp.w_res != LayerParams::kNone) {
-    gemm(false, true, owned(), fin, fout, 1.0f, dy, fout, params_.data() + lp.w_res, fout, 1.0f, dx, fin);
-  }
-  float* dprev = dy_.data();
-  std::copy_n(dx, owned() * fin, dprev);
-  dropout_apply(dprev, owned(), fin, fin, gid, opt_.dropout,
-                {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * l)});
-  elu_backward(y_[l - 1].data(), dprev, owned() * fin);
-}
-
-double DistributedTrainer::loss_and_grad(float* grad) {
-  const int64_t C = dims_.back();
-  HostBuffer<uint8_t> train_mask(static_cast<size_t>(owned()));
-  for (int64_t i = 0; i < owned(); ++i) train_mask[i] = s_.split[i] == static_cast<uint8_t>(SplitRole::kTrain);
-  const float scale = 1.0f / static_cast<float>(std::max<int64_t>(s_.global_train_count, 1));
-  return softmax_xent(y_[L() - 1].data(), owned(), C, s_.labels.data(), train_mask.data(), scale, grad);
-}
-
-// Weight gradients and the loss: summed over ranks in fp64, so the result does not depend
-// on how the rows were split.
-void DistributedTrainer::allreduce_gradients(double& loss_sum) {
+bool Trainer::allreduce_and_step(double& loss_sum, int epoch, bool apply) {
   Stopwatch ar;
-  const size_t n = grads_.size();
-  const size_t layers = static_cast<size_t>(L());
-  // One message: gradients, the loss, and the drift sums of the adapter (no extra round trip).
-  HostBuffer<double> packed(n + 1 + 2 * layers);
-  for (size_t i = 0; i < n; ++i) packed[i] = grads_[i];
-  packed[n] = loss_sum;
-  for (size_t l = 0; l < layers; ++l) {
-    packed[n + 1 + l] = drift_num_[l];
-    packed[n + 1 + layers + l] = drift_den_[l];
+  const int64_t n = params_.numel();
+  const int layers = L();
+  // The host scalars after the gradients: loss, drift numerators and denominators, overflow.
+  std::vector<double> scalars(static_cast<size_t>(2 + 2 * layers));
+  scalars[0] = loss_sum;
+  for (int l = 0; l < layers; ++l) {
+    scalars[static_cast<size_t>(1 + l)] = drift_num_[l];
+    scalars[static_cast<size_t>(1 + layers + l)] = drift_den_[l];
   }
-  comm_.allreduce_sum(std::span<double>(packed.data(), packed.size()));
-  for (size_t i = 0; i < n; ++i) grads_[i] = static_cast<float>(packed[i]);
-  loss_sum = packed[n];
+  scalars.back() = halo_overflow_ ? 1.0 : 0.0;
+  const TensorView grads_f64 = packed_.row_range(0, n);
+  const TensorView tail = packed_.row_range(n, packed_.rows());
+  copy(ctx(), grads_, grads_f64);
+  copy(ctx(), TensorView::of(scalars.data(), static_cast<int64_t>(scalars.size()), 1), tail);
+  synchronize(ctx());
+  allreduce_packed();
+  copy(ctx(), grads_f64, grads_);
+  copy(ctx(), tail, TensorView::of(scalars.data(), static_cast<int64_t>(scalars.size()), 1));
+  synchronize(ctx());
+  loss_sum = scalars[0];
+  const bool overflow = scalars.back() > 0.0;
+  halo_overflow_ = false;
   prev_drift_.clear();
   if (adapter_.drift_enabled() && drift_measured_) {
-    std::vector<double> num(layers), den(layers);
-    for (size_t l = 0; l < layers; ++l) {
-      num[l] = packed[n + 1 + l];
-      den[l] = packed[n + 1 + layers + l];
-    }
+    std::vector<double> num(scalars.begin() + 1, scalars.begin() + 1 + layers);
+    std::vector<double> den(scalars.begin() + 1 + layers, scalars.begin() + 1 + 2 * layers);
     prev_drift_ = train_detail::layer_drift(num, den);
   }
   std::fill(drift_num_.begin(), drift_num_.end(), 0.0);
   std::fill(drift_den_.begin(), drift_den_.end(), 0.0);
   allreduce_s_ += ar.seconds();
+  if (!apply) return false;
+  // Loss and gradients are identical on every rank after the all-reduce, so every rank takes
+  // the same decision here.
+  const double loss = loss_sum / static_cast<double>(std::max<int64_t>(s_.global_train_count, 1));
+  if (mp_.active()) {
+    const int64_t bad = ops::unscale(ctx(), grads_, 1.0f / mp_.loss_scale());
+    const float scale = mp_.loss_scale();
+    if (!mp_.update(std::isfinite(loss) && bad == 0 && !overflow)) {
+      if (s_.part == 0)
+        log::warn("epoch {}: fp16 gradients overflowed at loss scale {}; step skipped, scale now {}", epoch, scale,
+                  mp_.loss_scale());
+      return false;
+    }
+  } else {
+    const int64_t bad = std::isfinite(loss) ? ops::first_nonfinite(ctx(), grads_) : -1;
+    if (!std::isfinite(loss) || bad >= 0) {
+      HALOGEN_EXPECTS(opt_.skip_nonfinite_steps,
+                      "epoch {}: non-finite {} (loss {}); stopping (--on-nonfinite skip-step would skip such steps)",
+                      epoch, std::isfinite(loss) ? fmt::format("gradient of parameter {}", bad) : "loss", loss);
+      if (s_.part == 0) log::warn("epoch {}: non-finite loss or gradients, step skipped", epoch);
+      return false;
+    }
+  }
+  // One Adam state over all parameters; decay applies to weights, not biases.
+  for (const LayerParams& lp : lp_) {
+    const auto begin = static_cast<int64_t>(lp.w_self), end = static_cast<int64_t>(lp.bias);
+    ops::axpy(ctx(), opt_.weight_decay, params_.row_range(begin, end), grads_.row_range(begin, end));
+  }
+  ops::adam_step(ctx(), params_, grads_, adam_m_, adam_v_, ++adam_step_, opt_.lr, 0.0f);
+  if (mp_.active()) copy(ctx(), params_, params_half_);
+  return true;
 }
 
-LossAndGradient DistributedTrainer::probe(const std::vector<float>& params) {
+LossAndGradient Trainer::probe(const std::vector<float>& params) {
   if (!params.empty()) {
-    HALOGEN_EXPECTS(params.size() == params_.size(), "probe: {} parameters given, model has {}", params.size(), params_.size());
-    std::copy(params.begin(), params.end(), params_.begin());
+    HALOGEN_EXPECTS(static_cast<int64_t>(params.size()) == params_.numel(), "probe: {} parameters given, model has {}",
+                    params.size(), params_.numel());
+    copy(ctx(), TensorView::of(params.data(), params_.numel(), 1), params_);
+    if (mp_.active()) copy(ctx(), params_, params_half_);
+    synchronize(ctx());
   }
   forward(0, /*training=*/true);
-  double loss_sum = loss_and_grad(dy_.data());
+  double loss_sum = loss_and_grad();
   backward(0);
-  allreduce_gradients(loss_sum);
+  allreduce_and_step(loss_sum, 0, /*apply=*/false);
+  if (mp_.active()) ops::unscale(ctx(), grads_, 1.0f / mp_.loss_scale());
   LossAndGradient r;
   r.loss = loss_sum / static_cast<double>(std::max<int64_t>(s_.global_train_count, 1));
-  r.params.assign(params_.begin(), params_.end());
-  r.grad.assign(grads_.begin(), grads_.end());
+  r.params = to_host_floats(params_);
+  r.grad = to_host_floats(grads_);
   return r;
+}
+
+// --- Records -----------------------------------------------------------------------------------
+
+std::vector<float> Trainer::to_host_floats(const TensorView& v) {
+  std::vector<float> host(static_cast<size_t>(v.numel()));
+  if (v.empty()) return host;
+  if (v.dtype == DType::kF32) {
+    copy(ctx(), v, TensorView::of(host.data(), v.rows, v.cols));
+  } else {
+    Tensor f(device_, DType::kF32, v.rows, v.cols);
+    copy(ctx(), v, f);
+    copy(ctx(), f, TensorView::of(host.data(), v.rows, v.cols));
+  }
+  synchronize(ctx());
+  return host;
+}
+
+void Trainer::from_host_floats(const std::vector<float>& host, const TensorView& v) {
+  HALOGEN_EXPECTS(static_cast<int64_t>(host.size()) == v.numel(), "restoring {} values into {}", host.size(),
+                  v.numel());
+  if (v.empty()) return;
+  const TensorView h = TensorView::of(host.data(), v.rows, v.cols);
+  if (v.dtype == DType::kF32) {
+    copy(ctx(), h, v);
+  } else {
+    Tensor f(device_, DType::kF32, v.rows, v.cols);
+    copy(ctx(), h, f);
+    copy(ctx(), f, v);
+  }
+  synchronize(ctx());
+}
+
+const float* Trainer::logits_on_host() {
+  const TensorView logits = output(L() - 1);
+  if (device_ == kDevCpu) return logits.ptr<float>();
+  logits_host_.resize(static_cast<size_t>(logits.numel()));
+  copy(ctx(), logits, TensorView::of(logits_host_.data(), logits.rows, logits.cols));
+  synchronize(ctx());
+  return logits_host_.data();
 }
 
 // Everything the next epoch depends on: parameters, Adam moments, each layer's halo cache
 // and its epoch, the exchanges still in flight (completed and stored, not applied), the
-// drift state, and the best-validation record. Random streams are keyed by epoch, so they
-// need no state.
-void DistributedTrainer::save_checkpoint(int epoch) {
-  train_detail::write_checkpoint(
-      opt_, s_, epoch, model_description(), log_, [&](CheckpointWriter& w, nlohmann::json& meta) {
-        meta["adam_step"] = adam_.step;
-        meta["prev_drift"] = prev_drift_;
-        meta["drift_measured"] = drift_measured_;
-        w.add_array("params", params_.span());
-        w.add_array("adam_m", adam_.m.span());
-        w.add_array("adam_v", adam_.v.span());
-        std::vector<train_detail::LayerState> layers(static_cast<size_t>(L()));
-        for (int l = 0; l < L(); ++l) {
-          train_detail::LayerState& st = layers[l];
-          st.forward_epoch = tracker_.forward_epoch(l);
-          if (const auto [x, cols] = exchanged(l); x != nullptr) st.halo.assign(x + owned() * cols, x + local() * cols);
-          st.last_rows = static_cast<int>(last_sent_[l].rows());
-          st.last_cols = static_cast<int>(last_sent_[l].cols());
-          st.last_sent.assign(last_sent_[l].data(), last_sent_[l].data() + last_sent_[l].size());
-          st.smoothed_cols = static_cast<int>(smoothed_grad_[l].cols());
-          st.smoothed_grad.assign(smoothed_grad_[l].data(), smoothed_grad_[l].data() + smoothed_grad_[l].size());
-          for (int dir_i = 0; dir_i < 2; ++dir_i) {
-            for (auto& [e, p] : dir_i == 0 ? pend_fwd_[l] : pend_bwd_[l]) {
-              exch_.complete(p);
-              (dir_i == 0 ? st.pending_fwd : st.pending_bwd).emplace_back(e, p.save());
-            }
-          }
-        }
-        train_detail::write_layer_states(w, meta, layers);
-      });
+// drift state, smoothing averages, the fp16 loss scaler and the best-validation record, in
+// records that resume on either device (fp32 on the host). Random streams are keyed by epoch,
+// so they need no state.
+void Trainer::save_checkpoint(int epoch) {
+  const std::vector<float> params = to_host_floats(params_), m = to_host_floats(adam_m_), v = to_host_floats(adam_v_);
+  std::vector<train_detail::LayerState> layers(static_cast<size_t>(L()));
+  for (int l = 0; l < L(); ++l) {
+    train_detail::LayerState& st = layers[l];
+    st.forward_epoch = tracker_.forward_epoch(l);
+    if (const TensorView x = exchanged(l); x.data != nullptr) st.halo = to_host_floats(x.row_range(owned(), local()));
+    st.last_rows = static_cast<int>(last_sent_[l].rows());
+    st.last_cols = static_cast<int>(last_sent_[l].cols());
+    st.last_sent = to_host_floats(last_sent_[l]);
+    st.smoothed_cols = static_cast<int>(smoothed_grad_[l].cols());
+    st.smoothed_grad = to_host_floats(smoothed_grad_[l]);
+    for (auto& [e, p] : pend_fwd_[l]) st.pending_fwd.emplace_back(e, exch_->save(p));
+    for (auto& [e, p] : pend_bwd_[l]) st.pending_bwd.emplace_back(e, exch_->save(p));
+  }
+  train_detail::write_checkpoint(opt_, s_, epoch, model_description(), log_,
+                                 [&](CheckpointWriter& w, nlohmann::json& meta) {
+                                   meta["adam_step"] = adam_step_;
+                                   meta["prev_drift"] = prev_drift_;
+                                   meta["drift_measured"] = drift_measured_;
+                                   if (mp_.active()) {
+                                     meta["loss_scale"] = mp_.scaler().scale();
+                                     meta["loss_scale_good_steps"] = mp_.scaler().good_steps();
+                                     meta["loss_scale_skipped_steps"] = mp_.scaler().skipped_steps();
+                                   }
+                                   w.add_array("params", std::span<const float>(params));
+                                   w.add_array("adam_m", std::span<const float>(m));
+                                   w.add_array("adam_v", std::span<const float>(v));
+                                   train_detail::write_layer_states(w, meta, layers);
+                                 });
 }
 
-void DistributedTrainer::load_checkpoint(const std::filesystem::path& dir) {
+void Trainer::load_checkpoint(const std::filesystem::path& dir) {
+  const size_t n = static_cast<size_t>(params_.numel());
   start_epoch_ = train_detail::read_checkpoint(
       opt_, s_, dir, model_description(), log_, [&](const CheckpointReader& r, const nlohmann::json& meta) {
-        r.read_array("params", params_.span());
-        adam_.m.resize(params_.size());
-        adam_.v.resize(params_.size());
-        r.read_array("adam_m", adam_.m.span());
-        r.read_array("adam_v", adam_.v.span());
-        adam_.step = meta.at("adam_step").get<int64_t>();
+        std::vector<float> params(n), m(n), v(n);
+        r.read_array("params", std::span<float>(params));
+        r.read_array("adam_m", std::span<float>(m));
+        r.read_array("adam_v", std::span<float>(v));
+        from_host_floats(params, params_);
+        from_host_floats(m, adam_m_);
+        from_host_floats(v, adam_v_);
+        if (mp_.active()) copy(ctx(), params_, params_half_);
+        adam_step_ = meta.at("adam_step").get<int64_t>();
+        if (mp_.active() && meta.contains("loss_scale"))
+          mp_.scaler().restore(meta.at("loss_scale").get<float>(), meta.at("loss_scale_good_steps").get<int>(),
+                               meta.at("loss_scale_skipped_steps").get<int64_t>());
         prev_drift_ = meta.at("prev_drift").get<std::vector<double>>();
         drift_measured_ = meta.at("drift_measured").get<bool>();
         std::vector<int64_t> halo_values;
         for (int l = 0; l < L(); ++l) {
-          const auto [x, cols] = exchanged(l);
-          halo_values.push_back(x != nullptr ? s_.num_halo * cols : 0);
+          const TensorView x = exchanged(l);
+          halo_values.push_back(x.data != nullptr ? s_.num_halo * x.cols : 0);
         }
-        const auto layers = train_detail::read_layer_states(r, meta, halo_values, s_.send_offsets[s_.num_parts]);
+        const auto layers = train_detail::read_layer_states(r, meta, halo_values, sends());
         for (int l = 0; l < L(); ++l) {
           const train_detail::LayerState& st = layers[l];
           tracker_.set_forward(l, st.forward_epoch);
-          if (const auto [x, cols] = exchanged(l); x != nullptr && !st.halo.empty())
-            std::copy(st.halo.begin(), st.halo.end(), x + owned() * cols);
+          if (const TensorView x = exchanged(l); x.data != nullptr && !st.halo.empty())
+            from_host_floats(st.halo, x.row_range(owned(), local()));
           if (st.smoothed_cols > 0) {
-            smoothed_grad_[l].reshape(s_.send_offsets[s_.num_parts], st.smoothed_cols);
-            std::copy(st.smoothed_grad.begin(), st.smoothed_grad.end(), smoothed_grad_[l].data());
+            smoothed_grad_[l].reset(device_, DType::kF32, sends(), st.smoothed_cols);
+            from_host_floats(st.smoothed_grad, smoothed_grad_[l]);
           }
-          if (st.last_rows > 0) {
-            last_sent_[l].reshape(st.last_rows, st.last_cols);
-            std::copy(st.last_sent.begin(), st.last_sent.end(), last_sent_[l].data());
+          if (st.last_rows > 0 || st.last_cols > 0) {
+            last_sent_[l].reset(device_, DType::kF32, st.last_rows, st.last_cols);
+            from_host_floats(st.last_sent, last_sent_[l]);
           }
-          for (const auto& [e, bytes] : st.pending_fwd) pend_fwd_[l].emplace_back(e, PendingExchange::restore(bytes));
-          for (const auto& [e, bytes] : st.pending_bwd) pend_bwd_[l].emplace_back(e, PendingExchange::restore(bytes));
+          for (const auto& [e, bytes] : st.pending_fwd) pend_fwd_[l].emplace_back(e, exch_->restore(bytes));
+          for (const auto& [e, bytes] : st.pending_bwd) pend_bwd_[l].emplace_back(e, exch_->restore(bytes));
         }
       });
 }
 
-TrainResult DistributedTrainer::run() {
+TrainResult Trainer::run() {
   return train_detail::run_or_end_job(comm_, [this] { return run_epochs(); });
 }
 
-TrainResult DistributedTrainer::run_epochs() {
+TrainResult Trainer::run_epochs() {
   TrainResult result;
+  reset_memory_peaks(device_);
   Stopwatch total;
   for (int epoch = start_epoch_; epoch < opt_.epochs; ++epoch) {
     Stopwatch epoch_sw;
-    exch_.stats().reset();
+    exch_->stats().reset();
     allreduce_s_ = 0.0;
     tracker_.reset_epoch();
     const auto decision = adapter_.decide(epoch, prev_drift_);
@@ -927,76 +1117,88 @@ TrainResult DistributedTrainer::run_epochs() {
     train_detail::log_sync_decision(opt_, epoch, decision);
     const uint64_t bytes_before = comm_.bytes_sent();
     forward(epoch, /*training=*/true);
-    // Loss gradient w.r.t. the last layer's output.
-    double loss_sum = loss_and_grad(dy_.data());
+    double loss_sum = loss_and_grad();
     backward(epoch);
-    allreduce_gradients(loss_sum);
+    const bool stepped = allreduce_and_step(loss_sum, epoch, /*apply=*/true);
     const double loss = loss_sum / static_cast<double>(std::max<int64_t>(s_.global_train_count, 1));
-    // Loss and gradients are identical on every rank after the all-reduce, so every rank
-    // takes the same decision here.
-    bool finite = std::isfinite(loss);
-    size_t bad = 0;
-    for (size_t i = 0; finite && i < grads_.size(); ++i)
-      if (!std::isfinite(grads_[i])) finite = false, bad = i;
-    bool skipped = false;
-    if (!finite) {
-      HALOGEN_EXPECTS(opt_.skip_nonfinite_steps,
-                      "epoch {}: non-finite {} (loss {}); stopping (--on-nonfinite skip-step would skip such steps)",
-                      epoch, std::isfinite(loss) ? fmt::format("gradient of parameter {}", bad) : "loss", loss);
-      if (s_.part == 0) log::warn("epoch {}: non-finite loss or gradients, step skipped", epoch);
-      skipped = true;
-    } else {
-      // One Adam state over all parameters; decay applies to weights, not biases.
-      HostBuffer<float> decay_grads(grads_.size());
-      for (int l = 0; l < L(); ++l) {
-        const auto& lp = lp_[l];
-        for (size_t i = lp.w_self; i < lp.bias; ++i) decay_grads[i] = grads_[i] + opt_.weight_decay * params_[i];
-        for (size_t i = lp.bias; i < lp.end; ++i) decay_grads[i] = grads_[i];
-      }
-      adam_step(params_.span(), decay_grads.span(), adam_, opt_.lr, 0.0f);
-    }
     nlohmann::json rec;
     rec["epoch"] = epoch;
     rec["loss"] = loss;
-    if (skipped) rec["skipped_step"] = true;
+    if (!stepped) rec["skipped_step"] = true;
+    if (mp_.active()) rec["loss_scale"] = mp_.loss_scale();
     const bool eval = (epoch + 1) % opt_.eval_every == 0 || epoch + 1 == opt_.epochs;
     if (eval) {
       forward(epoch, /*training=*/false);
-      log_.add_accuracy(rec, epoch, train_detail::count_correct_by_role(y_[L() - 1].data(), s_));
+      log_.add_accuracy(rec, epoch, train_detail::count_correct_by_role(logits_on_host(), s_));
     }
+    synchronize(ctx());
     rec["sync"] = decision.sync;
     rec["sync_reason"] = to_string(decision.reason);
     if (adapter_.drift_enabled()) rec["drift"] = decision.max_drift;
-    const auto& st = exch_.stats();
+    const auto& st = exch_->stats();
     log_.finish(rec, EpochFigures{epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s, st.transfer_s,
                                   tracker_.max_used(), comm_.bytes_sent() - bytes_before});
     result.epochs.push_back(std::move(rec));
     if (train_detail::checkpoint_due(opt_, epoch)) save_checkpoint(epoch);
   }
   drain_pending();
-  // Per rank: peak RSS and the estimate the memory check used (to judge the estimate).
-  // GAT: what an unfused implementation would add, per rank: a message tensor (edge x
-  // heads x head_dim, self loops included) per layer and its gradient.
+  // Per rank: peak RSS and the estimate the memory check used (to judge the estimate); on a
+  // GPU also the allocator's peaks and what the device had in use at the end (adds cuBLAS and
+  // NCCL workspaces and the CUDA context). GAT: what an unfused implementation would add, per
+  // rank: a message tensor (edge x heads x head_dim, self loops included) per layer and its
+  // gradient.
   int64_t unfused_edge_bytes = 0;
   if (gat())
-    for (int l = 0; l < L(); ++l) unfused_edge_bytes += 2 * 4 * (gat_.view().entries() + owned()) * lp_[l].proj();
+    for (int l = 0; l < L(); ++l) unfused_edge_bytes += 2 * 4 * (gat_host_.view().entries() + owned()) * lp_[l].proj();
+  const DeviceMemoryInfo dev = device_memory_info(device_);
   const auto memory = train_detail::gather_per_rank(
-      comm_, {peak_rss_bytes(), static_cast<int64_t>(memory_estimate_), unfused_edge_bytes});
-  std::vector<int64_t> rss_per_rank, estimate_per_rank, unfused_per_rank;
-  for (const auto& m : memory) {
-    rss_per_rank.push_back(m[0]);
-    estimate_per_rank.push_back(m[1]);
-    unfused_per_rank.push_back(m[2]);
+      comm_, {peak_rss_bytes(), static_cast<int64_t>(memory_estimate_), unfused_edge_bytes,
+              static_cast<int64_t>(dev.peak_allocated_bytes), static_cast<int64_t>(dev.peak_reserved_bytes),
+              static_cast<int64_t>(dev.total_bytes - dev.free_bytes)});
+  std::vector<std::vector<int64_t>> column(6);
+  for (const auto& m : memory)
+    for (size_t k = 0; k < column.size(); ++k) column[k].push_back(m[k]);
+  nlohmann::json summary = log_.summary(to_string(device_), total.seconds(), start_epoch_);
+  summary["peak_rss_bytes"] = *std::max_element(column[0].begin(), column[0].end());
+  summary["peak_rss_bytes_per_rank"] = column[0];
+  if (device_ == kDevCpu) {
+    summary["estimated_peak_bytes_per_rank"] = column[1];
+  } else {
+    summary["precision"] = to_string(opt_.precision);
+    summary["comm"] = comm_.backend_name();
+    summary["estimated_gpu_bytes_per_rank"] = column[1];
+    summary["peak_gpu_allocated_bytes_per_rank"] = column[3];
+    summary["peak_gpu_reserved_bytes_per_rank"] = column[4];
+    summary["gpu_used_bytes_at_end_per_rank"] = column[5];
   }
-  const double rss = static_cast<double>(*std::max_element(rss_per_rank.begin(), rss_per_rank.end()));
-  nlohmann::json summary = log_.summary("cpu", total.seconds(), start_epoch_);
-  summary["peak_rss_bytes"] = static_cast<int64_t>(rss);
-  summary["peak_rss_bytes_per_rank"] = rss_per_rank;
-  summary["estimated_peak_bytes_per_rank"] = estimate_per_rank;
-  if (gat()) summary["unfused_edge_feature_bytes_per_rank"] = unfused_per_rank;
+  if (mp_.active()) summary["fp16_skipped_steps"] = mp_.scaler().skipped_steps();
+  if (gat()) summary["unfused_edge_feature_bytes_per_rank"] = column[2];
   log_.write_summary(summary);
   result.summary = summary;
   return result;
+}
+
+// Shares the node's cores among its ranks, sets the wait policy and the timeout: the same
+// for every device.
+void prepare_process(const Shard& shard, Communicator& comm, const TrainOptions& options, int& node_ranks) {
+  MPI_Comm world = MPI_COMM_WORLD;
+  if (auto* mc = dynamic_cast<MpiCommunicator*>(&comm)) world = mc->mpi_comm();
+  const LocalRankInfo node = local_rank_info(world);
+  node_ranks = node.local_size;
+  const int node_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Threads: share the node's cores among the ranks on it unless OMP_NUM_THREADS says.
+  set_compute_threads(std::getenv("OMP_NUM_THREADS") != nullptr ? omp_get_max_threads()
+                                                                : std::max(1, node_cores / node.local_size));
+  comm.set_timeout(options.timeout_s);
+  // More ranks than cores on this node: a rank that polls for a transfer would take a core
+  // from a rank that computes, so waiting ranks sleep between polls.
+  // HALOGEN_WAIT=spin|sleep overrides the choice (to compare the two, or to pin a policy).
+  const char* wait = std::getenv("HALOGEN_WAIT");
+  const std::string wait_policy = wait != nullptr ? wait : "auto";
+  HALOGEN_EXPECTS(wait_policy == "auto" || wait_policy == "spin" || wait_policy == "sleep",
+                  "HALOGEN_WAIT must be auto, spin or sleep, got '{}'", wait_policy);
+  comm.set_sleep_while_waiting(wait_policy == "sleep" || (wait_policy == "auto" && node.local_size > node_cores));
+  (void)shard;
 }
 
 }  // namespace
@@ -1005,7 +1207,9 @@ LossAndGradient compute_loss_and_gradient(const Shard& shard, Communicator& comm
                                           const std::vector<float>& params) {
   options.validate();
   check_shards_consistent(shard, comm);
-  DistributedTrainer trainer(shard, comm, options);
+  HALOGEN_EXPECTS(options.device == kDevCpu || cuda_device_count() > 0,
+                  "rank {}: --device cuda but no GPU is visible to this process", comm.rank());
+  Trainer trainer(shard, comm, options);
   return trainer.probe(params);
 }
 
@@ -1015,39 +1219,16 @@ TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& op
   HALOGEN_EXPECTS(shard.feature_dim >= 1, "shard {} has no node features (feature_dim 0)", shard.part);
   HALOGEN_EXPECTS(shard.num_classes >= 2, "shard {} has {} classes; node classification needs at least 2", shard.part,
                   shard.num_classes);
-  MPI_Comm world = MPI_COMM_WORLD;
-  if (auto* mc = dynamic_cast<MpiCommunicator*>(&comm)) world = mc->mpi_comm();
-  const LocalRankInfo node = local_rank_info(world);
-  const int node_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  // Threads: share the node's cores among the ranks on it unless OMP_NUM_THREADS says.
-  set_compute_threads(std::getenv("OMP_NUM_THREADS") != nullptr ? omp_get_max_threads()
-                                                                 : std::max(1, node_cores / node.local_size));
-  comm.set_timeout(options.timeout_s);
-  if (options.device == Device::kCuda) return train_detail::train_gpu(shard, comm, options);
-  // More ranks than cores on this node: a rank that polls for a transfer would take a core
-  // from a rank that computes, so waiting ranks sleep between polls.
-  // HALOGEN_WAIT=spin|sleep overrides the choice (to compare the two, or to pin a policy).
-  const char* wait = std::getenv("HALOGEN_WAIT");
-  const std::string wait_policy = wait != nullptr ? wait : "auto";
-  HALOGEN_EXPECTS(wait_policy == "auto" || wait_policy == "spin" || wait_policy == "sleep",
-                  "HALOGEN_WAIT must be auto, spin or sleep, got '{}'", wait_policy);
-  comm.set_sleep_while_waiting(wait_policy == "sleep" || (wait_policy == "auto" && node.local_size > node_cores));
+  HALOGEN_EXPECTS(options.device == kDevCpu || cuda_device_count() > 0,
+                  "rank {}: --device cuda but no GPU is visible to this process", comm.rank());
+  int node_ranks = 1;
+  prepare_process(shard, comm, options, node_ranks);
   // Refuse a graph that will not fit before allocating anything large.
-  const MemoryEstimate memory = check_training_memory(shard, comm, options, options.memory_limit, node.local_size);
-  DistributedTrainer trainer(shard, comm, options);
+  const MemoryEstimate memory = check_training_memory(shard, comm, options, options.memory_limit, node_ranks);
+  Trainer trainer(shard, comm, options);
   trainer.set_memory_estimate(memory.total());
   if (!options.resume_dir.empty()) trainer.load_checkpoint(options.resume_dir);
   return trainer.run();
 }
 
 }  // namespace halogen
-
-#if !HALOGEN_HAVE_CUDA
-namespace halogen::train_detail {
-TrainResult train_gpu(const Shard&, Communicator&, const TrainOptions&) {
-  HALOGEN_FAIL(
-      "--device cuda: this halogen was built without CUDA (configure with -DHALOGEN_CUDA=ON on a machine "
-      "with the CUDA toolkit)");
-}
-}  // namespace halogen::train_detail
-#endif

@@ -10,7 +10,7 @@
 #include "halogen/core/io.hpp"
 #include "halogen/core/log.hpp"
 #include "halogen/core/rng.hpp"
-#include "halogen/train/dense.hpp"
+#include "kernels/dense.hpp"
 
 namespace halogen::train_detail {
 

@@ -1,4 +1,4 @@
-#include "halogen/train/aggregate.hpp"
+#include "kernels/aggregate.hpp"
 
 #include <vector>
 

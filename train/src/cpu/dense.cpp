@@ -1,4 +1,4 @@
-#include "halogen/train/dense.hpp"
+#include "kernels/dense.hpp"
 
 #include <cblas.h>
 #include <omp.h>
@@ -146,6 +146,21 @@ int64_t count_correct(const float* logits, int64_t rows, int64_t classes, const 
   return correct;
 }
 
+void adam_step(float* param, const float* grad, float* m, float* v, int64_t n, int64_t step, float lr,
+               float weight_decay, float beta1, float beta2, float eps) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
+  const float step_size = static_cast<float>(lr / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i] + weight_decay * param[i];
+    m[i] = beta1 * m[i] + (1.0f - beta1) * g;
+    v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
+    const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+    param[i] -= step_size * m[i] / denom;
+  }
+}
+
 void adam_step(std::span<float> param, std::span<const float> grad, AdamState& s, float lr, float weight_decay,
                float beta1, float beta2, float eps) {
   HALOGEN_EXPECTS(param.size() == grad.size(), "adam: {} parameters but {} gradients", param.size(), grad.size());
@@ -156,17 +171,8 @@ void adam_step(std::span<float> param, std::span<const float> grad, AdamState& s
     s.v.zero();
   }
   s.step += 1;
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(s.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(s.step));
-  const float step_size = static_cast<float>(lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  for (size_t i = 0; i < param.size(); ++i) {
-    const float g = grad[i] + weight_decay * param[i];
-    s.m[i] = beta1 * s.m[i] + (1.0f - beta1) * g;
-    s.v[i] = beta2 * s.v[i] + (1.0f - beta2) * g * g;
-    const float denom = std::sqrt(s.v[i]) / bc2_sqrt + eps;
-    param[i] -= step_size * s.m[i] / denom;
-  }
+  adam_step(param.data(), grad.data(), s.m.data(), s.v.data(), static_cast<int64_t>(param.size()), s.step, lr,
+            weight_decay, beta1, beta2, eps);
 }
 
 }  // namespace halogen

@@ -2,7 +2,7 @@
 // forward (logits, softmax, weighted sum), a per-row and a per-source pass for the backward.
 // Sums run in fp64 and are rounded once, so a row's result does not depend on how the graph
 // was partitioned (the same terms, in the same global order).
-#include "halogen/train/gat.hpp"
+#include "kernels/gat.hpp"
 
 #include <algorithm>
 #include <cmath>

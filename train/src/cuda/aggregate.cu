@@ -14,11 +14,11 @@
 #include <cstdint>
 #include <cub/device/device_scan.cuh>
 
+#include "device_kernels.hpp"
 #include "halogen/core/cuda/device_memory.hpp"
 #include "halogen/core/error.hpp"
-#include "halogen/train/aggregate.hpp"
-#include "halogen/train/gpu_ops.hpp"
 #include "kernels.hpp"
+#include "kernels/aggregate.hpp"
 
 namespace halogen {
 namespace {

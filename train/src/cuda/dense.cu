@@ -1,4 +1,4 @@
-// Elementwise and row-wise kernels of the GPU path (gpu_ops.hpp): ReLU, keyed dropout,
+// Elementwise and row-wise kernels of the GPU path (device_kernels.hpp): ReLU, keyed dropout,
 // softmax cross-entropy, Adam, fp32 <-> fp16 conversion, non-finite checks, and the C = beta * C
 // of an empty GEMM. Every kernel is a grid-stride loop, so any size runs with a bounded grid.
 #include <cuda_fp16.h>
@@ -7,10 +7,10 @@
 #include <cmath>
 #include <cstdint>
 
+#include "device_kernels.hpp"
 #include "halogen/core/cuda/device_memory.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
-#include "halogen/train/gpu_ops.hpp"
 #include "kernels.hpp"
 
 namespace halogen {
@@ -302,29 +302,29 @@ void launch_scale_matrix(__half* c, int64_t m, int64_t n, int64_t ldc, float bet
 
 }  // namespace detail
 
-void relu_inplace_gpu(float* x, int64_t n, void* stream) {
+void cuda::relu_inplace(float* x, int64_t n, void* stream) {
   if (n == 0) return;
   relu_f32_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(x, n);
   check_launch();
 }
-void relu_inplace_gpu(__half* x, int64_t n, void* stream) {
+void cuda::relu_inplace(__half* x, int64_t n, void* stream) {
   if (n == 0) return;
   relu_f16_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(x, n);
   check_launch();
 }
-void relu_backward_gpu(const float* y, float* grad, int64_t n, void* stream) {
+void cuda::relu_backward(const float* y, float* grad, int64_t n, void* stream) {
   if (n == 0) return;
   relu_backward_f32_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(y, grad, n);
   check_launch();
 }
-void relu_backward_gpu(const __half* y, __half* grad, int64_t n, void* stream) {
+void cuda::relu_backward(const __half* y, __half* grad, int64_t n, void* stream) {
   if (n == 0) return;
   relu_backward_f16_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(y, grad, n);
   check_launch();
 }
 
-void softmax_xent_gpu(const float* logits, int64_t rows, int64_t classes, const int32_t* labels, const uint8_t* mask,
-                      float grad_scale, float* grad, double* loss, void* stream) {
+void cuda::softmax_xent(const float* logits, int64_t rows, int64_t classes, const int32_t* labels, const uint8_t* mask,
+                        float grad_scale, float* grad, double* loss, void* stream) {
   HALOGEN_EXPECTS(rows >= 0 && classes >= 1, "softmax_xent (cuda): bad shape {} x {}", rows, classes);
   const cudaStream_t s = as_stream(stream);
   if (rows == 0) {
@@ -339,31 +339,23 @@ void softmax_xent_gpu(const float* logits, int64_t rows, int64_t classes, const 
   check_launch();
 }
 
-double softmax_xent_gpu(const float* logits, int64_t rows, int64_t classes, const int32_t* labels, const uint8_t* mask,
-                        float grad_scale, float* grad, void* stream) {
+double cuda::softmax_xent(const float* logits, int64_t rows, int64_t classes, const int32_t* labels,
+                          const uint8_t* mask, float grad_scale, float* grad, void* stream) {
   const cudaStream_t s = as_stream(stream);
   StreamScratch<double> loss(1, s);
-  softmax_xent_gpu(logits, rows, classes, labels, mask, grad_scale, grad, loss.data(), stream);
+  cuda::softmax_xent(logits, rows, classes, labels, mask, grad_scale, grad, loss.data(), stream);
   double host = 0.0;
   HALOGEN_CHECK_CUDA(cudaMemcpyAsync(&host, loss.data(), sizeof(double), cudaMemcpyDeviceToHost, s));
   HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
   return host;
 }
 
-void adam_step_gpu(float* param, const float* grad, int64_t n, AdamStateGpu& state, float lr, float weight_decay,
-                   float beta1, float beta2, float eps, void* stream) {
-  HALOGEN_EXPECTS(n >= 0, "adam (cuda): negative parameter count {}", n);
-  const cudaStream_t s = as_stream(stream);
-  if (state.m.size() != static_cast<size_t>(n)) {
-    state.m.resize(static_cast<size_t>(n));
-    state.m.zero(stream);
-    state.v.resize(static_cast<size_t>(n));
-    state.v.zero(stream);
-  }
-  state.step += 1;
+void cuda::adam_step(float* param, const float* grad, float* m, float* v, int64_t n, int64_t step, float lr,
+                     float weight_decay, float beta1, float beta2, float eps, void* stream) {
+  HALOGEN_EXPECTS(n >= 0 && step >= 1, "adam (cuda): {} parameters, step {}", n, step);
   // The host-side constants exactly as dense.cpp computes them.
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(state.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(state.step));
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
   AdamConstants k;
   k.lr_step = static_cast<float>(lr / bc1);
   k.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
@@ -374,48 +366,48 @@ void adam_step_gpu(float* param, const float* grad, int64_t n, AdamStateGpu& sta
   k.eps = eps;
   k.weight_decay = weight_decay;
   if (n == 0) return;
-  adam_kernel<<<grid(n), kThreadsPerBlock, 0, s>>>(param, grad, state.m.data(), state.v.data(), n, k);
+  adam_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(param, grad, m, v, n, k);
   check_launch();
 }
 
-void elu_inplace_gpu(float* x, int64_t n, void* stream) {
+void cuda::elu_inplace(float* x, int64_t n, void* stream) {
   if (n == 0) return;
   elu_f32_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(x, n);
   check_launch();
 }
-void elu_backward_gpu(const float* y, float* grad, int64_t n, void* stream) {
+void cuda::elu_backward(const float* y, float* grad, int64_t n, void* stream) {
   if (n == 0) return;
   elu_backward_f32_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(y, grad, n);
   check_launch();
 }
 
-void float_to_half_gpu(const float* in, __half* out, int64_t n, void* stream) {
+void cuda::float_to_half(const float* in, __half* out, int64_t n, void* stream) {
   if (n == 0) return;
   float_to_half_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(in, out, n);
   check_launch();
 }
-void half_to_float_gpu(const __half* in, float* out, int64_t n, void* stream) {
+void cuda::half_to_float(const __half* in, float* out, int64_t n, void* stream) {
   if (n == 0) return;
   half_to_float_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(in, out, n);
   check_launch();
 }
 
-void count_nonfinite_gpu(const float* x, int64_t n, unsigned int* count, void* stream) {
+void cuda::count_nonfinite(const float* x, int64_t n, unsigned int* count, void* stream) {
   if (n == 0) return;
   count_nonfinite_kernel<float><<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(x, n, count);
   check_launch();
 }
-void count_nonfinite_gpu(const __half* x, int64_t n, unsigned int* count, void* stream) {
+void cuda::count_nonfinite(const __half* x, int64_t n, unsigned int* count, void* stream) {
   if (n == 0) return;
   count_nonfinite_kernel<__half><<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(x, n, count);
   check_launch();
 }
-void unscale_gpu(float* x, int64_t n, float factor, unsigned int* count, void* stream) {
+void cuda::unscale(float* x, int64_t n, float factor, unsigned int* count, void* stream) {
   if (n == 0) return;
   unscale_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(x, n, factor, count);
   check_launch();
 }
-bool all_finite_gpu(const float* x, int64_t n, void* stream) { return all_finite_impl(x, n, stream); }
-bool all_finite_gpu(const __half* x, int64_t n, void* stream) { return all_finite_impl(x, n, stream); }
+bool cuda::all_finite(const float* x, int64_t n, void* stream) { return all_finite_impl(x, n, stream); }
+bool cuda::all_finite(const __half* x, int64_t n, void* stream) { return all_finite_impl(x, n, stream); }
 
 }  // namespace halogen

@@ -6,11 +6,11 @@
 
 #include <cmath>
 
+#include "device_kernels.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
-#include "halogen/train/dense.hpp"
-#include "halogen/train/gpu_ops.hpp"
 #include "kernels.hpp"
+#include "kernels/dense.hpp"
 
 namespace halogen {
 namespace {
@@ -38,13 +38,13 @@ void dropout_impl(T* x, int64_t rows, int64_t cols, int64_t ld, const int32_t* g
 
 }  // namespace
 
-void dropout_apply_gpu(float* x, int64_t rows, int64_t cols, int64_t ld, const int32_t* global_ids, float p,
-                       const DropoutKey& key, void* stream) {
+void cuda::dropout_apply(float* x, int64_t rows, int64_t cols, int64_t ld, const int32_t* global_ids, float p,
+                         const DropoutKey& key, void* stream) {
   dropout_impl(x, rows, cols, ld, global_ids, p, key, stream);
 }
 
-void dropout_apply_gpu(__half* x, int64_t rows, int64_t cols, int64_t ld, const int32_t* global_ids, float p,
-                       const DropoutKey& key, void* stream) {
+void cuda::dropout_apply(__half* x, int64_t rows, int64_t cols, int64_t ld, const int32_t* global_ids, float p,
+                         const DropoutKey& key, void* stream) {
   dropout_impl(x, rows, cols, ld, global_ids, p, key, stream);
 }
 

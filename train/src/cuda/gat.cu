@@ -13,8 +13,8 @@
 #include <cstdint>
 
 #include "halogen/core/error.hpp"
-#include "halogen/train/gat.hpp"
 #include "kernels.hpp"
+#include "kernels/gat.hpp"
 
 namespace halogen {
 namespace {
@@ -257,8 +257,8 @@ unsigned int blocks_for_threads(int64_t threads) {
 
 }  // namespace
 
-void gat_attention_terms_gpu(const float* feat, int64_t ld_feat, int64_t rows, int heads, int64_t head_dim,
-                             const float* a, float* out, int64_t ld_out, void* stream) {
+void cuda::gat_attention_terms(const float* feat, int64_t ld_feat, int64_t rows, int heads, int64_t head_dim,
+                               const float* a, float* out, int64_t ld_out, void* stream) {
   HALOGEN_EXPECTS(heads >= 1 && head_dim >= 1 && ld_feat >= heads * head_dim && ld_out >= heads,
                   "gat_attention_terms_gpu: bad shape heads={} head_dim={} ld_feat={} ld_out={}", heads, head_dim,
                   ld_feat, ld_out);
@@ -268,9 +268,9 @@ void gat_attention_terms_gpu(const float* feat, int64_t ld_feat, int64_t rows, i
   HALOGEN_CHECK_CUDA(cudaGetLastError());
 }
 
-void gat_attention_terms_backward_gpu(float* dh, int64_t ld_dh, int64_t rows, int64_t owned, int heads,
-                                      int64_t head_dim, const float* del, const float* der, const float* a_src,
-                                      const float* a_dst, void* stream) {
+void cuda::gat_attention_terms_backward(float* dh, int64_t ld_dh, int64_t rows, int64_t owned, int heads,
+                                        int64_t head_dim, const float* del, const float* der, const float* a_src,
+                                        const float* a_dst, void* stream) {
   HALOGEN_EXPECTS(ld_dh >= heads * head_dim && owned <= rows, "gat_attention_terms_backward_gpu: bad shape");
   if (rows == 0) return;
   attention_terms_backward_kernel<<<blocks_for_threads(rows * heads * head_dim), 256, 0, as_stream(stream)>>>(
@@ -278,9 +278,9 @@ void gat_attention_terms_backward_gpu(float* dh, int64_t ld_dh, int64_t rows, in
   HALOGEN_CHECK_CUDA(cudaGetLastError());
 }
 
-void gat_attention_vector_grads_gpu(const float* h, int64_t ld_h, int64_t rows, int64_t owned, int heads,
-                                    int64_t head_dim, const float* del, const float* der, float* ga_src, float* ga_dst,
-                                    void* stream) {
+void cuda::gat_attention_vector_grads(const float* h, int64_t ld_h, int64_t rows, int64_t owned, int heads,
+                                      int64_t head_dim, const float* del, const float* der, float* ga_src,
+                                      float* ga_dst, void* stream) {
   HALOGEN_EXPECTS(ld_h >= heads * head_dim && owned <= rows, "gat_attention_vector_grads_gpu: bad shape");
   attention_vector_grads_kernel<<<blocks_for_threads(heads * head_dim), 256, 0, as_stream(stream)>>>(
       h, ld_h, rows, owned, heads, head_dim, del, der, ga_src, ga_dst);

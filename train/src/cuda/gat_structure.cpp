@@ -1,4 +1,4 @@
-#include "halogen/train/gat.hpp"
+#include "kernels/gat.hpp"
 
 namespace halogen {
 

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "device_kernels.hpp"
 #include "halogen/core/cuda/stream.hpp"
 #include "halogen/core/error.hpp"
-#include "halogen/train/gpu_ops.hpp"
 #include "kernels.hpp"
 
 namespace halogen {
@@ -69,18 +69,18 @@ void gemm_ex(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float 
 
 }  // namespace
 
-void gemm_gpu(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-              const float* b, int64_t ldb, float beta, float* c, int64_t ldc, void* stream) {
+void cuda::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                const float* b, int64_t ldb, float beta, float* c, int64_t ldc, void* stream) {
   gemm_ex(trans_a, trans_b, m, n, k, alpha, a, CUDA_R_32F, lda, b, ldb, beta, c, CUDA_R_32F, ldc, stream);
 }
 
-void gemm_gpu(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const __half* a, int64_t lda,
-              const __half* b, int64_t ldb, float beta, __half* c, int64_t ldc, void* stream) {
+void cuda::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const __half* a, int64_t lda,
+                const __half* b, int64_t ldb, float beta, __half* c, int64_t ldc, void* stream) {
   gemm_ex(trans_a, trans_b, m, n, k, alpha, a, CUDA_R_16F, lda, b, ldb, beta, c, CUDA_R_16F, ldc, stream);
 }
 
-void gemm_gpu(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const __half* a, int64_t lda,
-              const __half* b, int64_t ldb, float beta, float* c, int64_t ldc, void* stream) {
+void cuda::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const __half* a, int64_t lda,
+                const __half* b, int64_t ldb, float beta, float* c, int64_t ldc, void* stream) {
   gemm_ex(trans_a, trans_b, m, n, k, alpha, a, CUDA_R_16F, lda, b, ldb, beta, c, CUDA_R_32F, ldc, stream);
 }
 

@@ -1,13 +1,14 @@
-// Row work of the device halo exchange (gpu_ops.hpp): gathering send rows into the
-// quantizer's fp32 block, adding returned gradients into owned rows, stale smoothing, the
-// drift of the rows sent, and the weight-decay axpy.
+// Row work of the trainer on the device (device_kernels.hpp): the drift of the rows sent and
+// the axpy of weight decay and residuals. (The exchange's own row kernels are in
+// pipeline/src/cuda/rows.cu.)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "device_kernels.hpp"
+#include "halogen/core/cuda/device_memory.hpp"
 #include "halogen/core/error.hpp"
-#include "halogen/train/gpu_ops.hpp"
 #include "kernels.hpp"
 
 namespace halogen {
@@ -19,46 +20,80 @@ using detail::kThreadsPerBlock;
 
 __device__ __forceinline__ float load_as_float(float v) { return v; }
 __device__ __forceinline__ float load_as_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ void store_from_float(float& dst, float v) { dst = v; }
-__device__ __forceinline__ void store_from_float(__half& dst, float v) { dst = __float2half_rn(v); }
 
-// One thread per value; consecutive threads read consecutive columns of a row (coalesced).
+__device__ __forceinline__ void store_float(float& dst, float v) { dst = v; }
+__device__ __forceinline__ void store_float(__half& dst, float v) { dst = __float2half_rn(v); }
+
 template <typename T>
-__global__ void gather_rows_kernel(const T* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* out) {
-  const int64_t total = n * cols;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols;
-    const int64_t c = i - r * cols;
-    out[i] = load_as_float(x[static_cast<int64_t>(rows[r]) * ldx + c]);
+__global__ void add_row_vector_kernel(T* y, int64_t ldy, int64_t rows, int64_t cols, const float* bias, float beta) {
+  const int64_t total = rows * cols;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = k / cols, j = k - i * cols;
+    T& out = y[i * ldy + j];
+    const float kept = beta == 0.0f ? 0.0f : __fmul_rn(beta, load_as_float(out));
+    store_float(out, __fadd_rn(kept, bias[j]));
+  }
+}
+
+// Rows in blocks of kColumnSumRows: partial[b, j] = sum of rows of block b in column j (fp64,
+// rows in order); consecutive threads take consecutive columns (coalesced reads).
+constexpr int64_t kColumnSumRows = 1024;
+
+template <typename T>
+__global__ void column_partial_sums_kernel(const T* x, int64_t ldx, int64_t rows, int64_t cols, double* partial) {
+  const int64_t blocks = (rows + kColumnSumRows - 1) / kColumnSumRows;
+  const int64_t total = blocks * cols;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t b = k / cols, j = k - b * cols;
+    const int64_t end = (b + 1) * kColumnSumRows < rows ? (b + 1) * kColumnSumRows : rows;
+    double s = 0.0;
+    for (int64_t i = b * kColumnSumRows; i < end; ++i) s += static_cast<double>(load_as_float(x[i * ldx + j]));
+    partial[k] = s;
+  }
+}
+
+__global__ void add_partial_sums_kernel(const double* partial, int64_t blocks, int64_t cols, float* sums) {
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    double s = 0.0;
+    for (int64_t b = 0; b < blocks; ++b) s += partial[b * cols + j];
+    sums[j] = __fadd_rn(sums[j], static_cast<float>(s));
   }
 }
 
 template <typename T>
-__global__ void scatter_add_rows_kernel(const float* in, const int32_t* rows, int64_t n, int64_t cols, T* x,
-                                        int64_t ldx) {
-  const int64_t total = n * cols;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols;
-    const int64_t c = i - r * cols;
-    T& dst = x[static_cast<int64_t>(rows[r]) * ldx + c];
-    store_from_float(dst, __fadd_rn(load_as_float(dst), in[i]));
-  }
+void launch_add_row_vector(T* y, int64_t ldy, int64_t rows, int64_t cols, const float* bias, float beta, void* stream) {
+  HALOGEN_EXPECTS(rows >= 0 && cols >= 0 && ldy >= cols, "add_row_vector (cuda): {}x{} with stride {}", rows, cols,
+                  ldy);
+  if (rows == 0 || cols == 0) return;
+  add_row_vector_kernel<<<grid_for(rows * cols), kThreadsPerBlock, 0, as_stream(stream)>>>(y, ldy, rows, cols, bias,
+                                                                                           beta);
+  HALOGEN_CHECK_CUDA(cudaGetLastError());
+}
+
+template <typename T>
+void launch_add_column_sums(const T* x, int64_t ldx, int64_t rows, int64_t cols, float* sums, void* stream) {
+  HALOGEN_EXPECTS(rows >= 0 && cols >= 0 && ldx >= cols, "add_column_sums (cuda): {}x{} with stride {}", rows, cols,
+                  ldx);
+  if (rows == 0 || cols == 0) return;
+  const int64_t blocks = (rows + kColumnSumRows - 1) / kColumnSumRows;
+  cuda::DeviceBuffer<double> partial(static_cast<size_t>(blocks * cols));
+  column_partial_sums_kernel<<<grid_for(blocks * cols), kThreadsPerBlock, 0, as_stream(stream)>>>(x, ldx, rows, cols,
+                                                                                                  partial.data());
+  HALOGEN_CHECK_CUDA(cudaGetLastError());
+  add_partial_sums_kernel<<<grid_for(cols), kThreadsPerBlock, 0, as_stream(stream)>>>(partial.data(), blocks, cols,
+                                                                                      sums);
+  HALOGEN_CHECK_CUDA(cudaGetLastError());
+  // The scratch goes back to the allocator's cache; the next user of the block queues on the
+  // same stream (device_memory.hpp's contract), after these kernels.
 }
 
 __global__ void axpy_kernel(int64_t n, float a, const float* x, float* y) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] = __fadd_rn(y[i], __fmul_rn(a, x[i]));
-}
-
-template <typename T>
-__global__ void blend_kernel(int64_t n, float keep, const float* received, T* acc) {
-  const float fresh = 1.0f - keep;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    store_from_float(acc[i], __fadd_rn(__fmul_rn(keep, load_as_float(acc[i])), __fmul_rn(fresh, received[i])));
 }
 
 // One warp per row: lanes stride over the columns, fp64 partial sums reduced in a fixed order.
@@ -90,74 +125,41 @@ __global__ void drift_rows_kernel(const T* x, int64_t ldx, const int32_t* rows, 
 }
 
 template <typename T>
-void blend(int64_t n, float keep, const float* received, T* acc, void* stream) {
-  HALOGEN_EXPECTS(n >= 0 && keep >= 0.0f && keep < 1.0f, "blend_gpu: n={} keep={}", n, keep);
-  if (n == 0) return;
-  blend_kernel<<<grid_for(n), kThreadsPerBlock, 0, as_stream(stream)>>>(n, keep, received, acc);
-  HALOGEN_CHECK_CUDA(cudaGetLastError());
-}
-
-template <typename T>
-void drift_rows(const T* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last, double* per_row,
-                void* stream) {
+void launch_drift_rows(const T* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last,
+                       double* per_row, void* stream) {
   HALOGEN_EXPECTS(n >= 0 && cols >= 0 && ldx >= cols, "drift_rows_gpu: bad shape n={} cols={} ldx={}", n, cols, ldx);
   if (n == 0) return;
   drift_rows_kernel<<<grid_for(n * 32), kThreadsPerBlock, 0, as_stream(stream)>>>(x, ldx, rows, n, cols, last, per_row);
   HALOGEN_CHECK_CUDA(cudaGetLastError());
 }
 
-template <typename T>
-void gather(const T* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* out, void* stream) {
-  HALOGEN_EXPECTS(n >= 0 && cols >= 0 && ldx >= cols, "gather_rows_gpu: bad shape n={} cols={} ldx={}", n, cols, ldx);
-  if (n == 0 || cols == 0) return;
-  gather_rows_kernel<<<grid_for(n * cols), kThreadsPerBlock, 0, as_stream(stream)>>>(x, ldx, rows, n, cols, out);
-  HALOGEN_CHECK_CUDA(cudaGetLastError());
-}
-
-template <typename T>
-void scatter_add(const float* in, const int32_t* rows, int64_t n, int64_t cols, T* x, int64_t ldx, void* stream) {
-  HALOGEN_EXPECTS(n >= 0 && cols >= 0 && ldx >= cols, "scatter_add_rows_gpu: bad shape n={} cols={} ldx={}", n, cols,
-                  ldx);
-  if (n == 0 || cols == 0) return;
-  scatter_add_rows_kernel<<<grid_for(n * cols), kThreadsPerBlock, 0, as_stream(stream)>>>(in, rows, n, cols, x, ldx);
-  HALOGEN_CHECK_CUDA(cudaGetLastError());
-}
-
 }  // namespace
 
-void gather_rows_gpu(const float* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* out,
-                     void* stream) {
-  gather(x, ldx, rows, n, cols, out, stream);
+void cuda::drift_rows(const float* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last,
+                      double* per_row, void* stream) {
+  launch_drift_rows(x, ldx, rows, n, cols, last, per_row, stream);
 }
-void gather_rows_gpu(const __half* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* out,
-                     void* stream) {
-  gather(x, ldx, rows, n, cols, out, stream);
-}
-void scatter_add_rows_gpu(const float* in, const int32_t* rows, int64_t n, int64_t cols, float* x, int64_t ldx,
-                          void* stream) {
-  scatter_add(in, rows, n, cols, x, ldx, stream);
-}
-void scatter_add_rows_gpu(const float* in, const int32_t* rows, int64_t n, int64_t cols, __half* x, int64_t ldx,
-                          void* stream) {
-  scatter_add(in, rows, n, cols, x, ldx, stream);
+void cuda::drift_rows(const __half* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last,
+                      double* per_row, void* stream) {
+  launch_drift_rows(x, ldx, rows, n, cols, last, per_row, stream);
 }
 
-void blend_gpu(int64_t n, float keep, const float* received, float* acc, void* stream) {
-  blend(n, keep, received, acc, stream);
+void cuda::add_row_vector(float* y, int64_t ldy, int64_t rows, int64_t cols, const float* bias, float beta,
+                          void* stream) {
+  launch_add_row_vector(y, ldy, rows, cols, bias, beta, stream);
 }
-void blend_gpu(int64_t n, float keep, const float* received, __half* acc, void* stream) {
-  blend(n, keep, received, acc, stream);
+void cuda::add_row_vector(__half* y, int64_t ldy, int64_t rows, int64_t cols, const float* bias, float beta,
+                          void* stream) {
+  launch_add_row_vector(y, ldy, rows, cols, bias, beta, stream);
 }
-void drift_rows_gpu(const float* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last,
-                    double* per_row, void* stream) {
-  drift_rows(x, ldx, rows, n, cols, last, per_row, stream);
+void cuda::add_column_sums(const float* x, int64_t ldx, int64_t rows, int64_t cols, float* sums, void* stream) {
+  launch_add_column_sums(x, ldx, rows, cols, sums, stream);
 }
-void drift_rows_gpu(const __half* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last,
-                    double* per_row, void* stream) {
-  drift_rows(x, ldx, rows, n, cols, last, per_row, stream);
+void cuda::add_column_sums(const __half* x, int64_t ldx, int64_t rows, int64_t cols, float* sums, void* stream) {
+  launch_add_column_sums(x, ldx, rows, cols, sums, stream);
 }
 
-void axpy_gpu(int64_t n, float a, const float* x, float* y, void* stream) {
+void cuda::axpy(int64_t n, float a, const float* x, float* y, void* stream) {
   HALOGEN_EXPECTS(n >= 0, "axpy_gpu: negative length {}", n);
   if (n == 0) return;
   axpy_kernel<<<grid_for(n), kThreadsPerBlock, 0, as_stream(stream)>>>(n, a, x, y);

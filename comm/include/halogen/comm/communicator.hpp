@@ -5,6 +5,8 @@
 // as bytes_sent.
 #pragma once
 
+#include <mpi.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -12,8 +14,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include <mpi.h>
 
 namespace halogen {
 
@@ -71,6 +71,9 @@ class Communicator {
   /// ncclCommAbort, since its kernels would otherwise wait for peers forever; MPI: nothing, the
   /// MPI_Abort that follows ends them). Safe from any thread; idempotent.
   virtual void abort() noexcept {}
+  /// True when collectives take device (GPU) buffers directly (NCCL); otherwise callers stage
+  /// device data through host memory.
+  virtual bool takes_device_buffers() const noexcept { return false; }
 
   /// Payload bytes this rank has sent through start_exchange since construction.
   uint64_t bytes_sent() const noexcept { return bytes_sent_.load(std::memory_order_relaxed); }
@@ -98,8 +101,8 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend_name() const override { return "mpi"; }
-  std::unique_ptr<CommRequest> start_exchange(std::span<const PeerBuffer> sends,
-                                              std::span<const PeerBuffer> recvs, int tag = 0) override;
+  std::unique_ptr<CommRequest> start_exchange(std::span<const PeerBuffer> sends, std::span<const PeerBuffer> recvs,
+                                              int tag = 0) override;
   void allreduce_sum(void* data, size_t count, ReduceDtype dtype) override;
   using Communicator::allreduce_sum;
   void allreduce_max(double* data, size_t count) override;

@@ -64,6 +64,7 @@ class NcclCommunicator final : public Communicator {
   /// In place; `data` may be device memory (reduced directly) or host memory (staged through
   /// the device). Returns when the result is in `data`.
   void allreduce_sum(void* data, size_t count, ReduceDtype dtype) override;
+  bool takes_device_buffers() const noexcept override { return true; }
   using Communicator::allreduce_sum;
   void allreduce_max(double* data, size_t count) override;
   void broadcast(void* data, size_t bytes, int root) override;

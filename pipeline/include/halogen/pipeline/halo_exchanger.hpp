@@ -16,15 +16,16 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "halogen/comm/communicator.hpp"
-#include "halogen/pipeline/progress_thread.hpp"
 #include "halogen/core/buffer.hpp"
+#include "halogen/core/tensor.hpp"
 #include "halogen/partition/shard.hpp"
+#include "halogen/pipeline/progress_thread.hpp"
 #include "halogen/quant/quantize.hpp"
 
 namespace halogen {
@@ -55,13 +56,88 @@ struct SavedExchange {
   static SavedExchange decode(const std::string& bytes);
 };
 
-/// An exchange in flight: owns the packed buffers and the transfer handle.
-class PendingExchange {
+/// An exchange in flight, returned by HaloExchanger::start_* and completed by the finish_* of
+/// the exchanger that started it (each implementation keeps its own buffers in it).
+class InFlightExchange {
+ public:
+  virtual ~InFlightExchange() = default;
+};
+using Exchange = std::unique_ptr<InFlightExchange>;
+
+/// The halo exchange of one shard, whatever the device of the local matrices: the trainer
+/// calls this interface only. Implementations:
+///  - HostHaloExchanger (below): host matrices over any Communicator, transfers driven by a
+///    ProgressThread when one is given;
+///  - the device exchanger (pipeline/src/cuda/device_halo_exchanger.hpp): GPU matrices (fp32 or
+///    fp16), rows gathered, quantized and scattered on the device; transfers between device
+///    buffers with NCCL, or staged through pinned host memory for MPI.
+/// Both send the same messages (format, random keys, order of gradient sums), so a message or
+/// a checkpointed exchange of one is the other's bit for bit.
+class HaloExchanger {
+ public:
+  virtual ~HaloExchanger() = default;
+
+  /// Gathers the send rows of `local` (num_local x cols; only owned rows are read), quantizes
+  /// them to `bits` (all but the last fp32_tail columns, which travel as fp32) and posts the
+  /// transfers. `tag` separates exchanges that may be in flight at the same time.
+  virtual Exchange start_forward(const TensorView& local, int bits, const quant::QuantKey& key, int tag,
+                                 int64_t fp32_tail = 0) = 0;
+  /// Waits for a forward exchange and writes the halo rows of `local`. With keep > 0 (stale
+  /// smoothing) each halo row becomes keep * (its previous value) + (1 - keep) * (received).
+  virtual void finish_forward(Exchange& exchange, const TensorView& local, float keep = 0.0f) = 0;
+  /// Quantizes the halo rows of `local_grad` (num_local x cols) and posts them to their owners.
+  virtual Exchange start_backward(const TensorView& local_grad, int bits, const quant::QuantKey& key, int tag) = 0;
+  /// Waits for a backward exchange and adds what arrives into the owned rows of `local_grad`,
+  /// peers in ascending order. With keep > 0, `average` (fp32, one row per send-list entry on
+  /// the matrices' device) becomes keep * average + (1 - keep) * (received), and is what is
+  /// added; a rank that sends nothing has nothing to smooth (average may then be empty).
+  virtual void finish_backward(Exchange& exchange, const TensorView& local_grad, float keep = 0.0f,
+                               const TensorView& average = {}) = 0;
+  /// Checkpointing: waits for the transfer and returns what it received (SavedExchange bytes,
+  /// the same on every device); restore() rebuilds an exchange that finish_* applies exactly as
+  /// the original.
+  virtual std::string save(Exchange& exchange) = 0;
+  virtual Exchange restore(const std::string& bytes) = 0;
+
+  virtual ExchangeStats& stats() noexcept = 0;
+  /// The device of the matrices this exchanger takes.
+  virtual Device device() const noexcept = 0;
+
+  /// Words of one message: `rows` rows, the first cols - fp32_tail columns packed at `bits`.
+  static size_t message_words(int bits, int64_t rows, int64_t cols, int64_t fp32_tail);
+  /// Rows this rank sends to / receives from peer q in one exchange: forward, its send list to
+  /// q and the halo rows q owns; backward, the reverse.
+  static int64_t rows_to(const Shard& shard, bool backward, int q) {
+    return backward ? shard.halo_count_from(q) : shard.send_count_to(q);
+  }
+  static int64_t rows_from(const Shard& shard, bool backward, int q) {
+    return backward ? shard.send_count_to(q) : shard.halo_count_from(q);
+  }
+  /// Word offsets (num_parts + 1 each) of the messages one exchange sends and receives, per peer.
+  struct MessageLayout {
+    std::vector<size_t> send, recv;
+    /// The non-empty messages of a transfer whose words start at send_base / recv_base;
+    /// returns the bytes sent.
+    uint64_t peer_buffers(uint32_t* send_base, uint32_t* recv_base, std::vector<PeerBuffer>& sends,
+                          std::vector<PeerBuffer>& recvs) const;
+  };
+  static MessageLayout message_layout(const Shard& shard, bool backward, int bits, int64_t cols, int64_t fp32_tail = 0);
+};
+
+/// The exchanger for local matrices of `dtype` on ctx's device (ctx.stream: the compute stream
+/// a device exchanger queues on). `progress`: the thread that drives transfers in overlap and
+/// stale modes (ignored where NCCL progresses on the GPU). A CUDA request in a CPU-only build,
+/// or fp16 on the CPU, throws.
+std::unique_ptr<HaloExchanger> make_halo_exchanger(const Shard& shard, Communicator& comm, const ExecContext& ctx,
+                                                   DType dtype, ProgressThread* progress = nullptr);
+
+/// An exchange in flight of the host exchanger: owns the packed buffers and the transfer handle.
+class PendingExchange final : public InFlightExchange {
  public:
   PendingExchange() = default;
   PendingExchange(PendingExchange&&) noexcept = default;
   PendingExchange& operator=(PendingExchange&&) noexcept = default;
-  ~PendingExchange();
+  ~PendingExchange() override;
   bool active() const noexcept { return active_; }
   /// True when the transfer has completed (finish() will not block).
   bool ready() const;
@@ -71,7 +147,7 @@ class PendingExchange {
   static PendingExchange restore(const std::string& bytes);
 
  private:
-  friend class HaloExchanger;
+  friend class HostHaloExchanger;
   bool active_ = false;
   Transfer transfer_;
   HostBuffer<uint32_t> send_words_;
@@ -86,11 +162,12 @@ class PendingExchange {
   bool failed_ = false;
 };
 
-class HaloExchanger {
+/// The host implementation of HaloExchanger: fp32 matrices in host memory, any Communicator.
+class HostHaloExchanger final : public HaloExchanger {
  public:
   /// With `progress` the transfers are posted and driven by that thread; otherwise by the
   /// calling thread (inside finish).
-  HaloExchanger(const Shard& shard, Communicator& comm, ProgressThread* progress = nullptr);
+  HostHaloExchanger(const Shard& shard, Communicator& comm, ProgressThread* progress = nullptr);
 
   /// Gathers the send rows of `local` (num_local x cols, row stride ld; only owned rows are
   /// read), quantizes them (all but the last fp32_tail columns, which travel as fp32) and
@@ -123,32 +200,24 @@ class HaloExchanger {
     finish_backward(p, local_grad, ld);
   }
 
+  // HaloExchanger (host TensorViews of fp32).
+  Exchange start_forward(const TensorView& local, int bits, const quant::QuantKey& key, int tag,
+                         int64_t fp32_tail = 0) override;
+  void finish_forward(Exchange& exchange, const TensorView& local, float keep = 0.0f) override;
+  Exchange start_backward(const TensorView& local_grad, int bits, const quant::QuantKey& key, int tag) override;
+  void finish_backward(Exchange& exchange, const TensorView& local_grad, float keep = 0.0f,
+                       const TensorView& average = {}) override;
+  std::string save(Exchange& exchange) override;
+  Exchange restore(const std::string& bytes) override;
+  Device device() const noexcept override { return kDevCpu; }
+
   const ExchangeStats& stats() const noexcept { return stats_; }
-  ExchangeStats& stats() noexcept { return stats_; }
+  ExchangeStats& stats() noexcept override { return stats_; }
   /// Waits for the transfer without applying it (the payload stays in `pending`).
   void complete(PendingExchange& pending) { wait(pending); }
 
   /// Halo bytes one forward exchange of `cols` columns at `bits` sends from this rank.
   uint64_t forward_bytes(int64_t cols, int bits, int64_t fp32_tail = 0) const;
-  /// Words of one message: `rows` rows, the first cols - fp32_tail columns packed at `bits`.
-  static size_t message_words(int bits, int64_t rows, int64_t cols, int64_t fp32_tail);
-  /// Rows this rank sends to / receives from peer q in one exchange: forward, its send list to
-  /// q and the halo rows q owns; backward, the reverse.
-  static int64_t rows_to(const Shard& shard, bool backward, int q) {
-    return backward ? shard.halo_count_from(q) : shard.send_count_to(q);
-  }
-  static int64_t rows_from(const Shard& shard, bool backward, int q) {
-    return backward ? shard.send_count_to(q) : shard.halo_count_from(q);
-  }
-  /// Word offsets (num_parts + 1 each) of the messages one exchange sends and receives, per peer.
-  struct MessageLayout {
-    std::vector<size_t> send, recv;
-    /// The non-empty messages of a transfer whose words start at send_base / recv_base;
-    /// returns the bytes sent.
-    uint64_t peer_buffers(uint32_t* send_base, uint32_t* recv_base, std::vector<PeerBuffer>& sends,
-                          std::vector<PeerBuffer>& recvs) const;
-  };
-  static MessageLayout message_layout(const Shard& shard, bool backward, int bits, int64_t cols, int64_t fp32_tail = 0);
 
  private:
   // Quantizes the send rows (already contiguous per peer at `rows_of(q)`) and posts them.

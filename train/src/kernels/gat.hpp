@@ -221,23 +221,25 @@ void gat_attention_terms(const float* feat, int64_t ld_feat, int64_t rows, int h
                          float* out, int64_t ld_out);
 
 #if HALOGEN_HAVE_CUDA
+namespace cuda {
 /// The GPU path's attention-term helpers (device pointers, asynchronous on `stream`), the
 /// arithmetic of the CPU trainer's:
-/// gat_attention_terms_gpu: as gat_attention_terms.
-void gat_attention_terms_gpu(const float* feat, int64_t ld_feat, int64_t rows, int heads, int64_t head_dim,
-                             const float* a, float* out, int64_t ld_out, void* stream = nullptr);
+/// cuda::gat_attention_terms: as gat_attention_terms.
+void gat_attention_terms(const float* feat, int64_t ld_feat, int64_t rows, int heads, int64_t head_dim, const float* a,
+                         float* out, int64_t ld_out, void* stream = nullptr);
 /// The attention terms' share of dL/dh: for every local row j < rows and head h,
 /// dh[j, h*D + d] += del[j, h] * a_src[h*D + d] + (j < owned ? der[j, h] * a_dst[h*D + d] : 0),
 /// in fp32 without contraction (both products, their sum, then the addition).
-void gat_attention_terms_backward_gpu(float* dh, int64_t ld_dh, int64_t rows, int64_t owned, int heads,
-                                      int64_t head_dim, const float* del, const float* der, const float* a_src,
-                                      const float* a_dst, void* stream = nullptr);
+void gat_attention_terms_backward(float* dh, int64_t ld_dh, int64_t rows, int64_t owned, int heads, int64_t head_dim,
+                                  const float* del, const float* der, const float* a_src, const float* a_dst,
+                                  void* stream = nullptr);
 /// Gradients of the attention vectors: ga_src[c] += sum_{j < rows} del[j, c / D] * h[j, c]
 /// and ga_dst[c] += sum_{j < owned} der[j, c / D] * h[j, c] for c < heads * D, each an fp64
 /// sum over the rows in order (deterministic), rounded once.
-void gat_attention_vector_grads_gpu(const float* h, int64_t ld_h, int64_t rows, int64_t owned, int heads,
-                                    int64_t head_dim, const float* del, const float* der, float* ga_src, float* ga_dst,
-                                    void* stream = nullptr);
+void gat_attention_vector_grads(const float* h, int64_t ld_h, int64_t rows, int64_t owned, int heads, int64_t head_dim,
+                                const float* del, const float* der, float* ga_src, float* ga_dst,
+                                void* stream = nullptr);
+}  // namespace cuda
 #endif
 
 }  // namespace halogen

@@ -1,4 +1,4 @@
-// Dense building blocks of the CPU path: GEMM through OpenBLAS, activations, dropout keyed
+// Dense CPU kernels of the op layer (ops.hpp): GEMM through OpenBLAS, activations, dropout keyed
 // by global node ids, softmax cross-entropy, Adam.
 #pragma once
 
@@ -55,6 +55,9 @@ struct AdamState {
   HostBuffer<float> v;
   int64_t step = 0;
 };
+/// The same step on raw arrays of n values; `step` counts this step (1 for the first).
+void adam_step(float* param, const float* grad, float* m, float* v, int64_t n, int64_t step, float lr,
+               float weight_decay, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f);
 void adam_step(std::span<float> param, std::span<const float> grad, AdamState& state, float lr, float weight_decay,
                float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f);
 

@@ -1,6 +1,7 @@
-// The halo exchange on device matrices: the GPU path's counterpart of HaloExchanger
-// (pipeline/halo_exchanger.hpp), with the same message format, the same random keys and the
-// same order of gradient sums, so a message is the CPU exchanger's bit for bit.
+// The halo exchange on device matrices: the GPU implementation of HaloExchanger
+// (pipeline/halo_exchanger.hpp), with HostHaloExchanger's message format, random keys and order
+// of gradient sums, so a message is the host exchanger's bit for bit. Made by
+// make_halo_exchanger for a CUDA ExecContext.
 //
 // Rows are gathered, quantized and dequantized on the device (quant/quantize.hpp). The packed
 // words travel from device memory when the communicator is an NcclCommunicator; any other
@@ -28,14 +29,14 @@
 #include "halogen/pipeline/progress_thread.hpp"
 #include "halogen/quant/quantize.hpp"
 
-namespace halogen::train_detail {
+namespace halogen {
 
 template <typename T>
-class DeviceHaloExchanger {
+class DeviceHaloExchanger final : public HaloExchanger {
  public:
   /// An exchange in flight: its packed words (device, and pinned host copies when staged) and
   /// the transfer. Destroying an unfinished one waits for its transfer. Move-only.
-  class Pending {
+  class Pending final : public InFlightExchange {
    public:
     bool active() const noexcept { return active_; }
 
@@ -44,9 +45,9 @@ class DeviceHaloExchanger {
     bool active_ = false, backward_ = false;
     int64_t cols_ = 0, fp32_tail_ = 0;
     int bits_ = 32;
-    bool fetched_ = false;                     // the received words are on the device (transfer done)
-    int epoch_ = 0, layer_ = 0;                // for error messages
-    HaloExchanger::MessageLayout layout_;      // per peer, in words
+    bool fetched_ = false;                 // the received words are on the device (transfer done)
+    int epoch_ = 0, layer_ = 0;            // for error messages
+    HaloExchanger::MessageLayout layout_;  // per peer, in words
     cuda::DeviceBuffer<uint32_t> send_words_, recv_words_;
     cuda::PinnedBuffer<uint32_t> send_host_, recv_host_;
     Transfer transfer_;  // last: destroyed (waited for) before the buffers
@@ -73,13 +74,22 @@ class DeviceHaloExchanger {
   /// exchanger's format (SavedExchange); restore() rebuilds an exchange from it that finish_*
   /// then applies exactly as the original, on either device.
   std::string save(Pending& pending);
-  Pending restore(const std::string& bytes);
+  Pending restore_pending(const std::string& bytes);
+
+  // HaloExchanger: contiguous device TensorViews of T (average: fp32).
+  Exchange start_forward(const TensorView& local, int bits, const quant::QuantKey& key, int tag,
+                         int64_t fp32_tail = 0) override;
+  void finish_forward(Exchange& exchange, const TensorView& local, float keep = 0.0f) override;
+  Exchange start_backward(const TensorView& local_grad, int bits, const quant::QuantKey& key, int tag) override;
+  void finish_backward(Exchange& exchange, const TensorView& local_grad, float keep = 0.0f,
+                       const TensorView& average = {}) override;
+  std::string save(Exchange& exchange) override;
+  Exchange restore(const std::string& bytes) override;
+  Device device() const noexcept override { return kDevCuda; }
 
   const ExchangeStats& stats() const noexcept { return stats_; }
-  ExchangeStats& stats() noexcept { return stats_; }
+  ExchangeStats& stats() noexcept override { return stats_; }
   bool uses_device_buffers() const noexcept { return direct_; }
-  /// The shard's send lists on the device (send_offsets order).
-  const int32_t* send_indices() const noexcept { return send_indices_.data(); }
 
  private:
   Pending post(bool backward, int64_t cols, int64_t fp32_tail, int bits, const quant::QuantKey& key, int tag,
@@ -88,6 +98,8 @@ class DeviceHaloExchanger {
   void fetch(Pending& p);           // waits; the received words end up on the device
   cuda::PinnedBuffer<uint32_t> take_pinned(size_t words);
   void give_back(cuda::PinnedBuffer<uint32_t>&& buffer);
+  T* matrix(const TensorView& v, const char* what) const;
+  static Pending& pending_of(Exchange& exchange);
 
   const Shard& shard_;
   Communicator& comm_;
@@ -101,4 +113,4 @@ class DeviceHaloExchanger {
   ExchangeStats stats_;
 };
 
-}  // namespace halogen::train_detail
+}  // namespace halogen

@@ -8,9 +8,9 @@
 #include "halogen/comm/nccl_communicator.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/timer.hpp"
-#include "halogen/train/gpu_ops.hpp"
+#include "rows.hpp"
 
-namespace halogen::train_detail {
+namespace halogen {
 
 namespace {
 
@@ -155,7 +155,7 @@ std::string DeviceHaloExchanger<T>::save(Pending& p) {
 }
 
 template <typename T>
-typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::restore(const std::string& bytes) {
+typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::restore_pending(const std::string& bytes) {
   SavedExchange saved = SavedExchange::decode(bytes);
   HALOGEN_EXPECTS(saved.recv_offsets.size() == static_cast<size_t>(shard_.num_parts) + 1,
                   "rank {}: a saved exchange of {} peers for a partition into {} parts", shard_.part,
@@ -179,7 +179,7 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::start_forward(c
   Stopwatch sw;
   const int64_t n = static_cast<int64_t>(shard_.send_indices.size());
   grow(rows_, static_cast<size_t>(std::max<int64_t>(n, shard_.num_halo) * cols));
-  gather_rows_gpu(local, cols, send_indices_.data(), n, cols, rows_.data(), stream_);
+  exchange_cuda::gather_rows(local, cols, send_indices_.data(), n, cols, rows_.data(), stream_);
   Pending p = post(/*backward=*/false, cols, fp32_tail, bits, key, tag, rows_.data());
   stats_.quant_s += sw.seconds();
   return p;
@@ -214,9 +214,10 @@ void DeviceHaloExchanger<T>::finish_forward(Pending& p, T* local, float keep) {
     }
   }
   if (keep > 0.0f) {
-    blend_gpu(values, keep, rows_.data(), halo, stream_);
+    exchange_cuda::blend(values, keep, rows_.data(), halo, stream_);
   } else if constexpr (!std::is_same_v<T, float>) {
-    float_to_half_gpu(rows_.data(), halo, values, stream_);
+    copy(ExecContext{kDevCuda, stream_}, TensorView::of(rows_.data(), values, 1, kDevCuda),
+         TensorView::of(halo, values, 1, kDevCuda));
   }
   stats_.quant_s += sw.seconds();
 }
@@ -233,7 +234,8 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::start_backward(
     send_rows = halo;
   } else {
     grow(rows_, static_cast<size_t>(shard_.num_halo * cols));
-    half_to_float_gpu(halo, rows_.data(), shard_.num_halo * cols, stream_);
+    copy(ExecContext{kDevCuda, stream_}, TensorView::of(halo, shard_.num_halo * cols, 1, kDevCuda),
+         TensorView::of(rows_.data(), shard_.num_halo * cols, 1, kDevCuda));
     send_rows = rows_.data();
   }
   Pending p = post(/*backward=*/true, cols, 0, bits, key, tag, send_rows);
@@ -244,7 +246,8 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::start_backward(
 template <typename T>
 void DeviceHaloExchanger<T>::finish_backward(Pending& p, T* local_grad, float keep, float* average) {
   HALOGEN_EXPECTS(p.backward_, "rank {}: finish_backward on a forward exchange", shard_.part);
-  HALOGEN_EXPECTS(keep == 0.0f || average != nullptr, "finish_backward: smoothing needs the running average");
+  HALOGEN_EXPECTS(keep == 0.0f || average != nullptr || shard_.send_indices.size() == 0,
+                  "finish_backward: smoothing needs the running average");
   wait_and_fetch(p);
   Stopwatch sw;
   const int64_t cols = p.cols_;
@@ -259,16 +262,88 @@ void DeviceHaloExchanger<T>::finish_backward(Pending& p, T* local_grad, float ke
     const float* added = received;
     if (keep > 0.0f) {
       float* avg = average + first * cols;
-      blend_gpu(n * cols, keep, received, avg, stream_);
+      exchange_cuda::blend(n * cols, keep, received, avg, stream_);
       added = avg;
     }
     // One peer at a time: a row sent to several peers receives several additions, in peer order.
-    scatter_add_rows_gpu(added, send_indices_.data() + first, n, cols, local_grad, cols, stream_);
+    exchange_cuda::scatter_add_rows(added, send_indices_.data() + first, n, cols, local_grad, cols, stream_);
   }
   stats_.quant_s += sw.seconds();
+}
+
+template <typename T>
+T* DeviceHaloExchanger<T>::matrix(const TensorView& v, const char* what) const {
+  HALOGEN_EXPECTS(v.device == kDevCuda && v.dtype == DTypeOf<T>::value && v.contiguous(),
+                  "rank {}: the device halo exchange takes a contiguous {} GPU matrix as {}, got {} on {} (ld {}, {} "
+                  "columns)",
+                  shard_.part, to_string(DTypeOf<T>::value), what, to_string(v.dtype), to_string(v.device), v.ld,
+                  v.cols);
+  HALOGEN_EXPECTS(v.rows >= shard_.num_local(), "rank {}: {} has {} rows, the shard {} local nodes", shard_.part, what,
+                  v.rows, shard_.num_local());
+  return static_cast<T*>(v.data);
+}
+
+template <typename T>
+typename DeviceHaloExchanger<T>::Pending& DeviceHaloExchanger<T>::pending_of(Exchange& exchange) {
+  auto* p = dynamic_cast<Pending*>(exchange.get());
+  HALOGEN_EXPECTS(p != nullptr, "device halo exchange: an exchange of another exchanger (or none) was given");
+  return *p;
+}
+
+template <typename T>
+Exchange DeviceHaloExchanger<T>::start_forward(const TensorView& local, int bits, const quant::QuantKey& key, int tag,
+                                               int64_t fp32_tail) {
+  return std::make_unique<Pending>(start_forward(matrix(local, "local"), local.cols, bits, key, tag, fp32_tail));
+}
+
+template <typename T>
+void DeviceHaloExchanger<T>::finish_forward(Exchange& exchange, const TensorView& local, float keep) {
+  Pending& p = pending_of(exchange);
+  HALOGEN_EXPECTS(local.cols == p.cols_, "rank {}: finishing a {}-column exchange into {} columns", shard_.part,
+                  p.cols_, local.cols);
+  finish_forward(p, matrix(local, "local"), keep);
+}
+
+template <typename T>
+Exchange DeviceHaloExchanger<T>::start_backward(const TensorView& local_grad, int bits, const quant::QuantKey& key,
+                                                int tag) {
+  return std::make_unique<Pending>(start_backward(matrix(local_grad, "local_grad"), local_grad.cols, bits, key, tag));
+}
+
+template <typename T>
+void DeviceHaloExchanger<T>::finish_backward(Exchange& exchange, const TensorView& local_grad, float keep,
+                                             const TensorView& average) {
+  Pending& p = pending_of(exchange);
+  HALOGEN_EXPECTS(local_grad.cols == p.cols_, "rank {}: finishing a {}-column exchange into {} columns", shard_.part,
+                  p.cols_, local_grad.cols);
+  float* avg = nullptr;
+  if (average.data != nullptr) {
+    HALOGEN_EXPECTS(average.device == kDevCuda && average.dtype == DType::kF32 && average.contiguous(),
+                    "rank {}: the smoothing average must be a contiguous fp32 GPU matrix", shard_.part);
+    avg = static_cast<float*>(average.data);
+  }
+  finish_backward(p, matrix(local_grad, "local_grad"), keep, avg);
+}
+
+template <typename T>
+std::string DeviceHaloExchanger<T>::save(Exchange& exchange) {
+  return save(pending_of(exchange));
+}
+
+template <typename T>
+Exchange DeviceHaloExchanger<T>::restore(const std::string& bytes) {
+  return std::make_unique<Pending>(restore_pending(bytes));
+}
+
+std::unique_ptr<HaloExchanger> make_device_halo_exchanger(const Shard& shard, Communicator& comm, void* stream,
+                                                          DType dtype, ProgressThread* progress) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (dtype == DType::kF32) return std::make_unique<DeviceHaloExchanger<float>>(shard, comm, s, progress);
+  if (dtype == DType::kF16) return std::make_unique<DeviceHaloExchanger<__half>>(shard, comm, s, progress);
+  HALOGEN_FAIL("the device halo exchange takes fp32 or fp16 matrices, not {}", to_string(dtype));
 }
 
 template class DeviceHaloExchanger<float>;
 template class DeviceHaloExchanger<__half>;
 
-}  // namespace halogen::train_detail
+}  // namespace halogen
