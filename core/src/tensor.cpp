@@ -41,7 +41,7 @@ void reset_peaks();
 
 namespace {
 
-[[noreturn]] void no_cuda() {
+[[noreturn, maybe_unused]] void no_cuda() {
   HALOGEN_FAIL(
       "a CUDA tensor in a halogen built without CUDA (configure with -DHALOGEN_CUDA=ON on a machine with "
       "the CUDA toolkit)");

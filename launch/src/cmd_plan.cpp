@@ -11,6 +11,8 @@
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
 #include "halogen/partition/shard.hpp"
+#include "halogen/train/memory_plan.hpp"
+#include "halogen/train/trainer.hpp"
 
 namespace halogen::cli {
 
@@ -104,8 +106,35 @@ int cmd_plan(const std::vector<std::string>& args) {
   }
   const plan::Plan p = plan::predict(report, shape, cluster, calib, co);
   std::cout << plan::format_plan(p, report, cluster, calib);
+  // Memory per rank from the trainer's own memory model (train/memory_plan.hpp), on the
+  // cluster's device, when the shards are beside the report.
+  nlohmann::json memory;
+  const int parts = report.value("num_parts", 0);
+  if (parts > 0 && std::filesystem::exists(shard_path(report_path.parent_path(), 0, parts))) {
+    TrainOptions t;
+    t.model = shape.sage ? ModelKind::kSage : ModelKind::kGcn;
+    t.layers = shape.layers;
+    t.hidden = static_cast<int>(shape.hidden);
+    t.device = cluster.has_gpus() ? Device::kCuda : Device::kCpu;
+    uint64_t worst = 0;
+    int worst_rank = 0;
+    std::vector<uint64_t> per_rank;
+    for (int r = 0; r < parts; ++r) {
+      const Shard s = read_shard(shard_path(report_path.parent_path(), r, parts), /*verify_checksums=*/false);
+      const uint64_t bytes = estimate_training_memory(s, t).total();
+      per_rank.push_back(bytes);
+      if (bytes > worst) worst = bytes, worst_rank = r;
+    }
+    const MemoryEstimate at_worst =
+        estimate_training_memory(read_shard(shard_path(report_path.parent_path(), worst_rank, parts), false), t);
+    std::cout << fmt::format("memory per rank ({} memory, fp32, sync): at most {} (rank {}: {} phase: {})\n",
+                             cluster.has_gpus() ? "GPU" : "host", format_bytes(worst), worst_rank, at_worst.phase,
+                             at_worst.breakdown());
+    memory = {{"device", to_string(t.device)}, {"bytes_per_rank", per_rank}, {"max_bytes", worst}};
+  }
   if (!json_out.empty()) {
     nlohmann::json j = plan::plan_to_json(p);
+    if (!memory.is_null()) j["memory"] = memory;
     j["report"] = report_path.string();
     j["cluster"] = cluster.name;
     j["calibration"] = {{"source", calib.source},

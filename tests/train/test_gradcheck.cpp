@@ -1,7 +1,7 @@
 // Gradient check of the hand-written backward pass: the analytic gradient of the training
 // loss matches central finite differences, for GCN, GraphSAGE and GAT (with and without
 // residual connections) with 3 layers (so halo gradients flow back across ranks), with
-// dropout on, on 1 and several ranks.
+// dropout on, on 1 and several ranks, on each device (the CUDA instances skip without a GPU).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -10,6 +10,7 @@
 #include <functional>
 #include <numeric>
 
+#include "devices.hpp"
 #include "halogen/comm/communicator.hpp"
 #include "halogen/core/rng.hpp"
 #include "halogen/partition/generate.hpp"
@@ -20,7 +21,7 @@
 namespace halogen {
 namespace {
 
-void gradcheck(ModelKind model, const std::function<void(TrainOptions&)>& adjust = {}) {
+void gradcheck(Device device, ModelKind model, const std::function<void(TrainOptions&)>& adjust = {}) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -45,13 +46,15 @@ void gradcheck(ModelKind model, const std::function<void(TrainOptions&)>& adjust
   t.hidden = 8;
   t.dropout = 0.3f;
   t.progress = false;
+  t.device = device;
   if (adjust) adjust(t);
   // Evaluate at a generic point: the initial biases are exactly 0, which puts nodes whose
   // layer input is all zeros exactly on the ReLU kink, where finite differences see the
   // average of both slopes. Perturb every parameter a little (same on every rank).
   auto start = compute_loss_and_gradient(shard, comm, t).params;
   const RngStream rng = RngStream::make(99, RngPurpose::kWeightInit);
-  for (size_t i = 0; i < start.size(); ++i) start[i] += 0.1f * (rng.uniform(static_cast<uint32_t>(i), 0, 0, 0, 0) - 0.5f);
+  for (size_t i = 0; i < start.size(); ++i)
+    start[i] += 0.1f * (rng.uniform(static_cast<uint32_t>(i), 0, 0, 0, 0) - 0.5f);
   const auto base = compute_loss_and_gradient(shard, comm, t, start);
   ASSERT_GT(base.grad.size(), 100u);
   // Central differences on the 60 largest-magnitude gradient entries. The forward pass is
@@ -100,24 +103,30 @@ void gradcheck(ModelKind model, const std::function<void(TrainOptions&)>& adjust
   }
 }
 
-TEST(GradCheck, Gcn) { gradcheck(ModelKind::kGcn); }
+class GradCheck : public testing::TestWithParam<Device> {
+ protected:
+  void SetUp() override { HALOGEN_USE_DEVICE(GetParam()); }
+};
+HALOGEN_INSTANTIATE_DEVICES(GradCheck);
+
+TEST_P(GradCheck, Gcn) { gradcheck(GetParam(), ModelKind::kGcn); }
 // GAT: 3 heads concatenated, 2 averaged in the output layer, attention dropout on.
-TEST(GradCheck, Gat) {
-  gradcheck(ModelKind::kGat, [](TrainOptions& t) {
+TEST_P(GradCheck, Gat) {
+  gradcheck(GetParam(), ModelKind::kGat, [](TrainOptions& t) {
     t.heads = 3;
     t.out_heads = 2;
     t.hidden = 4;
   });
 }
 // With residual connections: a projection in layer 0 and identities in the hidden layers.
-TEST(GradCheck, GatResidual) {
-  gradcheck(ModelKind::kGat, [](TrainOptions& t) {
+TEST_P(GradCheck, GatResidual) {
+  gradcheck(GetParam(), ModelKind::kGat, [](TrainOptions& t) {
     t.heads = 2;
     t.hidden = 4;
     t.residual = true;
   });
 }
-TEST(GradCheck, Sage) { gradcheck(ModelKind::kSage); }
+TEST_P(GradCheck, Sage) { gradcheck(GetParam(), ModelKind::kSage); }
 
 }  // namespace
 }  // namespace halogen

@@ -7,9 +7,11 @@
 #include <cctype>
 #include <cmath>
 #include <fstream>
+#include <span>
 #include <string>
 
 #include "halogen/core/error.hpp"
+#include "halogen/core/tensor.hpp"
 #include "halogen/core/timer.hpp"
 #include "halogen/pipeline/halo_exchanger.hpp"
 #include "halogen/quant/quantize.hpp"
@@ -39,8 +41,9 @@ uint64_t input_matrix_bytes(const Shard& s, bool aggregated, bool raw, bool drop
   const double aggregated_density = std::min(1.0, density * mean_row_entries);
   const double copies = dropout ? 1.0 : 0.0;
   const auto stored = [&](double d) {
-    return d < InputMatrix::kSparseBelow ? static_cast<uint64_t>(d * cells * (8 + 4 * copies)) + static_cast<uint64_t>(owned + 1) * 8
-                            : static_cast<uint64_t>(cells * 4 * (1 + copies));
+    return d < InputMatrix::kSparseBelow
+               ? static_cast<uint64_t>(d * cells * (8 + 4 * copies)) + static_cast<uint64_t>(owned + 1) * 8
+               : static_cast<uint64_t>(cells * 4 * (1 + copies));
   };
   return (aggregated ? stored(aggregated_density) : 0) + (raw ? stored(density) : 0);
 }
@@ -119,13 +122,19 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
   std::vector<int64_t> dims;  // dims[l]: input width of layer l; dims[L]: classes
   for (const LayerShape& shape : shapes) dims.push_back(shape.in);
   dims.push_back(s.num_classes);
-  const int64_t max_dim = *std::max_element(dims.begin() + 1, dims.end());  // as DistributedTrainer::allocate
+  const int64_t max_dim = *std::max_element(dims.begin() + 1, dims.end());  // as Trainer::allocate
+  // The device holds what the trainer allocates as tensors (trainer.cpp): activations in the
+  // activation dtype (fp16 on a GPU in fp16 mode), everything else in fp32 or fp64. On a GPU
+  // the shard and the runtime stay in host memory and are not counted here.
+  const bool on_gpu = opt.device == Device::kCuda;
+  const uint64_t act_size = on_gpu && opt.precision == Precision::kFp16 ? 2 : 4;
+  const auto act = [&](int64_t rows, int64_t cols) { return f32(rows, cols) / 4 * act_size; };
 
   // What both phases hold: the shard (memory-mapped and read through once, so resident), the
   // split structure of the aggregation, parameters with gradients and Adam's two moments.
-  uint64_t shard_bytes = f32(owned, F) + static_cast<uint64_t>(owned + local + 2) * 8 + static_cast<uint64_t>(edges) * 8 +
-                         static_cast<uint64_t>(local) * 4 * 3 + static_cast<uint64_t>(sends) * 4 +
-                         static_cast<uint64_t>(owned) * 5;
+  uint64_t shard_bytes = f32(owned, F) + static_cast<uint64_t>(owned + local + 2) * 8 +
+                         static_cast<uint64_t>(edges) * 8 + static_cast<uint64_t>(local) * 4 * 3 +
+                         static_cast<uint64_t>(sends) * 4 + static_cast<uint64_t>(owned) * 5;
   // GAT (gat.hpp): rows, columns and the transposed entries with their positions, global ids
   // and the interior/boundary row lists; the others: the owned/halo split of the CSR.
   const uint64_t structure = gat ? static_cast<uint64_t>(edges) * 16 + static_cast<uint64_t>(owned + 1) * 8 +
@@ -133,19 +142,34 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
                                        static_cast<uint64_t>(local) * 4
                                  : static_cast<uint64_t>(owned + 1) * 16 + static_cast<uint64_t>(edges) * 4 +
                                        static_cast<uint64_t>(owned + local) * 4;
+  // A GPU also holds the transposed structure (in the shard on the CPU) and the per-node ids,
+  // labels, training mask and send lists.
+  const uint64_t device_arrays = on_gpu ? static_cast<uint64_t>(edges) * 4 + static_cast<uint64_t>(local + 1) * 8 +
+                                              static_cast<uint64_t>(owned) * 9 + static_cast<uint64_t>(sends) * 4
+                                        : 0;
   uint64_t num_params = 0;
   for (const LayerShape& shape : shapes) num_params += static_cast<uint64_t>(shape.num_params(opt.model));
-  const uint64_t optimizer = num_params * 4 * 5;  // params, grads, Adam m and v, decayed grads
-  const uint64_t input_matrices = input_matrix_bytes(s, !gat, sage || gat, /*dropout=*/false);
-  const uint64_t input_matrices_training = input_matrix_bytes(s, !gat, sage || gat, opt.dropout > 0.0f);
+  // params, grads, Adam m and v (fp32), the packed fp64 all-reduce buffer, and an fp16 copy of
+  // the weights in fp16 mode.
+  const uint64_t optimizer = num_params * (4 * 4 + 8) + (act_size == 2 ? num_params * 2 : 0);
+  // On a GPU the layer-0 inputs are dense, in the activation dtype, with a dropped copy.
+  const int input_count = (!gat ? 1 : 0) + (sage || gat ? 1 : 0);
+  const uint64_t input_matrices =
+      on_gpu ? input_count * act(owned, F) : input_matrix_bytes(s, !gat, sage || gat, /*dropout=*/false);
+  const uint64_t input_matrices_training = on_gpu ? input_count * act(owned, F) * (opt.dropout > 0.0f ? 2 : 1)
+                                                  : input_matrix_bytes(s, !gat, sage || gat, opt.dropout > 0.0f);
 
   // Set-up: local input features, their aggregation, the layer-0 exchange, and the stored
   // input matrix (dense bound; sparse storage is only chosen when smaller).
+  // Host-side items of a GPU run are not what its device must hold.
+  const uint64_t runtime = on_gpu ? 0 : kRuntimeBytes;
+  if (on_gpu) shard_bytes = 0;
   MemoryEstimate setup;
   setup.phase = "set-up";
-  setup.items = {{"runtime", kRuntimeBytes},
+  setup.device = opt.device;
+  setup.items = {{"runtime", runtime},
                  {"shard", shard_bytes},
-                 {"structure", structure},
+                 {"structure", structure + device_arrays},
                  {"optimizer", optimizer},
                  // GCN/SAGE: the local features and their dense aggregation; GAT aggregates
                  // after projecting, so it holds only the owned features.
@@ -158,6 +182,7 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
   // started), each holding its packed send and receive words.
   MemoryEstimate training;
   training.phase = "training";
+  training.device = opt.device;
   uint64_t activations = 0, exchange = 0, drift = 0, smoothed = 0;
   const bool smoothing = opt.mode == ExchangeMode::kStale && opt.staleness.smoothing > 0.0f;
   const int in_flight = opt.mode == ExchangeMode::kStale ? opt.staleness.staleness + 1 : 1;
@@ -168,8 +193,9 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
     for (int l = 0; l < opt.layers; ++l) {
       const int64_t pw = shapes[static_cast<size_t>(l)].proj(), H = shapes[static_cast<size_t>(l)].heads;
       const int64_t tail = opt.quantize_attention_terms ? 0 : H;  // el travels as fp32
-      if (l >= 1) activations += f32(owned, dims[l]);
-      activations += f32(owned, dims[l + 1]) + f32(local, pw + H) + f32(owned, H) + f32(edges + owned, H);
+      if (l >= 1) activations += act(owned, dims[l]);
+      activations += (l + 1 == opt.layers ? f32(owned, dims[l + 1]) : act(owned, dims[l + 1])) + act(local, pw + H) +
+                     f32(owned, H) + f32(edges + owned, H);
       const int fwd = opt.bits_fwd_at(l), bwd = opt.bits_bwd_at(l);
       exchange += static_cast<uint64_t>(in_flight) *
                   (message_bytes(fwd, sends, pw + H, tail) + message_bytes(fwd, halo, pw + H, tail) +
@@ -181,32 +207,33 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
       max_heads = std::max(max_heads, H);
     }
     // Scratch: dy, dz, dh, dL/d el, dL/d er, dL/de per edge and head.
-    activations += 2 * f32(owned, max_dim) + f32(local, max_proj) + f32(local, max_heads) + f32(owned, max_heads) +
+    activations += 2 * act(owned, max_dim) + act(local, max_proj) + f32(local, max_heads) + f32(owned, max_heads) +
                    f32(edges + owned, max_heads);
     exchange += f32(std::max(sends, halo), max_proj + max_heads);
     if (opt.mode == ExchangeMode::kStale) exchange += f32(halo, max_proj + max_heads);
   }
   for (int l = 0; !gat && l < opt.layers; ++l) {
-    if (l >= 1) activations += f32(local, dims[l]) + f32(owned, dims[l]);
-    activations += f32(owned, dims[l + 1]);
+    if (l >= 1) activations += act(local, dims[l]) + act(owned, dims[l]);
+    activations += l + 1 == opt.layers ? f32(owned, dims[l + 1]) : act(owned, dims[l + 1]);
     if (l >= 1) {
       const int fwd = opt.bits_fwd_at(l), bwd = opt.bits_bwd_at(l);
-      exchange += static_cast<uint64_t>(in_flight) *
-                  (words_bytes(fwd, sends, dims[l]) + words_bytes(fwd, halo, dims[l]) +
-                   words_bytes(bwd, halo, dims[l]) + words_bytes(bwd, sends, dims[l]));
+      exchange +=
+          static_cast<uint64_t>(in_flight) * (words_bytes(fwd, sends, dims[l]) + words_bytes(fwd, halo, dims[l]) +
+                                              words_bytes(bwd, halo, dims[l]) + words_bytes(bwd, sends, dims[l]));
       if (opt.mode == ExchangeMode::kStale && std::isfinite(opt.staleness.drift_threshold))
         drift += f32(owned, dims[l]);
       if (smoothing) smoothed += f32(sends, dims[l]);
     }
   }
   if (!gat) {
-    activations += 2 * f32(owned, max_dim) + f32(local, max_dim);          // dy, dz, dlocal
+    activations += 2 * act(owned, max_dim) + act(local, max_dim);          // dy, dz, dlocal
+    if (act_size != 4) activations += f32(owned, s.num_classes);           // fp32 dL/dlogits
     exchange += f32(std::max(sends, halo), max_dim);                       // gather/staging rows
     if (opt.mode == ExchangeMode::kStale) exchange += f32(halo, max_dim);  // halo kept aside during evaluation
   }
-  training.items = {{"runtime", kRuntimeBytes},
+  training.items = {{"runtime", runtime},
                     {"shard", shard_bytes},
-                    {"structure", structure},
+                    {"structure", structure + device_arrays},
                     {"optimizer", optimizer},
                     {"input aggregation", input_matrices_training},
                     {"activations", activations},
@@ -219,7 +246,8 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
 MemoryBudget host_memory_budget(int node_local_ranks, uint64_t node_local_rss_bytes) {
   MemoryBudget budget;
   const auto available = meminfo_bytes("MemAvailable");
-  HALOGEN_EXPECTS(available.has_value(), "cannot read MemAvailable from /proc/meminfo; pass --memory-limit SIZE (or none)");
+  HALOGEN_EXPECTS(available.has_value(),
+                  "cannot read MemAvailable from /proc/meminfo; pass --memory-limit SIZE (or none)");
   uint64_t node_free = *available;
   budget.source = fmt::format("MemAvailable {}", format_bytes(*available));
   const auto cg_max = read_cgroup_value("memory.max");
@@ -228,7 +256,8 @@ MemoryBudget host_memory_budget(int node_local_ranks, uint64_t node_local_rss_by
     const uint64_t cg_free = *cg_max > *cg_current ? *cg_max - *cg_current : 0;
     if (cg_free < node_free) {
       node_free = cg_free;
-      budget.source = fmt::format("cgroup memory.max {} with {} in use", format_bytes(*cg_max), format_bytes(*cg_current));
+      budget.source =
+          fmt::format("cgroup memory.max {} with {} in use", format_bytes(*cg_max), format_bytes(*cg_current));
     }
   }
   const int ranks = std::max(1, node_local_ranks);
@@ -253,11 +282,16 @@ std::optional<uint64_t> parse_memory_limit(const std::string& text) {
   if (!unit.empty() && unit.back() == 'B') unit.pop_back();
   if (unit.size() == 2 && unit[1] == 'I') unit.pop_back();  // GiB = G
   double scale = 1;
-  if (unit == "K") scale = 1024.0;
-  else if (unit == "M") scale = 1024.0 * 1024;
-  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
-  else HALOGEN_EXPECTS(unit.empty(), "--memory-limit: unknown unit in '{}' (use K, M, G or T)", text);
+  if (unit == "K")
+    scale = 1024.0;
+  else if (unit == "M")
+    scale = 1024.0 * 1024;
+  else if (unit == "G")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else
+    HALOGEN_EXPECTS(unit.empty(), "--memory-limit: unknown unit in '{}' (use K, M, G or T)", text);
   HALOGEN_EXPECTS(value > 0 && std::isfinite(value), "--memory-limit must be positive, got '{}'", text);
   return static_cast<uint64_t>(value * scale);
 }
@@ -265,6 +299,26 @@ std::optional<uint64_t> parse_memory_limit(const std::string& text) {
 MemoryEstimate check_training_memory(const Shard& shard, Communicator& comm, const TrainOptions& options,
                                      std::optional<uint64_t> limit, int node_local_ranks) {
   MemoryEstimate estimate = estimate_training_memory(shard, options);
+  if (options.device == Device::kCuda) {
+    // The device must hold the estimate: refused on every rank, naming the worst one, before
+    // anything large is allocated.
+    if (limit && *limit == 0) return estimate;
+    const uint64_t free_bytes = limit ? *limit : device_memory_info(Device::kCuda).free_bytes;
+    const int P = comm.size();
+    std::vector<int64_t> table(static_cast<size_t>(2 * P), 0);
+    table[2 * comm.rank()] = static_cast<int64_t>(estimate.total());
+    table[2 * comm.rank() + 1] = static_cast<int64_t>(free_bytes);
+    comm.allreduce_sum(std::span<int64_t>(table));
+    for (int r = 0; r < P; ++r)
+      HALOGEN_EXPECTS(table[2 * r] <= table[2 * r + 1],
+                      "the graph does not fit: rank {} needs about {} of GPU memory to train but {} {}{}; use more "
+                      "ranks (GPUs), --precision fp16, fewer layers or a smaller --hidden",
+                      r, format_bytes(static_cast<uint64_t>(table[2 * r])),
+                      limit ? "--memory-limit allows" : "its device has free",
+                      format_bytes(static_cast<uint64_t>(table[2 * r + 1])),
+                      r == comm.rank() ? fmt::format(" ({} phase: {})", estimate.phase, estimate.breakdown()) : "");
+    return estimate;
+  }
   const auto rss_now = static_cast<uint64_t>(current_rss_bytes());
   // The runtime's fixed cost is what this process holds now besides its shard, when that is
   // more than the constant: a CUDA build maps cuBLAS and NCCL (~200 MiB resident in every rank,
@@ -293,22 +347,23 @@ MemoryEstimate check_training_memory(const Shard& shard, Communicator& comm, con
   int worst = -1;
   double worst_ratio = 1.0;
   for (int r = 0; r < P; ++r) {
-    const double ratio = static_cast<double>(table[2 * r]) / static_cast<double>(std::max<int64_t>(table[2 * r + 1], 1));
+    const double ratio =
+        static_cast<double>(table[2 * r]) / static_cast<double>(std::max<int64_t>(table[2 * r + 1], 1));
     if (ratio > worst_ratio) {
       worst_ratio = ratio;
       worst = r;
     }
   }
   if (worst >= 0) {
-    const std::string detail = worst == comm.rank()
-                                   ? fmt::format(" ({} phase: {}; budget from {})", estimate.phase, estimate.breakdown(),
-                                                 budget.source)
-                                   : fmt::format(" (see rank {}'s message for the breakdown)", worst);
-    HALOGEN_FAIL("the graph does not fit: rank {} needs about {} of host memory to train but may use {}{}; "
-                 "use more ranks (a partition into more parts), fewer layers or a smaller --hidden, or set "
-                 "--memory-limit if the budget is wrong",
-                 worst, format_bytes(static_cast<uint64_t>(table[2 * worst])),
-                 format_bytes(static_cast<uint64_t>(table[2 * worst + 1])), detail);
+    const std::string detail = worst == comm.rank() ? fmt::format(" ({} phase: {}; budget from {})", estimate.phase,
+                                                                  estimate.breakdown(), budget.source)
+                                                    : fmt::format(" (see rank {}'s message for the breakdown)", worst);
+    HALOGEN_FAIL(
+        "the graph does not fit: rank {} needs about {} of host memory to train but may use {}{}; "
+        "use more ranks (a partition into more parts), fewer layers or a smaller --hidden, or set "
+        "--memory-limit if the budget is wrong",
+        worst, format_bytes(static_cast<uint64_t>(table[2 * worst])),
+        format_bytes(static_cast<uint64_t>(table[2 * worst + 1])), detail);
   }
   return estimate;
 }

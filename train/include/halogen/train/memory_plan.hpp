@@ -26,9 +26,14 @@ struct MemoryItem {
 struct MemoryEstimate {
   std::vector<MemoryItem> items;  // the items of the larger phase
   std::string phase;              // "set-up" or "training"
+  Device device = Device::kCpu;   // where the items live: host memory, or the GPU's
   uint64_t total() const;
   std::string breakdown() const;  // "activations 1.2 GiB, shard 300 MiB, ..."
 };
+/// The device is the options' (TrainOptions::device): on the CPU the peak host bytes of the
+/// rank; on a GPU the peak device bytes of the tensors the trainer allocates there (fp16
+/// activations with --precision fp16). One model for the trainer's pre-flight check and for
+/// `halogen plan`.
 MemoryEstimate estimate_training_memory(const Shard& shard, const TrainOptions& options);
 
 /// What one rank may use. Automatic: the node's available memory (MemAvailable, lowered to
@@ -47,7 +52,8 @@ std::optional<uint64_t> parse_memory_limit(const std::string& text);
 /// "1.5 GiB", "300 MiB", "12 KiB", "17 B".
 std::string format_bytes(uint64_t bytes);
 
-/// Collective: every rank estimates its need and its budget; if any rank would not fit,
+/// Collective: every rank estimates its need and its budget (on a GPU: the device's free
+/// memory, or `limit`); if any rank would not fit,
 /// every rank throws the same halogen::Error naming the worst rank, what it needs (with the
 /// breakdown), what it has, and what to do. `limit`: nullopt = automatic budget, 0 = skip.
 /// Returns this rank's estimate.
