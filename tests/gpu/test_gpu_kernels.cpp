@@ -847,6 +847,9 @@ std::vector<float> degree_scaled(const RandomGraph& g, uint64_t seed) {
   return s;
 }
 
+// Widths from 1 to 257 columns: scalar loads in groups of 4 to 32 lanes (odd widths, 33 = a
+// warp and one column), float4/half8 loads (64, 128, contiguous) with 8 to 32 lanes; the
+// strided shapes (ld not a multiple of the vector width) take the scalar path.
 TEST_F(GpuKernels, AggregateOnRowsAroundTheWarpAndChunkSizes) {
   const int64_t x_rows = 1500;
   const RandomGraph g = graph_of_degrees(kWarpDegrees, x_rows, 101);
@@ -862,7 +865,7 @@ TEST_F(GpuKernels, AggregateOnRowsAroundTheWarpAndChunkSizes) {
   for (int64_t d : g.long_degrees) items += (d + 255) / 256;
   EXPECT_EQ(plan.chunk_items(), items);
 
-  for (int64_t cols : {1, 3, 7, 13, 33, 64, 257}) {
+  for (int64_t cols : {1, 3, 7, 13, 33, 64, 128, 257}) {
     for (bool strided : {false, true}) {
       const int64_t ldx = strided ? cols + 5 : cols, ldo = strided ? cols + 3 : cols;
       const std::vector<float> x = uniform(static_cast<size_t>(x_rows * ldx), -1.0f, 1.0f, 110 + cols);
