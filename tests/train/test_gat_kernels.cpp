@@ -180,6 +180,29 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GatKernels,
                          ::testing::Values(Case{1, 1, false, 0.0f}, Case{3, 5, false, 0.0f}, Case{8, 8, false, 0.5f},
                                            Case{4, 7, true, 0.0f}, Case{2, 16, true, 0.3f}, Case{9, 3, false, 0.6f}));
 
+// The problem of the GPU tests' high-degree case (rows of more than a warp of neighbours,
+// sources read by more than a warp of rows, many heads): it has the degrees it promises, and
+// the CPU kernels, the GPU tests' reference, match the unfused reference on it.
+TEST(GatKernels, MatchUnfusedReferenceOnRowsAboveAWarp) {
+  const std::vector<int> degrees = {40, 0, 70, 33, 100};
+  for (const Case c : {Case{16, 5, true, 0.3f}, Case{3, 33, false, 0.0f}}) {
+    const GatProblem pr = test::make_gat_problem_with_degrees(8, 60, 50, c.heads, c.head_dim, c.average, c.p, degrees);
+    const GatGraph g = pr.structure.view();
+    for (int64_t r = 0; r < pr.rows; ++r)
+      ASSERT_GE(g.offsets[r + 1] - g.offsets[r], degrees[static_cast<size_t>(r) % degrees.size()]) << "row " << r;
+    EXPECT_GE(g.t_offsets[1] - g.t_offsets[0], pr.rows / 2) << "source 0 is a hub";
+    EXPECT_GE(g.t_offsets[pr.rows + 1] - g.t_offsets[pr.rows], pr.rows / 2) << "the first halo source is a hub";
+    const auto dout = random_dout(pr, 10);
+    const Reference ref = reference(pr, dout);
+    const Fused f = run_fused(pr, dout);
+    expect_near_all(f.alpha, ref.alpha, "alpha");
+    expect_near_all(f.out, ref.out, "out");
+    expect_near_all(f.dfeat, ref.dfeat, "dfeat");
+    expect_near_all(f.del, ref.del, "del");
+    expect_near_all(f.der, ref.der, "der");
+  }
+}
+
 // A subset of rows (interior rows while the halo is in flight) gives the same rows as the
 // whole pass, and leaves the others alone.
 TEST(GatKernels, RowSubsetsComposeToTheWholePass) {

@@ -200,23 +200,29 @@ void launch_backward(const GatBackwardArgsT<F>& args, void* stream) {
   }
 }
 
-__global__ void attention_terms_kernel(const float* feat, int64_t ld_feat, int64_t rows, int heads, int64_t D,
+// The attention-term helpers, templated on the element type T of the projected rows and
+// their gradient (float, or __half storage read exactly): the same arithmetic for both.
+template <typename T>
+__global__ void attention_terms_kernel(const T* feat, int64_t ld_feat, int64_t rows, int heads, int64_t D,
                                        const float* a, float* out, int64_t ld_out) {
   const int64_t total = rows * heads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / heads;
     const int h = static_cast<int>(i - r * heads);
-    const float* x = feat + r * ld_feat + h * D;
+    const T* x = feat + r * ld_feat + h * D;
     const float* w = a + h * D;
     double sum = 0.0;
-    for (int64_t d = 0; d < D; ++d) sum += static_cast<double>(x[d]) * w[d];
+    for (int64_t d = 0; d < D; ++d) sum += load(x[d]) * w[d];
     out[r * ld_out + h] = static_cast<float>(sum);
   }
 }
 
-__global__ void attention_terms_backward_kernel(float* dh, int64_t ld_dh, int64_t rows, int64_t owned, int heads,
-                                                int64_t D, const float* del, const float* der, const float* a_src,
+// dh in fp32 arithmetic (the old value widened exactly); an fp16 dh gets the fp32 result
+// rounded once (store() of a float widened to double rounds as __float2half_rn).
+template <typename T>
+__global__ void attention_terms_backward_kernel(T* dh, int64_t ld_dh, int64_t rows, int64_t owned, int heads, int64_t D,
+                                                const float* del, const float* der, const float* a_src,
                                                 const float* a_dst) {
   const int64_t width = heads * D;
   const int64_t total = rows * width;
@@ -227,13 +233,15 @@ __global__ void attention_terms_backward_kernel(float* dh, int64_t ld_dh, int64_
     const int64_t h = c / D;
     const float ge = del[j * heads + h];
     const float gr = j < owned ? der[j * heads + h] : 0.0f;
-    float& v = dh[j * ld_dh + c];
-    v = __fadd_rn(v, __fadd_rn(__fmul_rn(ge, a_src[c]), __fmul_rn(gr, a_dst[c])));
+    T& v = dh[j * ld_dh + c];
+    const float old = static_cast<float>(load(v));
+    store(v, static_cast<double>(__fadd_rn(old, __fadd_rn(__fmul_rn(ge, a_src[c]), __fmul_rn(gr, a_dst[c])))));
   }
 }
 
 // One thread per column: the rows in order, so the sums do not depend on the launch.
-__global__ void attention_vector_grads_kernel(const float* h, int64_t ld_h, int64_t rows, int64_t owned, int heads,
+template <typename T>
+__global__ void attention_vector_grads_kernel(const T* h, int64_t ld_h, int64_t rows, int64_t owned, int heads,
                                               int64_t D, const float* del, const float* der, float* ga_src,
                                               float* ga_dst) {
   const int64_t width = heads * D;
@@ -242,7 +250,7 @@ __global__ void attention_vector_grads_kernel(const float* h, int64_t ld_h, int6
     const int64_t hh = c / D;
     double s_src = 0.0, s_dst = 0.0;
     for (int64_t j = 0; j < rows; ++j) {
-      const double x = h[j * ld_h + c];
+      const double x = load(h[j * ld_h + c]);
       s_src += static_cast<double>(del[j * heads + hh]) * x;
       if (j < owned) s_dst += static_cast<double>(der[j * heads + hh]) * x;
     }
@@ -255,36 +263,69 @@ unsigned int blocks_for_threads(int64_t threads) {
   return static_cast<unsigned int>(std::clamp<int64_t>((threads + 255) / 256, 1, int64_t{1} << 16));
 }
 
-}  // namespace
-
-void cuda::gat_attention_terms(const float* feat, int64_t ld_feat, int64_t rows, int heads, int64_t head_dim,
-                               const float* a, float* out, int64_t ld_out, void* stream) {
+template <typename T>
+void launch_attention_terms(const T* feat, int64_t ld_feat, int64_t rows, int heads, int64_t head_dim, const float* a,
+                            float* out, int64_t ld_out, void* stream) {
   HALOGEN_EXPECTS(heads >= 1 && head_dim >= 1 && ld_feat >= heads * head_dim && ld_out >= heads,
                   "gat_attention_terms_gpu: bad shape heads={} head_dim={} ld_feat={} ld_out={}", heads, head_dim,
                   ld_feat, ld_out);
   if (rows == 0) return;
-  attention_terms_kernel<<<blocks_for_threads(rows * heads), 256, 0, as_stream(stream)>>>(feat, ld_feat, rows, heads,
-                                                                                          head_dim, a, out, ld_out);
+  attention_terms_kernel<T><<<blocks_for_threads(rows * heads), 256, 0, as_stream(stream)>>>(feat, ld_feat, rows, heads,
+                                                                                             head_dim, a, out, ld_out);
   HALOGEN_CHECK_CUDA(cudaGetLastError());
+}
+
+template <typename T>
+void launch_attention_terms_backward(T* dh, int64_t ld_dh, int64_t rows, int64_t owned, int heads, int64_t head_dim,
+                                     const float* del, const float* der, const float* a_src, const float* a_dst,
+                                     void* stream) {
+  HALOGEN_EXPECTS(ld_dh >= heads * head_dim && owned <= rows, "gat_attention_terms_backward_gpu: bad shape");
+  if (rows == 0) return;
+  attention_terms_backward_kernel<T><<<blocks_for_threads(rows * heads * head_dim), 256, 0, as_stream(stream)>>>(
+      dh, ld_dh, rows, owned, heads, head_dim, del, der, a_src, a_dst);
+  HALOGEN_CHECK_CUDA(cudaGetLastError());
+}
+
+template <typename T>
+void launch_attention_vector_grads(const T* h, int64_t ld_h, int64_t rows, int64_t owned, int heads, int64_t head_dim,
+                                   const float* del, const float* der, float* ga_src, float* ga_dst, void* stream) {
+  HALOGEN_EXPECTS(ld_h >= heads * head_dim && owned <= rows, "gat_attention_vector_grads_gpu: bad shape");
+  attention_vector_grads_kernel<T><<<blocks_for_threads(heads * head_dim), 256, 0, as_stream(stream)>>>(
+      h, ld_h, rows, owned, heads, head_dim, del, der, ga_src, ga_dst);
+  HALOGEN_CHECK_CUDA(cudaGetLastError());
+}
+
+}  // namespace
+
+void cuda::gat_attention_terms(const float* feat, int64_t ld_feat, int64_t rows, int heads, int64_t head_dim,
+                               const float* a, float* out, int64_t ld_out, void* stream) {
+  launch_attention_terms(feat, ld_feat, rows, heads, head_dim, a, out, ld_out, stream);
+}
+void cuda::gat_attention_terms(const __half* feat, int64_t ld_feat, int64_t rows, int heads, int64_t head_dim,
+                               const float* a, float* out, int64_t ld_out, void* stream) {
+  launch_attention_terms(feat, ld_feat, rows, heads, head_dim, a, out, ld_out, stream);
 }
 
 void cuda::gat_attention_terms_backward(float* dh, int64_t ld_dh, int64_t rows, int64_t owned, int heads,
                                         int64_t head_dim, const float* del, const float* der, const float* a_src,
                                         const float* a_dst, void* stream) {
-  HALOGEN_EXPECTS(ld_dh >= heads * head_dim && owned <= rows, "gat_attention_terms_backward_gpu: bad shape");
-  if (rows == 0) return;
-  attention_terms_backward_kernel<<<blocks_for_threads(rows * heads * head_dim), 256, 0, as_stream(stream)>>>(
-      dh, ld_dh, rows, owned, heads, head_dim, del, der, a_src, a_dst);
-  HALOGEN_CHECK_CUDA(cudaGetLastError());
+  launch_attention_terms_backward(dh, ld_dh, rows, owned, heads, head_dim, del, der, a_src, a_dst, stream);
+}
+void cuda::gat_attention_terms_backward(__half* dh, int64_t ld_dh, int64_t rows, int64_t owned, int heads,
+                                        int64_t head_dim, const float* del, const float* der, const float* a_src,
+                                        const float* a_dst, void* stream) {
+  launch_attention_terms_backward(dh, ld_dh, rows, owned, heads, head_dim, del, der, a_src, a_dst, stream);
 }
 
 void cuda::gat_attention_vector_grads(const float* h, int64_t ld_h, int64_t rows, int64_t owned, int heads,
                                       int64_t head_dim, const float* del, const float* der, float* ga_src,
                                       float* ga_dst, void* stream) {
-  HALOGEN_EXPECTS(ld_h >= heads * head_dim && owned <= rows, "gat_attention_vector_grads_gpu: bad shape");
-  attention_vector_grads_kernel<<<blocks_for_threads(heads * head_dim), 256, 0, as_stream(stream)>>>(
-      h, ld_h, rows, owned, heads, head_dim, del, der, ga_src, ga_dst);
-  HALOGEN_CHECK_CUDA(cudaGetLastError());
+  launch_attention_vector_grads(h, ld_h, rows, owned, heads, head_dim, del, der, ga_src, ga_dst, stream);
+}
+void cuda::gat_attention_vector_grads(const __half* h, int64_t ld_h, int64_t rows, int64_t owned, int heads,
+                                      int64_t head_dim, const float* del, const float* der, float* ga_src,
+                                      float* ga_dst, void* stream) {
+  launch_attention_vector_grads(h, ld_h, rows, owned, heads, head_dim, del, der, ga_src, ga_dst, stream);
 }
 
 template <>

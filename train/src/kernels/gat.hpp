@@ -239,6 +239,20 @@ void gat_attention_terms_backward(float* dh, int64_t ld_dh, int64_t rows, int64_
 void gat_attention_vector_grads(const float* h, int64_t ld_h, int64_t rows, int64_t owned, int heads, int64_t head_dim,
                                 const float* del, const float* der, float* ga_src, float* ga_dst,
                                 void* stream = nullptr);
+
+/// The same three with fp16 storage of the projected rows (feat, h) and of dh, the kernels of
+/// gat_forward_half/gat_backward_half: the fp16 values are read exactly and the arithmetic is
+/// the fp32 overloads' (fp64 sums where they sum in fp64, fp32 out, ga_src and ga_dst). dh gets
+/// the fp32 result (its old value widened) rounded to fp16 once. With fp16-representable inputs
+/// each result is the fp32 overload's, rounded to fp16 for dh.
+void gat_attention_terms(const __half* feat, int64_t ld_feat, int64_t rows, int heads, int64_t head_dim, const float* a,
+                         float* out, int64_t ld_out, void* stream = nullptr);
+void gat_attention_terms_backward(__half* dh, int64_t ld_dh, int64_t rows, int64_t owned, int heads, int64_t head_dim,
+                                  const float* del, const float* der, const float* a_src, const float* a_dst,
+                                  void* stream = nullptr);
+void gat_attention_vector_grads(const __half* h, int64_t ld_h, int64_t rows, int64_t owned, int heads, int64_t head_dim,
+                                const float* del, const float* der, float* ga_src, float* ga_dst,
+                                void* stream = nullptr);
 }  // namespace cuda
 #endif
 
