@@ -146,7 +146,9 @@ up() {
     ip -n "$ns" link set eth0 up
     # The holder: a UTS and mount namespace inside the network namespace, with the host's
     # name and /etc/hosts; `exec` and `rsh` enter all three through it.
-    setsid ip netns exec "$ns" unshare --uts --mount /bin/sh -c \
+    # (nsenter rather than `ip netns exec`, which mounts a fresh /sys without cgroups, and
+    # slurmd needs /sys/fs/cgroup.)
+    setsid nsenter --net="/var/run/netns/$ns" unshare --uts --mount /bin/sh -c \
       "mount --bind '$state/etc-hosts' /etc/hosts && hostname '$ns' && exec sleep infinity" \
       < /dev/null > "$state/$ns.holder.log" 2>&1 &
     echo $! > "$state/$ns.holder"
