@@ -1,7 +1,13 @@
 // halogen train: one rank per shard, under mpirun (or srun).
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 #include "cli.hpp"
 #include "halogen/comm/collective_error.hpp"
@@ -42,6 +48,38 @@ Shard scatter_partitioned_dataset(const std::string& path, int rank, int size, u
                               fmt::format("shard {} from rank 0", rank));
   });
   return shard;
+}
+
+// Where every rank runs: its host, its node-local rank among the ranks on that host (what
+// picks a rank's GPU and splits the host's cores and memory) and how it waits for transfers
+// (the trainer sleeps between polls when a host has more ranks than cores, unless HALOGEN_WAIT
+// says). Rank 0 prints one line per rank, so a multi-host run shows its placement in its log.
+void report_placement(int rank, int size) {
+  struct Row {
+    char host[64];
+    char wait[32];
+    int local_rank, local_size, cores;
+  };
+  Row mine{};
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::snprintf(mine.host, sizeof mine.host, "%s", host);
+  const LocalRankInfo local = local_rank_info(MPI_COMM_WORLD);
+  mine.local_rank = local.local_rank;
+  mine.local_size = local.local_size;
+  mine.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const char* wait = std::getenv("HALOGEN_WAIT");
+  const std::string policy = wait != nullptr
+                                 ? fmt::format("{} (HALOGEN_WAIT)", wait)
+                                 : fmt::format("{} (auto)", local.local_size > mine.cores ? "sleep" : "spin");
+  std::snprintf(mine.wait, sizeof mine.wait, "%s", policy.c_str());
+  std::vector<Row> all(static_cast<size_t>(rank == 0 ? size : 0));
+  HALOGEN_CHECK_MPI(MPI_Gather(&mine, sizeof(Row), MPI_BYTE, all.data(), sizeof(Row), MPI_BYTE, 0, MPI_COMM_WORLD));
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    const Row& row = all[static_cast<size_t>(r)];
+    log::info("placement: rank {} on host {}, node-local rank {} of {}, {} cores, wait {}", r, row.host, row.local_rank,
+              row.local_size, row.cores, row.wait);
+  }
 }
 
 }  // namespace
@@ -132,6 +170,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     HALOGEN_EXPECTS(HALOGEN_HAVE_NCCL || comm_name != "nccl", "--comm nccl: this halogen was built without NCCL");
     t.validate();
   });
+  report_placement(mpi.rank(), mpi.size());
 
   Shard shard;
   if (!parts_dir.empty()) {
