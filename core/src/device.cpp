@@ -11,7 +11,9 @@ namespace halogen {
 Device parse_device(std::string_view name) {
   if (name == "cpu") return Device::kCpu;
   if (name == "cuda" || name == "gpu") {
-    HALOGEN_EXPECTS(HALOGEN_HAVE_CUDA, "--device cuda: this halogen was built without CUDA (configure with a CUDA compiler present and -DHALOGEN_CUDA=ON)");
+    HALOGEN_EXPECTS(HALOGEN_HAVE_CUDA,
+                    "--device cuda: this halogen was built without CUDA (configure with a CUDA compiler present and "
+                    "-DHALOGEN_CUDA=ON)");
     return Device::kCuda;
   }
   HALOGEN_FAIL("unknown device '{}': expected 'cpu' or 'cuda'", name);
@@ -29,6 +31,19 @@ int cuda_device_count() noexcept {
   return n;
 #else
   return 0;
+#endif
+}
+
+int current_cuda_device() noexcept {
+#if HALOGEN_HAVE_CUDA
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return device;
+#else
+  return -1;
 #endif
 }
 

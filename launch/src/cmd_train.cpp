@@ -1,13 +1,7 @@
 // halogen train: one rank per shard, under mpirun (or srun).
-#include <unistd.h>
-
-#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <memory>
-#include <thread>
 
 #include "cli.hpp"
 #include "halogen/comm/collective_error.hpp"
@@ -50,38 +44,6 @@ Shard scatter_partitioned_dataset(const std::string& path, int rank, int size, u
   return shard;
 }
 
-// Where every rank runs: its host, its node-local rank among the ranks on that host (what
-// picks a rank's GPU and splits the host's cores and memory) and how it waits for transfers
-// (the trainer sleeps between polls when a host has more ranks than cores, unless HALOGEN_WAIT
-// says). Rank 0 prints one line per rank, so a multi-host run shows its placement in its log.
-void report_placement(int rank, int size) {
-  struct Row {
-    char host[64];
-    char wait[32];
-    int local_rank, local_size, cores;
-  };
-  Row mine{};
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  std::snprintf(mine.host, sizeof mine.host, "%s", host);
-  const LocalRankInfo local = local_rank_info(MPI_COMM_WORLD);
-  mine.local_rank = local.local_rank;
-  mine.local_size = local.local_size;
-  mine.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const char* wait = std::getenv("HALOGEN_WAIT");
-  const std::string policy = wait != nullptr
-                                 ? fmt::format("{} (HALOGEN_WAIT)", wait)
-                                 : fmt::format("{} (auto)", local.local_size > mine.cores ? "sleep" : "spin");
-  std::snprintf(mine.wait, sizeof mine.wait, "%s", policy.c_str());
-  std::vector<Row> all(static_cast<size_t>(rank == 0 ? size : 0));
-  HALOGEN_CHECK_MPI(MPI_Gather(&mine, sizeof(Row), MPI_BYTE, all.data(), sizeof(Row), MPI_BYTE, 0, MPI_COMM_WORLD));
-  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
-    const Row& row = all[static_cast<size_t>(r)];
-    log::info("placement: rank {} on host {}, node-local rank {} of {}, {} cores, wait {}", r, row.host, row.local_rank,
-              row.local_size, row.cores, row.wait);
-  }
-}
-
 }  // namespace
 
 int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
@@ -90,45 +52,62 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
                                   precision = "fp32", comm_name = "auto", metrics, log_level = "info";
   TrainOptions t;
   bool quiet = false;
-  opts.add_options()
-      ("parts", po::value(&parts_dir), "directory of shards from `halogen partition` (one per rank)")
-      ("dataset", po::value(&dataset), "dataset directory: rank 0 partitions it with METIS and scatters the shards")
-      ("model", po::value(&model)->default_value(model), "gcn | sage | gat")
-      ("layers", po::value(&t.layers)->default_value(t.layers), "number of layers")
-      ("hidden", po::value(&t.hidden)->default_value(t.hidden), "hidden size (gat: per head)")
-      ("heads", po::value(&t.heads)->default_value(t.heads), "gat: attention heads of hidden layers (concatenated)")
-      ("out-heads", po::value(&t.out_heads)->default_value(t.out_heads), "gat: attention heads of the output layer (averaged)")
-      ("attn-dropout", po::value<float>(), "gat: dropout on attention weights (default: --dropout)")
-      ("residual", po::bool_switch(&t.residual), "gat: residual connections (identity, or a projection where widths differ)")
-      ("attn-terms", po::value<std::string>()->default_value("fp32"), "gat: halo attention terms travel as fp32 | quantized (with the features, at --bits-fwd)")
-      ("dropout", po::value(&t.dropout)->default_value(t.dropout), "dropout probability")
-      ("lr", po::value(&t.lr)->default_value(t.lr), "Adam learning rate")
-      ("weight-decay", po::value(&t.weight_decay)->default_value(t.weight_decay), "L2 weight decay on weights")
-      ("epochs", po::value(&t.epochs)->default_value(t.epochs), "training epochs")
-      ("seed", po::value(&t.seed)->default_value(t.seed), "seed of weights and dropout")
-      ("eval-every", po::value(&t.eval_every)->default_value(t.eval_every), "evaluate every N epochs")
-      ("metrics", po::value(&metrics), "write one JSON line per epoch and a summary to this file")
-      ("bits-fwd", po::value(&bits_fwd)->default_value(bits_fwd), "bits of forward halo features: one value or one per layer (1,2,4,8,16,32)")
-      ("bits-bwd", po::value(&bits_bwd)->default_value(bits_bwd), "bits of backward halo gradients: one value or one per layer")
-      ("mode", po::value(&mode)->default_value(mode), "halo exchange: sync | overlap | stale")
-      ("staleness", po::value(&t.staleness.staleness)->default_value(1), "stale mode: oldest halo usable, in epochs (S)")
-      ("sync-every", po::value(&t.staleness.sync_every)->default_value(0), "stale mode: force a synchronous epoch every k epochs (0 = never)")
-      ("drift-threshold", po::value<double>(), "stale mode: force a synchronous epoch when the senders' relative embedding drift exceeds this")
-      ("stale-smoothing", po::value(&t.staleness.smoothing)->default_value(0.0f), "stale mode: use g * previous + (1 - g) * received for halo rows and gradients (0 = off; 0.9 steadies deep models)")
-      ("feature-norm", po::value<std::string>()->default_value("row"), "input feature normalisation: row (rows sum to 1) | none")
-      ("checkpoint-dir", po::value<std::string>(), "write checkpoints into this directory")
-      ("checkpoint-every", po::value(&t.checkpoint_every)->default_value(0), "checkpoint every N epochs (0: only after the last)")
-      ("resume", po::value<std::string>(), "continue from the newest checkpoint in this directory")
-      ("timeout", po::value(&t.timeout_s)->default_value(60.0), "seconds a transfer may take before the run fails (dead or hung rank)")
-      ("on-nonfinite", po::value<std::string>()->default_value("stop"), "non-finite loss or gradients: stop | skip-step")
-      ("memory-limit", po::value<std::string>()->default_value("auto"), "host memory per rank: auto (the node's available memory shared among its ranks), none (no check), or a size such as 8G; training is refused if the estimate exceeds it")
-      ("skip-exchange", po::bool_switch(&t.skip_exchange), "benchmark floor: exchange halos in epoch 0 only")
-      ("device", po::value(&device)->default_value(device), "cpu | cuda (one GPU per rank)")
-      ("precision", po::value(&precision)->default_value(precision), "cuda: fp32 | fp16 (fp16 storage, fp32 accumulation and master weights, dynamic loss scaling)")
-      ("loss-scale", po::value(&t.loss_scale)->default_value(t.loss_scale), "fp16: initial dynamic loss scale (halved on overflow, doubled after 2000 finite steps)")
-      ("comm", po::value(&comm_name)->default_value(comm_name), "cuda: nccl | mpi (staged through pinned host memory) | auto (nccl when built with it)")
-      ("log-level", po::value(&log_level)->default_value(log_level), "trace|debug|info|warn|error")
-      ("quiet,q", po::bool_switch(&quiet), "no per-epoch progress lines");
+  opts.add_options()("parts", po::value(&parts_dir), "directory of shards from `halogen partition` (one per rank)")(
+      "dataset", po::value(&dataset), "dataset directory: rank 0 partitions it with METIS and scatters the shards")(
+      "model", po::value(&model)->default_value(model), "gcn | sage | gat")(
+      "layers", po::value(&t.layers)->default_value(t.layers), "number of layers")(
+      "hidden", po::value(&t.hidden)->default_value(t.hidden), "hidden size (gat: per head)")(
+      "heads", po::value(&t.heads)->default_value(t.heads), "gat: attention heads of hidden layers (concatenated)")(
+      "out-heads", po::value(&t.out_heads)->default_value(t.out_heads),
+      "gat: attention heads of the output layer (averaged)")("attn-dropout", po::value<float>(),
+                                                             "gat: dropout on attention weights (default: --dropout)")(
+      "residual", po::bool_switch(&t.residual),
+      "gat: residual connections (identity, or a projection where widths differ)")(
+      "attn-terms", po::value<std::string>()->default_value("fp32"),
+      "gat: halo attention terms travel as fp32 | quantized (with the features, at --bits-fwd)")(
+      "dropout", po::value(&t.dropout)->default_value(t.dropout), "dropout probability")(
+      "lr", po::value(&t.lr)->default_value(t.lr), "Adam learning rate")(
+      "weight-decay", po::value(&t.weight_decay)->default_value(t.weight_decay), "L2 weight decay on weights")(
+      "epochs", po::value(&t.epochs)->default_value(t.epochs), "training epochs")(
+      "seed", po::value(&t.seed)->default_value(t.seed), "seed of weights and dropout")(
+      "eval-every", po::value(&t.eval_every)->default_value(t.eval_every), "evaluate every N epochs")(
+      "metrics", po::value(&metrics), "write one JSON line per epoch and a summary to this file")(
+      "bits-fwd", po::value(&bits_fwd)->default_value(bits_fwd),
+      "bits of forward halo features: one value or one per layer (1,2,4,8,16,32)")(
+      "bits-bwd", po::value(&bits_bwd)->default_value(bits_bwd),
+      "bits of backward halo gradients: one value or one per layer")("mode", po::value(&mode)->default_value(mode),
+                                                                     "halo exchange: sync | overlap | stale")(
+      "staleness", po::value(&t.staleness.staleness)->default_value(1),
+      "stale mode: oldest halo usable, in epochs (S)")(
+      "sync-every", po::value(&t.staleness.sync_every)->default_value(0),
+      "stale mode: force a synchronous epoch every k epochs (0 = never)")(
+      "drift-threshold", po::value<double>(),
+      "stale mode: force a synchronous epoch when the senders' relative embedding drift exceeds this")(
+      "stale-smoothing", po::value(&t.staleness.smoothing)->default_value(0.0f),
+      "stale mode: use g * previous + (1 - g) * received for halo rows and gradients (0 = off; 0.9 steadies deep "
+      "models)")("feature-norm", po::value<std::string>()->default_value("row"),
+                 "input feature normalisation: row (rows sum to 1) | none")("checkpoint-dir", po::value<std::string>(),
+                                                                            "write checkpoints into this directory")(
+      "checkpoint-every", po::value(&t.checkpoint_every)->default_value(0),
+      "checkpoint every N epochs (0: only after the last)")("resume", po::value<std::string>(),
+                                                            "continue from the newest checkpoint in this directory")(
+      "timeout", po::value(&t.timeout_s)->default_value(60.0),
+      "seconds a transfer may take before the run fails (dead or hung rank)")(
+      "on-nonfinite", po::value<std::string>()->default_value("stop"),
+      "non-finite loss or gradients: stop | skip-step")(
+      "memory-limit", po::value<std::string>()->default_value("auto"),
+      "host memory per rank: auto (the node's available memory shared among its ranks), none (no check), or a size "
+      "such as 8G; training is refused if the estimate exceeds it")("skip-exchange", po::bool_switch(&t.skip_exchange),
+                                                                    "benchmark floor: exchange halos in epoch 0 only")(
+      "device", po::value(&device)->default_value(device), "cpu | cuda (one GPU per rank)")(
+      "precision", po::value(&precision)->default_value(precision),
+      "cuda: fp32 | fp16 (fp16 storage, fp32 accumulation and master weights, dynamic loss scaling)")(
+      "loss-scale", po::value(&t.loss_scale)->default_value(t.loss_scale),
+      "fp16: initial dynamic loss scale (halved on overflow, doubled after 2000 finite steps)")(
+      "comm", po::value(&comm_name)->default_value(comm_name),
+      "cuda: nccl | mpi (staged through pinned host memory) | auto (nccl when built with it)")(
+      "log-level", po::value(&log_level)->default_value(log_level), "trace|debug|info|warn|error")(
+      "quiet,q", po::bool_switch(&quiet), "no per-epoch progress lines");
   po::positional_options_description pos;
   po::variables_map vm;
   if (!parse("train", "(--parts DIR | --dataset DIR) [options]", opts, pos, args, vm)) return 0;
@@ -143,15 +122,16 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       HALOGEN_EXPECTS(t.attn_dropout >= 0.0f, "--attn-dropout must be in [0, 1), got {}", t.attn_dropout);
     }
     const std::string attn_terms = vm["attn-terms"].as<std::string>();
-    HALOGEN_EXPECTS(attn_terms == "fp32" || attn_terms == "quantized", "--attn-terms must be 'fp32' or 'quantized', got '{}'",
-                    attn_terms);
+    HALOGEN_EXPECTS(attn_terms == "fp32" || attn_terms == "quantized",
+                    "--attn-terms must be 'fp32' or 'quantized', got '{}'", attn_terms);
     t.quantize_attention_terms = attn_terms == "quantized";
     t.bits_fwd = parse_int_list(bits_fwd, "--bits-fwd");
     t.bits_bwd = parse_int_list(bits_bwd, "--bits-bwd");
     t.mode = parse_exchange_mode(mode);
     t.metrics_path = metrics;
     const std::string nonfinite = vm["on-nonfinite"].as<std::string>();
-    HALOGEN_EXPECTS(nonfinite == "stop" || nonfinite == "skip-step", "--on-nonfinite must be 'stop' or 'skip-step', got '{}'", nonfinite);
+    HALOGEN_EXPECTS(nonfinite == "stop" || nonfinite == "skip-step",
+                    "--on-nonfinite must be 'stop' or 'skip-step', got '{}'", nonfinite);
     t.skip_nonfinite_steps = nonfinite == "skip-step";
     HALOGEN_EXPECTS(t.timeout_s > 0, "--timeout must be positive, got {}", t.timeout_s);
     if (vm.count("checkpoint-dir")) t.checkpoint_dir = vm["checkpoint-dir"].as<std::string>();
@@ -170,7 +150,6 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     HALOGEN_EXPECTS(HALOGEN_HAVE_NCCL || comm_name != "nccl", "--comm nccl: this halogen was built without NCCL");
     t.validate();
   });
-  report_placement(mpi.rank(), mpi.size());
 
   Shard shard;
   if (!parts_dir.empty()) {
@@ -180,7 +159,8 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
         std::string hint;
         if (std::filesystem::exists(std::filesystem::path(parts_dir) / "partition.json")) {
           try {
-            const auto report = nlohmann::json::parse(std::ifstream(std::filesystem::path(parts_dir) / "partition.json"));
+            const auto report =
+                nlohmann::json::parse(std::ifstream(std::filesystem::path(parts_dir) / "partition.json"));
             hint = fmt::format("; {} holds a partition into {} parts, so run with mpirun -np {}", parts_dir,
                                report.value("num_parts", 0), report.value("num_parts", 0));
           } catch (...) {

@@ -85,7 +85,7 @@ for k in ("best_val_acc", "test_acc_at_best_val", "best_epoch"):
 PY
 }
 placement() {  # placement LOG: "rank host local_rank local_size wait" per rank
-  sed -n 's/.*placement: rank \([0-9]*\) on host \([^,]*\), node-local rank \([0-9]*\) of \([0-9]*\), [0-9]* cores, wait \([a-z]*\).*/\1 \2 \3 \4 \5/p' "$1"
+  sed -n 's/.*placement: rank \([0-9]*\) on host \([^,]*\), node-local rank \([0-9]*\) of \([0-9]*\), [0-9]* cores, device [^,]*, wait \([a-z]*\).*/\1 \2 \3 \4 \5/p' "$1"
 }
 
 # --- 1 host x 4 ranks (the reference) --------------------------------------------------------

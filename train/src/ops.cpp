@@ -71,8 +71,8 @@ void add_column_sums(const ExecContext& ctx, const TensorView& x, const TensorVi
 void axpy(const ExecContext& ctx, float a, const TensorView& x, const TensorView& y) {
   on_device(ctx, "axpy", {&x, &y});
   same_shape(x, y, "axpy");
-  is_dtype(x, DType::kF32, "axpy", "x");
-  is_dtype(y, DType::kF32, "axpy", "y");
+  float_like(ctx, y, "axpy", "y");
+  HALOGEN_EXPECTS(x.dtype == y.dtype, "axpy: x is {}, y {}", to_string(x.dtype), to_string(y.dtype));
   contiguous(x, "axpy", "x");
   contiguous(y, "axpy", "y");
   HALOGEN_XPU_SWITCH(ctx.device, XPU, impl::axpy<XPU>(ctx, a, x, y););
@@ -97,7 +97,7 @@ void relu_backward(const ExecContext& ctx, const TensorView& y, const TensorView
 
 void elu(const ExecContext& ctx, const TensorView& x) {
   on_device(ctx, "elu", {&x});
-  is_dtype(x, DType::kF32, "elu", "x");
+  float_like(ctx, x, "elu", "x");
   contiguous(x, "elu", "x");
   HALOGEN_XPU_SWITCH(ctx.device, XPU, impl::elu<XPU>(ctx, x););
 }
@@ -105,8 +105,8 @@ void elu(const ExecContext& ctx, const TensorView& x) {
 void elu_backward(const ExecContext& ctx, const TensorView& y, const TensorView& grad) {
   on_device(ctx, "elu_backward", {&y, &grad});
   same_shape(y, grad, "elu_backward");
-  is_dtype(y, DType::kF32, "elu_backward", "y");
-  is_dtype(grad, DType::kF32, "elu_backward", "grad");
+  float_like(ctx, y, "elu_backward", "y");
+  HALOGEN_EXPECTS(y.dtype == grad.dtype, "elu_backward: y is {}, grad {}", to_string(y.dtype), to_string(grad.dtype));
   contiguous(y, "elu_backward", "y");
   contiguous(grad, "elu_backward", "grad");
   HALOGEN_XPU_SWITCH(ctx.device, XPU, impl::elu_backward<XPU>(ctx, y, grad););
@@ -217,10 +217,24 @@ void gat_backward(const ExecContext& ctx, const GatBackwardArgs& args) {
   HALOGEN_XPU_SWITCH(ctx.device, XPU, impl::gat_backward<XPU>(ctx, args););
 }
 
+void gat_forward(const ExecContext& ctx, const GatForwardArgsT<__half>& args) {
+  HALOGEN_EXPECTS(ctx.device == kDevCuda, "gat_forward: fp16 rows are a GPU format");
+#if HALOGEN_HAVE_CUDA
+  impl::gat_forward_half(ctx, args);
+#endif
+}
+
+void gat_backward(const ExecContext& ctx, const GatBackwardArgsT<__half>& args) {
+  HALOGEN_EXPECTS(ctx.device == kDevCuda, "gat_backward: fp16 rows are a GPU format");
+#if HALOGEN_HAVE_CUDA
+  impl::gat_backward_half(ctx, args);
+#endif
+}
+
 void gat_attention_terms(const ExecContext& ctx, const TensorView& feat, int heads, int64_t head_dim,
                          const TensorView& a, const TensorView& out) {
   on_device(ctx, "gat_attention_terms", {&feat, &a, &out});
-  is_dtype(feat, DType::kF32, "gat_attention_terms", "feat");
+  float_like(ctx, feat, "gat_attention_terms", "feat");
   HALOGEN_EXPECTS(
       feat.cols >= heads * head_dim && a.numel() == heads * head_dim && out.rows == feat.rows && out.cols == heads,
       "gat_attention_terms: feat {}x{}, {} attention values, out {}x{} for {} heads of {}", feat.rows, feat.cols,
@@ -232,6 +246,7 @@ void gat_attention_terms_backward(const ExecContext& ctx, const TensorView& dh, 
                                   const TensorView& del, const TensorView& der, const TensorView& a_src,
                                   const TensorView& a_dst) {
   on_device(ctx, "gat_attention_terms_backward", {&dh, &del, &der, &a_src, &a_dst});
+  float_like(ctx, dh, "gat_attention_terms_backward", "dh");
   HALOGEN_EXPECTS(dh.cols == heads * head_dim && del.rows == dh.rows && del.cols == heads && der.cols == heads &&
                       der.rows <= dh.rows && del.contiguous() && der.contiguous(),
                   "gat_attention_terms_backward: dh {}x{}, del {}x{}, der {}x{} for {} heads of {}", dh.rows, dh.cols,
@@ -244,6 +259,7 @@ void gat_attention_vector_grads(const ExecContext& ctx, const TensorView& h, int
                                 const TensorView& del, const TensorView& der, const TensorView& ga_src,
                                 const TensorView& ga_dst) {
   on_device(ctx, "gat_attention_vector_grads", {&h, &del, &der, &ga_src, &ga_dst});
+  float_like(ctx, h, "gat_attention_vector_grads", "h");
   HALOGEN_EXPECTS(h.cols >= heads * head_dim && del.rows == h.rows && del.cols == heads && der.cols == heads &&
                       der.rows <= h.rows && ga_src.numel() == heads * head_dim && ga_dst.numel() == heads * head_dim,
                   "gat_attention_vector_grads: h {}x{}, del {}x{}, der {}x{} for {} heads of {}", h.rows, h.cols,

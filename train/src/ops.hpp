@@ -53,7 +53,7 @@ void gemm(const ExecContext& ctx, bool trans_a, bool trans_b, float alpha, const
 void add_row_vector(const ExecContext& ctx, const TensorView& y, const TensorView& bias, float beta);
 /// sums (f32, 1 x cols) += the column sums of x: bias gradients.
 void add_column_sums(const ExecContext& ctx, const TensorView& x, const TensorView& sums);
-/// y += a * x, elementwise (f32, same shape).
+/// y += a * x, elementwise (same shape and dtype: f32, or f16 on the GPU).
 void axpy(const ExecContext& ctx, float a, const TensorView& x, const TensorView& y);
 
 // --- Elementwise (contiguous views) --------------------------------------------------------
@@ -142,7 +142,12 @@ std::pair<double, double> drift(const ExecContext& ctx, const TensorView& x, con
 
 void gat_forward(const ExecContext& ctx, const GatForwardArgs& args);
 void gat_backward(const ExecContext& ctx, const GatBackwardArgs& args);
-/// out[r, h] = <feat[r, h*D:(h+1)*D], a[h*D:(h+1)*D]> for every row of feat (f32).
+/// fp16 storage of the projected rows, the output and their gradients (GPU only; logits,
+/// softmax and attention weights stay fp32).
+void gat_forward(const ExecContext& ctx, const GatForwardArgsT<__half>& args);
+void gat_backward(const ExecContext& ctx, const GatBackwardArgsT<__half>& args);
+/// out[r, h] = <feat[r, h*D:(h+1)*D], a[h*D:(h+1)*D]> for every row of feat (f32, or f16 on
+/// the GPU; out and a f32).
 void gat_attention_terms(const ExecContext& ctx, const TensorView& feat, int heads, int64_t head_dim,
                          const TensorView& a, const TensorView& out);
 /// The attention terms' share of dL/dh: dh[j, h*D + d] += del[j, h] * a_src[h*D + d] + (j < owned

@@ -52,6 +52,10 @@ template <Device D>
 void gat_forward(const ExecContext& ctx, const GatForwardArgs& args);
 template <Device D>
 void gat_backward(const ExecContext& ctx, const GatBackwardArgs& args);
+#if HALOGEN_HAVE_CUDA
+void gat_forward_half(const ExecContext& ctx, const GatForwardArgsT<__half>& args);  // cuda/ops.cpp
+void gat_backward_half(const ExecContext& ctx, const GatBackwardArgsT<__half>& args);
+#endif
 template <Device D>
 void gat_attention_terms(const ExecContext& ctx, const TensorView& feat, int heads, int64_t head_dim,
                          const TensorView& a, const TensorView& out);

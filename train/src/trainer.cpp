@@ -1,6 +1,7 @@
 #include "halogen/train/trainer.hpp"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -87,9 +88,6 @@ void TrainOptions::validate() const {
                   loss_scale);
   HALOGEN_EXPECTS(precision == Precision::kFp32 || device == Device::kCuda,
                   "--precision fp16 needs --device cuda (the CPU path computes in fp32)");
-  // What the GPU path does not do yet: refused up front rather than silently run otherwise.
-  HALOGEN_EXPECTS(model != ModelKind::kGat || precision == Precision::kFp32,
-                  "--model gat runs in fp32 (--precision fp32); its fp16 attention terms are not wired into training");
 }
 int TrainOptions::bits_fwd_at(int layer) const { return bits_fwd.size() == 1 ? bits_fwd[0] : bits_fwd[layer]; }
 int TrainOptions::bits_bwd_at(int layer) const { return bits_bwd.size() == 1 ? bits_bwd[0] : bits_bwd[layer]; }
@@ -125,6 +123,12 @@ using train_detail::LocalStructure;
 
 // LeakyReLU slope of the attention logits (GAT's and PyG's default).
 constexpr float kGatNegativeSlope = 0.2f;
+
+// Chooses the element type of the fused GAT kernels' rows (float, or __half in fp16 storage).
+template <typename T>
+struct ElementType {
+  using type = T;
+};
 
 // The one trainer of halogen, for every device: the model (GCN, GraphSAGE, GAT) written once
 // over the op layer (ops.hpp), whose leaves are chosen by the tensors' device; the halo
@@ -184,7 +188,15 @@ class Trainer {
   void backward_layer(int l, int epoch);
   void forward_gat_layer(int l, int epoch, bool training);
   void backward_gat_layer(int l, int epoch);
-  GatInputs gat_inputs(int l, int epoch, bool training) const;
+  template <typename F>
+  GatInputsT<F> gat_inputs(int l, int epoch, bool training) const;
+  // GAT's el (attention terms of the source rows, fp32): the last columns of the exchanged
+  // rows in fp32; in fp16 a fp32 matrix of its own beside the fp16 rows (whose last columns
+  // carry el to the peers).
+  TensorView gat_el(int l) const {
+    if (act_ == DType::kF32) return hl_[l].col_range(lp_[l].proj(), lp_[l].proj() + lp_[l].heads);
+    return el32_[l].view();
+  }
   void aggregate_forward(const TensorView& x, const TensorView& z, bool halo_part);
   void aggregate_transpose(const TensorView& dz, const TensorView& dlocal, bool halo_rows);
   double loss_and_grad();
@@ -274,8 +286,8 @@ class Trainer {
   Tensor dy_, dz_, dlocal_, dlogits_;
   // GAT: per layer the exchanged [h | el] rows, er on owned rows, the attention weights per
   // edge and head; backward scratch shared by the layers.
-  std::vector<Tensor> hl_, er_, alpha_;
-  Tensor dh_, del_, der_, edge_grad_;
+  std::vector<Tensor> hl_, er_, alpha_, el32_;
+  Tensor dh_, del_, der_, edge_grad_, out_half_;
   Tensor saved_halo_, discard_;
   HostBuffer<float> logits_host_;
   double allreduce_s_ = 0.0;
@@ -424,12 +436,19 @@ void Trainer::allocate() {
       if (l >= 1) in_[l].reset(device_, act_, owned(), dims_[l]);
       hl_[l].reset(device_, act_, local(), p.proj() + p.heads);
       zero(ctx(), hl_[l]);
+      if (act_ != DType::kF32) {
+        el32_.resize(layers);
+        el32_[l].reset(device_, DType::kF32, local(), p.heads);
+        zero(ctx(), el32_[l]);
+      }
       er_[l].reset(device_, DType::kF32, owned(), p.heads);
       alpha_[l].reset(device_, DType::kF32, entries + owned(), p.heads);
       max_proj = std::max(max_proj, p.proj());
       max_heads = std::max<int64_t>(max_heads, p.heads);
     }
     dh_.reset(device_, act_, local(), max_proj);
+    // fp16: the output layer's kernels write fp16, the logits are fp32.
+    if (act_ != DType::kF32) out_half_.reset(device_, act_, owned(), dims_.back());
     del_.reset(device_, DType::kF32, local(), max_heads);
     der_.reset(device_, DType::kF32, owned(), max_heads);
     edge_grad_.reset(device_, DType::kF32, entries + owned(), max_heads);
@@ -590,17 +609,19 @@ void Trainer::backward_layer(int l, int epoch) {
 
 // Layer l's rows, attention terms and settings for the fused kernels (attention dropout only
 // while training).
-GatInputs Trainer::gat_inputs(int l, int epoch, bool training) const {
+template <typename F>
+GatInputsT<F> Trainer::gat_inputs(int l, int epoch, bool training) const {
   const auto& lp = lp_[l];
   const Tensor& hl = hl_[l];
-  GatInputs in;
+  const TensorView el = gat_el(l);
+  GatInputsT<F> in;
   in.graph = gat_graph_;
   in.heads = lp.heads;
   in.head_dim = lp.head_dim;
-  in.feat = hl.ptr<float>();
+  in.feat = hl.ptr<F>();
   in.ld_feat = hl.cols();
-  in.el = hl.ptr<float>() + lp.proj();
-  in.ld_el = hl.cols();
+  in.el = el.ptr<float>();
+  in.ld_el = el.ld;
   in.er = er_[l].ptr<float>();
   in.negative_slope = kGatNegativeSlope;
   in.dropout = {training ? opt_.attention_dropout() : 0.0f, opt_.seed, static_cast<uint32_t>(epoch),
@@ -627,32 +648,56 @@ void Trainer::forward_gat_layer(int l, int epoch, bool training) {
   } else {
     ops::gemm(ctx(), false, false, 1.0f, in_[l].view(), w, 0.0f, h_owned);
   }
-  ops::gat_attention_terms(ctx(), h_owned, H, lp.head_dim, param(lp.att_src, 1, pw),
-                           hl.view().row_range(0, owned()).col_range(pw, pw + H));
+  const TensorView el = gat_el(l);
+  const TensorView el_sent = hl.view().col_range(pw, pw + H);
+  ops::gat_attention_terms(ctx(), h_owned, H, lp.head_dim, param(lp.att_src, 1, pw), el.row_range(0, owned()));
   ops::gat_attention_terms(ctx(), h_owned, H, lp.head_dim, param(lp.att_dst, 1, pw), er_[l].view());
+  const bool separate_el = el.data != el_sent.data;  // fp16: el travels in the rows' last columns
+  if (separate_el) copy(ctx(), el.row_range(0, owned()), el_sent.row_range(0, owned()));
 
   const TensorView y = output(l);
-  GatForwardArgs a;
-  static_cast<GatInputs&>(a) = gat_inputs(l, epoch, training);
-  a.alpha = alpha_[l].ptr<float>();
-  a.out = y.ptr<float>();
-  a.ld_out = fout;
-  auto rows = [&](const TensorView& list) {
-    GatForwardArgs part = a;
-    part.row_list = static_cast<const int32_t*>(list.data);
-    part.row_list_size = list.numel();
-    if (part.row_list_size > 0) ops::gat_forward(ctx(), part);
+  // fp16: the kernels write fp16; the output layer's fp32 logits are filled from it after.
+  const TensorView out = y.dtype == act_ ? y : out_half_.view();
+  const auto rows = [&](const TensorView& list) {
+    if (list.numel() == 0) return;
+    const auto run = [&](auto tag) {
+      using F = typename decltype(tag)::type;
+      GatForwardArgsT<F> a;
+      static_cast<GatInputsT<F>&>(a) = gat_inputs<F>(l, epoch, training);
+      a.alpha = alpha_[l].ptr<float>();
+      a.out = out.ptr<F>();
+      a.ld_out = fout;
+      a.row_list = static_cast<const int32_t*>(list.data);
+      a.row_list_size = list.numel();
+      ops::gat_forward(ctx(), a);
+    };
+    if (act_ == DType::kF32) {
+      run(ElementType<float>{});
+    } else {
+      run(ElementType<__half>{});
+    }
   };
   const Work interior = [&] { rows(interior_rows_); };
-  const Work boundary = [&] { rows(boundary_rows_); };
+  const Work boundary = [&] {
+    // The halo rows' el as they arrived (fp16) for the kernels (fp32).
+    if (separate_el) copy(ctx(), el_sent.row_range(owned(), local()), el.row_range(owned(), local()));
+    rows(boundary_rows_);
+  };
   if (training) {
     exchange_forward(l, epoch, hl, l > 0 ? output(l - 1) : TensorView{}, interior, boundary);
   } else {
     exchange_forward_eval(l, epoch, hl, interior, boundary);
   }
+  if (out.data != y.data) copy(ctx(), out, y);
   ops::add_row_vector(ctx(), y, param(lp.bias, 1, fout), 1.0f);
   if (lp.identity_residual) {
-    ops::axpy(ctx(), 1.0f, in_[l].view(), y);
+    if (in_[l].dtype() == y.dtype) {
+      ops::axpy(ctx(), 1.0f, in_[l].view(), y);
+    } else {  // fp16 input into the fp32 logits
+      Tensor x(device_, y.dtype, owned(), fin);
+      copy(ctx(), in_[l], x);
+      ops::axpy(ctx(), 1.0f, x, y);
+    }
   } else if (lp.w_res != LayerParams::kNone) {
     const TensorView w_res = weight(lp.w_res, fin, fout);
     if (l == 0) {
@@ -688,17 +733,25 @@ void Trainer::backward_gat_layer(int l, int epoch) {
   const TensorView dh = dh_.view().reshaped(local(), pw);
   const TensorView del = del_.view().reshaped(local(), H);
   const TensorView der = der_.view().reshaped(owned(), H);
-  GatBackwardArgs b;
-  static_cast<GatInputs&>(b) = gat_inputs(l, epoch, /*training=*/true);
-  b.alpha = alpha_[l].ptr<float>();
-  b.dout = dy_l.ptr<float>();
-  b.ld_dout = fout;
-  b.edge_grad = edge_grad_.ptr<float>();
-  b.dfeat = dh.ptr<float>();
-  b.ld_dfeat = pw;
-  b.del = del.ptr<float>();
-  b.der = der.ptr<float>();
-  ops::gat_backward(ctx(), b);
+  const auto run = [&](auto tag) {
+    using F = typename decltype(tag)::type;
+    GatBackwardArgsT<F> b;
+    static_cast<GatInputsT<F>&>(b) = gat_inputs<F>(l, epoch, /*training=*/true);
+    b.alpha = alpha_[l].ptr<float>();
+    b.dout = dy_l.ptr<F>();
+    b.ld_dout = fout;
+    b.edge_grad = edge_grad_.ptr<float>();
+    b.dfeat = dh.ptr<F>();
+    b.ld_dfeat = pw;
+    b.del = del.ptr<float>();
+    b.der = der.ptr<float>();
+    ops::gat_backward(ctx(), b);
+  };
+  if (act_ == DType::kF32) {
+    run(ElementType<float>{});
+  } else {
+    run(ElementType<__half>{});
+  }
   // The attention terms' share of dh (halo rows go back to their owners with the rest).
   ops::gat_attention_terms_backward(ctx(), dh, H, lp.head_dim, del, der, param(lp.att_src, 1, pw),
                                     param(lp.att_dst, 1, pw));
@@ -1178,9 +1231,11 @@ TrainResult Trainer::run_epochs() {
   return result;
 }
 
-// Shares the node's cores among its ranks, sets the wait policy and the timeout: the same
-// for every device.
-void prepare_process(const Shard& shard, Communicator& comm, const TrainOptions& options, int& node_ranks) {
+// Shares the node's cores among its ranks, sets the wait policy and the timeout (the same for
+// every device), and has rank 0 log where every rank runs: its host, its node-local rank among
+// the ranks there (what picks its GPU and splits the host's cores and memory), its device and
+// how it waits for transfers, so that a multi-host run shows its placement in its log.
+void prepare_process(Communicator& comm, const TrainOptions& options, int& node_ranks) {
   MPI_Comm world = MPI_COMM_WORLD;
   if (auto* mc = dynamic_cast<MpiCommunicator*>(&comm)) world = mc->mpi_comm();
   const LocalRankInfo node = local_rank_info(world);
@@ -1197,8 +1252,36 @@ void prepare_process(const Shard& shard, Communicator& comm, const TrainOptions&
   const std::string wait_policy = wait != nullptr ? wait : "auto";
   HALOGEN_EXPECTS(wait_policy == "auto" || wait_policy == "spin" || wait_policy == "sleep",
                   "HALOGEN_WAIT must be auto, spin or sleep, got '{}'", wait_policy);
-  comm.set_sleep_while_waiting(wait_policy == "sleep" || (wait_policy == "auto" && node.local_size > node_cores));
-  (void)shard;
+  const bool sleep = wait_policy == "sleep" || (wait_policy == "auto" && node.local_size > node_cores);
+  comm.set_sleep_while_waiting(sleep);
+
+  struct Placement {
+    char host[64];
+    char device[16];
+    char wait[32];
+    int local_rank, local_size, cores;
+  };
+  Placement mine{};
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::snprintf(mine.host, sizeof mine.host, "%s", host);
+  std::snprintf(mine.device, sizeof mine.device, "%s",
+                options.device == kDevCpu ? "cpu" : fmt::format("cuda:{}", current_cuda_device()).c_str());
+  std::snprintf(mine.wait, sizeof mine.wait, "%s (%s)", sleep ? "sleep" : "spin",
+                wait != nullptr ? "HALOGEN_WAIT" : "auto");
+  mine.local_rank = node.local_rank;
+  mine.local_size = node.local_size;
+  mine.cores = node_cores;
+  int rank = 0, size = 1;
+  HALOGEN_CHECK_MPI(MPI_Comm_rank(world, &rank));
+  HALOGEN_CHECK_MPI(MPI_Comm_size(world, &size));
+  std::vector<Placement> all(static_cast<size_t>(rank == 0 ? size : 0));
+  HALOGEN_CHECK_MPI(MPI_Gather(&mine, sizeof(Placement), MPI_BYTE, all.data(), sizeof(Placement), MPI_BYTE, 0, world));
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    const Placement& p = all[static_cast<size_t>(r)];
+    log::info("placement: rank {} on host {}, node-local rank {} of {}, {} cores, device {}, wait {}", r, p.host,
+              p.local_rank, p.local_size, p.cores, p.device, p.wait);
+  }
 }
 
 }  // namespace
@@ -1222,7 +1305,7 @@ TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& op
   HALOGEN_EXPECTS(options.device == kDevCpu || cuda_device_count() > 0,
                   "rank {}: --device cuda but no GPU is visible to this process", comm.rank());
   int node_ranks = 1;
-  prepare_process(shard, comm, options, node_ranks);
+  prepare_process(comm, options, node_ranks);
   // Refuse a graph that will not fit before allocating anything large.
   const MemoryEstimate memory = check_training_memory(shard, comm, options, options.memory_limit, node_ranks);
   Trainer trainer(shard, comm, options);

@@ -75,6 +75,19 @@ __global__ void elu_backward_f32_kernel(const float* y, float* grad, int64_t n) 
   for (int64_t i = global_thread(); i < n; i += thread_count())
     grad[i] = y[i] > 0.0f ? grad[i] : __fmul_rn(grad[i], __fadd_rn(y[i], 1.0f));
 }
+// fp16 storage: the fp32 formula on the exact fp32 value, rounded to fp16 once.
+__global__ void elu_f16_kernel(__half* x, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += thread_count()) {
+    const float v = __half2float(x[i]);
+    x[i] = __float2half_rn(v > 0.0f ? v : expm1f(v));
+  }
+}
+__global__ void elu_backward_f16_kernel(const __half* y, __half* grad, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += thread_count()) {
+    const float yv = __half2float(y[i]);
+    if (!(yv > 0.0f)) grad[i] = __float2half_rn(__fmul_rn(__half2float(grad[i]), __fadd_rn(yv, 1.0f)));
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Dropout: one thread per (row, block of 8 columns) = one Philox call, as dense.cpp.
@@ -375,6 +388,18 @@ void cuda::elu_inplace(float* x, int64_t n, void* stream) {
   elu_f32_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(x, n);
   check_launch();
 }
+void cuda::elu_inplace(__half* x, int64_t n, void* stream) {
+  if (n == 0) return;
+  elu_f16_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(x, n);
+  check_launch();
+}
+
+void cuda::elu_backward(const __half* y, __half* grad, int64_t n, void* stream) {
+  if (n == 0) return;
+  elu_backward_f16_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(y, grad, n);
+  check_launch();
+}
+
 void cuda::elu_backward(const float* y, float* grad, int64_t n, void* stream) {
   if (n == 0) return;
   elu_backward_f32_kernel<<<grid(n), kThreadsPerBlock, 0, as_stream(stream)>>>(y, grad, n);

@@ -133,6 +133,9 @@ void relu_backward(const __half* y, __half* grad, int64_t n, void* stream = null
 /// dense.hpp (CUDA's expm1f is within 1 ulp of the CPU's).
 void elu_inplace(float* x, int64_t n, void* stream = nullptr);
 void elu_backward(const float* y, float* grad, int64_t n, void* stream = nullptr);
+/// fp16 storage: the fp32 formula on the exact value, the result rounded to fp16 once.
+void elu_inplace(__half* x, int64_t n, void* stream = nullptr);
+void elu_backward(const __half* y, __half* grad, int64_t n, void* stream = nullptr);
 
 /// dense.hpp's dropout_apply on the device: the same keyed mask (16-bit Philox words,
 /// threshold round(p * 65536), counter (epoch, layer, global node id, block of 8 columns)) and
@@ -191,6 +194,8 @@ void add_row_vector(__half* y, int64_t ldy, int64_t rows, int64_t cols, const fl
 void add_column_sums(const float* x, int64_t ldx, int64_t rows, int64_t cols, float* sums, void* stream = nullptr);
 void add_column_sums(const __half* x, int64_t ldx, int64_t rows, int64_t cols, float* sums, void* stream = nullptr);
 void axpy(int64_t n, float a, const float* x, float* y, void* stream = nullptr);
+/// fp16: y[i] = fp16(y[i] + a * x[i]) with the product and sum in fp32 (no contraction).
+void axpy(int64_t n, float a, const __half* x, __half* y, void* stream = nullptr);
 /// The drift of rows sent: for i < n, row = x[rows[i], :] (as fp32), per_row[2i] = sum_j
 /// (row_j - last[i, j])^2 and per_row[2i + 1] = sum_j row_j^2 (fp64), then last[i, :] = row.
 /// The caller sums per_row in order (deterministic).

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <vector>
 
 #include "../ops_impl.hpp"
@@ -62,7 +63,10 @@ void add_column_sums<kDevCuda>(const ExecContext& ctx, const TensorView& x, cons
 
 template <>
 void axpy<kDevCuda>(const ExecContext& ctx, float a, const TensorView& x, const TensorView& y) {
-  cuda::axpy(x.numel(), a, f32(x), f32(y), ctx.stream);
+  if (half(y))
+    cuda::axpy(x.numel(), a, f16(x), f16(y), ctx.stream);
+  else
+    cuda::axpy(x.numel(), a, f32(x), f32(y), ctx.stream);
 }
 
 template <>
@@ -83,12 +87,18 @@ void relu_backward<kDevCuda>(const ExecContext& ctx, const TensorView& y, const 
 
 template <>
 void elu<kDevCuda>(const ExecContext& ctx, const TensorView& x) {
-  cuda::elu_inplace(f32(x), x.numel(), ctx.stream);
+  if (half(x))
+    cuda::elu_inplace(f16(x), x.numel(), ctx.stream);
+  else
+    cuda::elu_inplace(f32(x), x.numel(), ctx.stream);
 }
 
 template <>
 void elu_backward<kDevCuda>(const ExecContext& ctx, const TensorView& y, const TensorView& grad) {
-  cuda::elu_backward(f32(y), f32(grad), y.numel(), ctx.stream);
+  if (half(y))
+    cuda::elu_backward(f16(y), f16(grad), y.numel(), ctx.stream);
+  else
+    cuda::elu_backward(f32(y), f32(grad), y.numel(), ctx.stream);
 }
 
 template <>
@@ -218,10 +228,21 @@ void gat_backward<kDevCuda>(const ExecContext& ctx, const GatBackwardArgs& args)
   halogen::gat_backward<kDevCuda>(args, ctx.stream);
 }
 
+void gat_forward_half(const ExecContext& ctx, const GatForwardArgsT<__half>& args) {
+  halogen::gat_forward_half(args, ctx.stream);
+}
+
+void gat_backward_half(const ExecContext& ctx, const GatBackwardArgsT<__half>& args) {
+  halogen::gat_backward_half(args, ctx.stream);
+}
+
 template <>
 void gat_attention_terms<kDevCuda>(const ExecContext& ctx, const TensorView& feat, int heads, int64_t head_dim,
                                    const TensorView& a, const TensorView& out) {
-  cuda::gat_attention_terms(f32(feat), feat.ld, feat.rows, heads, head_dim, f32(a), f32(out), out.ld, ctx.stream);
+  if (half(feat))
+    cuda::gat_attention_terms(f16(feat), feat.ld, feat.rows, heads, head_dim, f32(a), f32(out), out.ld, ctx.stream);
+  else
+    cuda::gat_attention_terms(f32(feat), feat.ld, feat.rows, heads, head_dim, f32(a), f32(out), out.ld, ctx.stream);
 }
 
 template <>
@@ -236,8 +257,12 @@ template <>
 void gat_attention_vector_grads<kDevCuda>(const ExecContext& ctx, const TensorView& h, int heads, int64_t head_dim,
                                           const TensorView& del, const TensorView& der, const TensorView& ga_src,
                                           const TensorView& ga_dst) {
-  cuda::gat_attention_vector_grads(f32(h), h.ld, h.rows, der.rows, heads, head_dim, f32(del), f32(der), f32(ga_src),
-                                   f32(ga_dst), ctx.stream);
+  if (half(h))
+    cuda::gat_attention_vector_grads(f16(h), h.ld, h.rows, der.rows, heads, head_dim, f32(del), f32(der), f32(ga_src),
+                                     f32(ga_dst), ctx.stream);
+  else
+    cuda::gat_attention_vector_grads(f32(h), h.ld, h.rows, der.rows, heads, head_dim, f32(del), f32(der), f32(ga_src),
+                                     f32(ga_dst), ctx.stream);
 }
 
 }  // namespace halogen::ops::impl

@@ -90,6 +90,12 @@ void launch_add_column_sums(const T* x, int64_t ldx, int64_t rows, int64_t cols,
   // same stream (device_memory.hpp's contract), after these kernels.
 }
 
+__global__ void axpy_f16_kernel(int64_t n, float a, const __half* x, __half* y) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = __float2half_rn(__fadd_rn(__half2float(y[i]), __fmul_rn(a, __half2float(x[i]))));
+}
+
 __global__ void axpy_kernel(int64_t n, float a, const float* x, float* y) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -163,6 +169,13 @@ void cuda::axpy(int64_t n, float a, const float* x, float* y, void* stream) {
   HALOGEN_EXPECTS(n >= 0, "axpy_gpu: negative length {}", n);
   if (n == 0) return;
   axpy_kernel<<<grid_for(n), kThreadsPerBlock, 0, as_stream(stream)>>>(n, a, x, y);
+  HALOGEN_CHECK_CUDA(cudaGetLastError());
+}
+
+void cuda::axpy(int64_t n, float a, const __half* x, __half* y, void* stream) {
+  HALOGEN_EXPECTS(n >= 0, "axpy (cuda): negative length {}", n);
+  if (n == 0) return;
+  axpy_f16_kernel<<<grid_for(n), kThreadsPerBlock, 0, as_stream(stream)>>>(n, a, x, y);
   HALOGEN_CHECK_CUDA(cudaGetLastError());
 }
 

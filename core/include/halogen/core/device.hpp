@@ -22,5 +22,7 @@ std::string to_string(Device d);
 /// Number of CUDA devices visible to this process; 0 in a CPU-only build or without a GPU
 /// (never an error: a CUDA build runs its CPU path on a machine without a GPU).
 int cuda_device_count() noexcept;
+/// The calling thread's current CUDA device, or -1 (CPU-only build, no GPU).
+int current_cuda_device() noexcept;
 
 }  // namespace halogen
