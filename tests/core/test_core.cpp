@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "halogen/config.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
 #include "halogen/core/rng.hpp"
@@ -51,11 +52,18 @@ TEST(Errors, MessageHasLocationAndRank) {
     FAIL();
   } catch (const Error& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("test_core.cpp:"), std::string::npos) << m;
+    // The file relative to the repository, whatever the checkout's folder is called.
+    EXPECT_EQ(m.rfind("tests/core/test_core.cpp:", 0), 0u) << m;
     EXPECT_NE(m.find("[rank 3]"), std::string::npos) << m;
     EXPECT_NE(m.find("expected 3 got 2"), std::string::npos) << m;
   }
   set_process_rank(0);
+}
+
+TEST(Errors, SourcePathsAreRelativeToTheRepository) {
+  EXPECT_EQ(source_relative_path(HALOGEN_SOURCE_DIR "/train/src/trainer.cpp"), "train/src/trainer.cpp");
+  EXPECT_EQ(source_relative_path("train/src/trainer.cpp"), "train/src/trainer.cpp");
+  EXPECT_EQ(source_relative_path("/elsewhere/x.cpp"), "/elsewhere/x.cpp");
 }
 
 TEST(AtomicFile, NothingVisibleUntilCommit) {

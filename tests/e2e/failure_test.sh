@@ -5,6 +5,7 @@
 # usage: failure_test.sh HALOGEN MPIEXEC [MPI FLAGS...]
 set -uo pipefail
 halogen=$1; mpiexec=$2; shift 2; mpi_flags=("$@")
+source "$(dirname "$0")/device.sh"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 failures=0
 pass() { echo "ok: $1"; }
@@ -16,7 +17,8 @@ export HALOGEN_FAULT_RANK=2 HALOGEN_FAULT_EPOCH=3
 for fault in kill hang nan; do
   start=$(date +%s)
   HALOGEN_FAULT=$fault timeout 120 "$mpiexec" -np 4 "${mpi_flags[@]}" -x HALOGEN_FAULT -x HALOGEN_FAULT_RANK \
-    -x HALOGEN_FAULT_EPOCH "$halogen" train --parts "$work/p" --epochs 40 --hidden 32 -q --timeout 10 \
+    -x HALOGEN_FAULT_EPOCH "${device_env[@]}" "$halogen" train --parts "$work/p" --epochs 40 --hidden 32 -q --timeout 10 \
+    "${device_flags[@]}" \
     >"$work/out" 2>&1
   rc=$?; took=$(( $(date +%s) - start ))
   if [ $rc -eq 124 ]; then fail "$fault: job still running after 120 s"; continue; fi

@@ -7,6 +7,7 @@
 # usage: resume_test.sh HALOGEN MPIEXEC [MPI FLAGS...]
 set -uo pipefail
 halogen=$1; mpiexec=$2; shift 2; mpi_flags=("$@")
+source "$(dirname "$0")/device.sh"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 failures=0
 pass() { echo "ok: $1"; }
@@ -20,7 +21,8 @@ expect_error() {
 }
 # The fault hook reaches every rank through mpirun -x; -1 = never.
 export HALOGEN_FAULT_EXIT_AFTER_EPOCH=-1
-train=(timeout 300 "$mpiexec" -np 2 "${mpi_flags[@]}" -x HALOGEN_FAULT_EXIT_AFTER_EPOCH "$halogen" train --epochs 20 --layers 3 -q)
+train=(timeout 300 "$mpiexec" -np 2 "${mpi_flags[@]}" -x HALOGEN_FAULT_EXIT_AFTER_EPOCH "${device_env[@]}" "$halogen" train
+  --epochs 20 --layers 3 -q "${device_flags[@]}")
 
 "$halogen" generate sbm --nodes 2000 --classes 4 --feature-dim 16 --seed 4 --out "$work/ds" >/dev/null
 "$halogen" partition "$work/ds" --parts 2 --out "$work/p" --hidden 16 >/dev/null

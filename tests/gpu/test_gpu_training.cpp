@@ -213,6 +213,35 @@ TEST_F(GpuTraining, Fp16TracksFp32) {
   EXPECT_EQ(fp16.summary["precision"], "fp16");
 }
 
+// GAT in fp16 storage (the fp16 fused kernels, el and er in fp32): tracks fp32 GAT within the
+// same stated tolerance; several heads and an averaged output layer, with a residual.
+TEST_F(GpuTraining, Fp16GatTracksFp32) {
+  auto t = options(ModelKind::kGat, Device::kCuda);
+  t.hidden = 8;
+  t.heads = 4;
+  t.out_heads = 2;
+  t.residual = true;
+  const auto fp32 = run(t);
+  t.precision = Precision::kFp16;
+  const auto fp16 = run(t);
+  for (size_t e = 0; e < fp32.epochs.size(); ++e) {
+    const double a = fp32.epochs[e]["loss"].get<double>(), b = fp16.epochs[e]["loss"].get<double>();
+    EXPECT_LE(std::abs(a - b) / a, 0.02) << "epoch " << e << ": fp32 " << a << ", fp16 " << b;
+  }
+  EXPECT_NEAR(fp32.epochs.back()["test_acc"].get<double>(), fp16.epochs.back()["test_acc"].get<double>(), 0.03);
+  EXPECT_LT(fp16.epochs.back()["loss"].get<double>(), fp16.epochs.front()["loss"].get<double>());
+}
+
+// The benchmark floor (--skip-exchange) on the GPU: after epoch 0 no halo byte moves and the
+// run still trains (it once was refused with --device cuda).
+TEST_F(GpuTraining, SkipExchangeSendsNothingAfterEpochZero) {
+  auto t = options(ModelKind::kGcn, Device::kCuda);
+  t.skip_exchange = true;
+  const auto r = run(t);
+  for (size_t e = 1; e < r.epochs.size(); ++e) EXPECT_EQ(r.epochs[e]["bytes_sent"].get<int64_t>(), 0) << e;
+  EXPECT_LT(r.epochs.back()["loss"].get<double>(), r.epochs.front()["loss"].get<double>());
+}
+
 // Loss scaling backs off instead of failing: from the largest scale (2^24) the first steps
 // overflow fp16, are skipped on every rank and halve the scale, then training proceeds.
 TEST_F(GpuTraining, Fp16OverflowBacksOffTheLossScale) {
