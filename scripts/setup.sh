@@ -15,6 +15,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libxxhash-dev
   gnuplot-nox iproute2 procps
+  python3-numpy  # the saved-model test reads the .npy files back with NumPy (/usr/bin/python3)
 )
 # Slurm for the batch-job tests (started locally by those tests only).
 if [ "${HALOGEN_SETUP_SLURM:-1}" = 1 ]; then packages+=(slurm-wlm munge); fi

@@ -3,12 +3,15 @@
 #pragma once
 
 #include <boost/program_options.hpp>
-
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "halogen/comm/communicator.hpp"
+#include "halogen/core/device.hpp"
 #include "halogen/partition/dataset.hpp"
+#include "halogen/partition/shard.hpp"
 
 namespace halogen::cli {
 
@@ -27,11 +30,22 @@ Dataset load_dataset(const std::filesystem::path& path, const std::string& split
 /// "1,1,8" -> {1,1,8}; names the option on error.
 std::vector<int> parse_int_list(const std::string& text, const std::string& option);
 
+/// This rank's shard: read from a partition directory (`parts_dir`), or, with `dataset`,
+/// partitioned by rank 0 with METIS in memory and scattered. Collective over MPI_COMM_WORLD.
+Shard load_rank_shard(const std::string& parts_dir, const std::string& dataset, int rank, int size, uint64_t seed);
+/// The communicator of a run on `device`: NCCL on GPUs when built with it (unless
+/// comm_name is "mpi"), MPI otherwise; binds the rank to its node-local GPU first.
+std::unique_ptr<Communicator> make_communicator(Device device, const std::string& comm_name);
+
 int cmd_generate(const std::vector<std::string>& args);
 int cmd_convert(const std::vector<std::string>& args);
 int cmd_info(const std::vector<std::string>& args);
 int cmd_partition(int argc, char** argv, const std::vector<std::string>& args);
 int cmd_train(int argc, char** argv, const std::vector<std::string>& args);
+// A trained model: inference, evaluation, export from a checkpoint (model.hpp).
+int cmd_predict(int argc, char** argv, const std::vector<std::string>& args);
+int cmd_evaluate(int argc, char** argv, const std::vector<std::string>& args);
+int cmd_export_model(const std::vector<std::string>& args);
 // Cluster launch, batch scripts, sweeps and the cost model (docs/launch.md).
 int cmd_launch(const std::vector<std::string>& args);
 int cmd_slurm(const std::vector<std::string>& args);

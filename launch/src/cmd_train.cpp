@@ -19,33 +19,6 @@
 
 namespace halogen::cli {
 
-namespace {
-
-// Rank 0 loads the dataset, partitions it with METIS in memory and sends each rank its shard.
-Shard scatter_partitioned_dataset(const std::string& path, int rank, int size, uint64_t seed) {
-  std::vector<std::string> blobs;
-  run_collectively(MPI_COMM_WORLD, "partitioning the dataset on rank 0", [&] {
-    if (rank != 0) return;
-    const Dataset ds = load_dataset(path);
-    PartitionOptions popt;
-    popt.num_parts = size;
-    popt.seed = seed;
-    const auto part = partition_graph(ds, popt);
-    auto shards = build_shards(ds, part, size);
-    blobs.reserve(shards.size());
-    for (const auto& s : shards) blobs.push_back(serialize_shard(s));
-  });
-  auto bytes = std::make_shared<std::string>(scatter_blobs(blobs, 0, MPI_COMM_WORLD));
-  Shard shard;
-  run_collectively(MPI_COMM_WORLD, "receiving the shard", [&] {
-    shard = deserialize_shard(reinterpret_cast<const std::byte*>(bytes->data()), bytes->size(), bytes,
-                              fmt::format("shard {} from rank 0", rank));
-  });
-  return shard;
-}
-
-}  // namespace
-
 int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   po::options_description opts("train options");
   std::string parts_dir, dataset, model = "gcn", bits_fwd = "32", bits_bwd = "32", mode = "sync", device = "cpu",
@@ -72,6 +45,8 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "seed", po::value(&t.seed)->default_value(t.seed), "seed of weights and dropout")(
       "eval-every", po::value(&t.eval_every)->default_value(t.eval_every), "evaluate every N epochs")(
       "metrics", po::value(&metrics), "write one JSON line per epoch and a summary to this file")(
+      "save-model", po::value<std::string>(),
+      "after training, write the model (weights as .npy, shape as model.json) into this directory")(
       "bits-fwd", po::value(&bits_fwd)->default_value(bits_fwd),
       "bits of forward halo features: one value or one per layer (1,2,4,8,16,32)")(
       "bits-bwd", po::value(&bits_bwd)->default_value(bits_bwd),
@@ -148,41 +123,12 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
                     "--comm must be auto, nccl or mpi, got '{}'", comm_name);
     HALOGEN_EXPECTS(t.device == Device::kCuda || comm_name != "nccl", "--comm nccl needs --device cuda");
     HALOGEN_EXPECTS(HALOGEN_HAVE_NCCL || comm_name != "nccl", "--comm nccl: this halogen was built without NCCL");
+    if (vm.count("save-model")) t.save_model_dir = vm["save-model"].as<std::string>();
     t.validate();
   });
 
-  Shard shard;
-  if (!parts_dir.empty()) {
-    run_collectively(MPI_COMM_WORLD, "loading shards", [&] {
-      const auto file = shard_path(parts_dir, mpi.rank(), mpi.size());
-      if (!std::filesystem::exists(file)) {
-        std::string hint;
-        if (std::filesystem::exists(std::filesystem::path(parts_dir) / "partition.json")) {
-          try {
-            const auto report =
-                nlohmann::json::parse(std::ifstream(std::filesystem::path(parts_dir) / "partition.json"));
-            hint = fmt::format("; {} holds a partition into {} parts, so run with mpirun -np {}", parts_dir,
-                               report.value("num_parts", 0), report.value("num_parts", 0));
-          } catch (...) {
-          }
-        }
-        HALOGEN_FAIL("rank {} of {}: no shard '{}'{}", mpi.rank(), mpi.size(), file.string(), hint);
-      }
-      shard = read_shard(file);
-    });
-  } else {
-    shard = scatter_partitioned_dataset(dataset, mpi.rank(), mpi.size(), t.seed);
-  }
-  // The GPU path binds each rank to its node-local GPU, then talks NCCL between device buffers
-  // (or MPI through pinned host memory).
-  std::unique_ptr<Communicator> comm;
-  if (t.device == Device::kCuda) {
-    select_local_device(MPI_COMM_WORLD);
-#if HALOGEN_HAVE_NCCL
-    if (comm_name != "mpi") comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD);
-#endif
-  }
-  if (!comm) comm = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+  const Shard shard = load_rank_shard(parts_dir, dataset, mpi.rank(), mpi.size(), t.seed);
+  const std::unique_ptr<Communicator> comm = make_communicator(t.device, comm_name);
   TrainResult result;
   run_collectively(MPI_COMM_WORLD, "checking shards", [&] { check_shards_consistent(shard, *comm); });
   result = train(shard, *comm, t);

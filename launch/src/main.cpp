@@ -1,11 +1,11 @@
 // The `halogen` program: one executable, one subcommand per step of the data flow.
+#include <mpi.h>
+
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <mpi.h>
 
 #include "cli.hpp"
 #include "halogen/comm/collective_error.hpp"
@@ -22,7 +22,10 @@ void print_usage() {
       "  convert             convert an OGB / edge list / Matrix Market / METIS graph\n"
       "  info                describe a dataset\n"
       "  partition           cut a dataset into one shard per rank (METIS, PT-Scotch, random)\n"
-      "  train               train a GNN (run under mpirun -np P)\n"
+      "  train               train a GNN (run under mpirun -np P); --save-model DIR keeps it\n"
+      "  predict             a saved model's predictions, probabilities and embeddings as .npy (any -np)\n"
+      "  evaluate            a saved model's loss and accuracies on a dataset's splits\n"
+      "  export-model        a model directory from a training checkpoint\n"
       "  launch              run train on a cluster: mpirun or srun with a cluster config (also: halogen-run)\n"
       "  slurm               write an sbatch script: partition + train job steps, arrays for sweeps\n"
       "  sweep               run a grid of trainings; CSV and plots\n"
@@ -54,6 +57,9 @@ int main(int argc, char** argv) {
     if (command == "info") return halogen::cli::cmd_info(args);
     if (command == "partition") return halogen::cli::cmd_partition(argc, argv, args);
     if (command == "train") return halogen::cli::cmd_train(argc, argv, args);
+    if (command == "predict") return halogen::cli::cmd_predict(argc, argv, args);
+    if (command == "evaluate") return halogen::cli::cmd_evaluate(argc, argv, args);
+    if (command == "export-model") return halogen::cli::cmd_export_model(args);
     if (command == "launch") return halogen::cli::cmd_launch(args);
     if (command == "slurm") return halogen::cli::cmd_slurm(args);
     if (command == "sweep") return halogen::cli::cmd_sweep(args);

@@ -29,6 +29,7 @@
 #include "halogen/train/checkpoint.hpp"
 #include "halogen/train/memory_plan.hpp"
 #include "halogen/train/mixed_precision.hpp"
+#include "halogen/train/model.hpp"
 #include "input_matrix.hpp"
 #include "kernels/aggregate.hpp"
 #include "kernels/dense.hpp"
@@ -141,6 +142,9 @@ class Trainer {
 
   TrainResult run();
   LossAndGradient probe(const std::vector<float>& params);
+  /// Inference with `params` (model.hpp's infer): logits, optionally a layer's output, loss
+  /// and accuracies.
+  Inference infer(const std::vector<float>& params, int embeddings_layer);
   void load_checkpoint(const std::filesystem::path& dir);
   void set_memory_estimate(uint64_t bytes) { memory_estimate_ = bytes; }
 
@@ -1032,6 +1036,33 @@ LossAndGradient Trainer::probe(const std::vector<float>& params) {
   return r;
 }
 
+Inference Trainer::infer(const std::vector<float>& params, int embeddings_layer) {
+  HALOGEN_EXPECTS(static_cast<int64_t>(params.size()) == params_.numel(), "infer: {} parameters given, model has {}",
+                  params.size(), params_.numel());
+  copy(ctx(), TensorView::of(params.data(), params_.numel(), 1), params_);
+  if (mp_.active()) copy(ctx(), params_, params_half_);
+  synchronize(ctx());
+  forward(0, /*training=*/false);
+  Inference r;
+  const float* logits = logits_on_host();
+  r.logits.assign(logits, logits + owned() * dims_.back());
+  if (embeddings_layer > 0) {
+    const TensorView out = output(embeddings_layer - 1);
+    r.embeddings = to_host_floats(out);
+    r.embedding_cols = out.cols;
+  }
+  // The loss over the training nodes of all ranks (as the training runs report it).
+  std::vector<double> loss = {loss_and_grad()};
+  comm_.allreduce_sum(std::span<double>(loss));
+  r.loss = loss[0] / static_cast<double>(std::max<int64_t>(s_.global_train_count, 1));
+  nlohmann::json rec;
+  log_.add_accuracy(rec, 0, train_detail::count_correct_by_role(r.logits.data(), s_));
+  r.train_acc = rec["train_acc"].get<double>();
+  r.val_acc = rec["val_acc"].get<double>();
+  r.test_acc = rec["test_acc"].get<double>();
+  return r;
+}
+
 // --- Records -----------------------------------------------------------------------------------
 
 std::vector<float> Trainer::to_host_floats(const TensorView& v) {
@@ -1195,6 +1226,23 @@ TrainResult Trainer::run_epochs() {
     if (train_detail::checkpoint_due(opt_, epoch)) save_checkpoint(epoch);
   }
   drain_pending();
+  if (!opt_.save_model_dir.empty()) {
+    // The final weights (the same on every rank): rank 0 writes them.
+    SavedModel model{opt_, s_.feature_dim, s_.num_classes, to_host_floats(params_), nlohmann::json::object()};
+    if (!result.epochs.empty()) {
+      const nlohmann::json& last = result.epochs.back();
+      model.training = {{"epochs", opt_.epochs}, {"loss", last.value("loss", 0.0)}};
+      for (const char* key : {"train_acc", "val_acc", "test_acc"})
+        if (last.contains(key)) model.training[key] = last[key];
+    }
+    model.training["best_val_acc"] = log_.best_val;
+    model.training["best_epoch"] = log_.best_epoch;
+    model.training["ranks"] = comm_.size();
+    model.training["settings"] = train_detail::training_description(opt_);
+    if (s_.part == 0) save_model(opt_.save_model_dir, model);
+    comm_.barrier();
+    if (s_.part == 0) log::info("saved the model to {}", opt_.save_model_dir.string());
+  }
   // Per rank: peak RSS and the estimate the memory check used (to judge the estimate); on a
   // GPU also the allocator's peaks and what the device had in use at the end (adds cuBLAS and
   // NCCL workspaces and the CUDA context). GAT: what an unfused implementation would add, per
@@ -1294,6 +1342,30 @@ LossAndGradient compute_loss_and_gradient(const Shard& shard, Communicator& comm
                   "rank {}: --device cuda but no GPU is visible to this process", comm.rank());
   Trainer trainer(shard, comm, options);
   return trainer.probe(params);
+}
+
+Inference infer(const Shard& shard, Communicator& comm, const SavedModel& model, int embeddings_layer, Device device) {
+  TrainOptions t = model.options;
+  t.device = device;
+  t.epochs = 1;
+  t.progress = false;
+  t.validate();
+  check_shards_consistent(shard, comm);
+  HALOGEN_EXPECTS(shard.feature_dim == model.feature_dim,
+                  "rank {}: the model takes {} input features, the shard has {}", comm.rank(), model.feature_dim,
+                  shard.feature_dim);
+  HALOGEN_EXPECTS(embeddings_layer >= 0 && embeddings_layer <= t.layers, "embeddings layer {} of a {}-layer model",
+                  embeddings_layer, t.layers);
+  HALOGEN_EXPECTS(device == kDevCpu || cuda_device_count() > 0,
+                  "rank {}: --device cuda but no GPU is visible to this process", comm.rank());
+  // The model's classes, whatever labels this graph has.
+  Shard s = shard;
+  s.num_classes = static_cast<int32_t>(model.num_classes);
+  int node_ranks = 1;
+  prepare_process(comm, t, node_ranks);
+  check_training_memory(s, comm, t, t.memory_limit, node_ranks);
+  Trainer trainer(s, comm, t);
+  return trainer.infer(model.params, embeddings_layer);
 }
 
 TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& options) {

@@ -63,6 +63,9 @@ struct TrainOptions {
   int checkpoint_every = 0;
   std::filesystem::path checkpoint_dir;
   std::filesystem::path resume_dir;
+  /// After training, the model (the final weights, with its shape) as NumPy files and JSON in
+  /// this directory (model.hpp); empty = none.
+  std::filesystem::path save_model_dir;
   /// Non-finite loss or gradients: stop the run (naming epoch and rank) or skip the step.
   bool skip_nonfinite_steps = false;
   /// Seconds any transfer or collective may take before the run fails (dead or hung rank).

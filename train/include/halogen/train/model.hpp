@@ -1,0 +1,72 @@
+// A trained model outside halogen: the weights as NumPy .npy files and a JSON description,
+// and inference with them on any number of ranks (DESIGN.md's data flow, after step 3).
+//
+// A model directory holds
+//   model.json                 format "halogen-model" version 1: the model kind, layers,
+//                              widths, heads, residuals, input feature normalisation, the
+//                              normalisation of the aggregation, and per array its file,
+//                              shape, dtype and xxHash64 checksum; what training reported
+//   layer{l}.<name>.npy        one fp32 array per parameter matrix of layer l (0-based):
+//                              GCN weight [in, out]; SAGE weight_self, weight_neigh [in, out];
+//                              GAT weight [in, heads*head_dim], att_src and att_dst
+//                              [heads, head_dim], weight_res [in, out] (projected residual);
+//                              every layer bias [out]
+// and is written under a temporary name and renamed, so it is never seen half-written.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "halogen/comm/communicator.hpp"
+#include "halogen/partition/shard.hpp"
+#include "halogen/train/trainer.hpp"
+
+namespace halogen {
+
+/// A model as saved: the options that define its shape (model, layers, hidden, heads,
+/// out_heads, residual, feature normalisation; everything else at its default), the input
+/// and output widths, and the parameters in the trainer's flat layout.
+struct SavedModel {
+  TrainOptions options;
+  int64_t feature_dim = 0;
+  int64_t num_classes = 0;
+  std::vector<float> params;
+  nlohmann::json training;  // what the training run reported (informational)
+};
+
+/// Writes `model` to `dir` (replacing a previous model there, atomically).
+void save_model(const std::filesystem::path& dir, const SavedModel& model);
+/// Reads a model directory; throws halogen::Error naming the file for a missing, damaged
+/// (checksum, size, header) or inconsistent (shape against model.json) file.
+SavedModel load_model(const std::filesystem::path& dir);
+/// The same model from a checkpoint directory (its newest complete checkpoint): any
+/// checkpoint of `halogen train --checkpoint-dir` becomes a model directory.
+SavedModel model_from_checkpoint(const std::filesystem::path& checkpoint_dir);
+
+/// What inference gives this rank for its owned nodes (rows in the shard's owned order).
+struct Inference {
+  std::vector<float> logits;      // owned x classes
+  std::vector<float> embeddings;  // owned x embedding_cols (empty when not asked)
+  int64_t embedding_cols = 0;
+  double loss = 0.0;                                // mean over the training nodes of all ranks
+  double train_acc = 0, val_acc = 0, test_acc = 0;  // over all ranks
+};
+/// Full-graph inference with `model` on this rank's shard (any partition: the model does
+/// not depend on it). `embeddings_layer` in [1, layers] also returns the output of that layer
+/// (after its activation; the last layer's is the logits), 0 none. `device`: where to run.
+/// Collective over `comm`. With fp32 exchange, P ranks give 1 rank's logits to fp32 rounding.
+Inference infer(const Shard& shard, Communicator& comm, const SavedModel& model, int embeddings_layer = 0,
+                Device device = Device::kCpu);
+
+/// Writes rows of a global matrix held by the ranks (this rank: the rows of `global_ids`,
+/// `cols` values each, row-major in `values`) as one .npy file of `total_rows` x `cols` in
+/// global row order (cols == 0: a vector), collectively with MPI-IO; written under a
+/// temporary name and renamed by rank 0 once complete. T: float, int32_t or uint8_t.
+template <typename T>
+void write_global_npy(const std::filesystem::path& path, Communicator& comm, const int32_t* global_ids, int64_t rows,
+                      const T* values, int64_t cols, int64_t total_rows);
+
+}  // namespace halogen

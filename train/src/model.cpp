@@ -1,0 +1,351 @@
+// Saved models (model.hpp): .npy weights and model.json, read back with checks that name the
+// file; the rows of a distributed result written as one .npy in global order with MPI-IO.
+#include "halogen/train/model.hpp"
+
+#include <fmt/ranges.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <type_traits>
+
+#include "halogen/core/error.hpp"
+#include "halogen/core/io.hpp"
+#include "halogen/core/log.hpp"
+#include "halogen/train/checkpoint.hpp"
+#include "trainer_common.hpp"
+
+namespace halogen {
+
+namespace {
+
+constexpr int kModelFormatVersion = 1;
+
+// One parameter array of the flat layout: its name, offset and shape.
+struct ArraySpec {
+  std::string name;
+  size_t offset = 0;
+  std::vector<int64_t> shape;
+  int64_t size() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+std::vector<ArraySpec> array_specs(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {
+  std::vector<ArraySpec> specs;
+  const auto layout = train_detail::layout_parameters(opt, feature_dim, classes);
+  for (size_t l = 0; l < layout.size(); ++l) {
+    const auto& p = layout[l];
+    const std::string prefix = fmt::format("layer{}.", l);
+    if (opt.model == ModelKind::kGat) {
+      specs.push_back({prefix + "weight", p.w_self, {p.in, p.proj()}});
+      specs.push_back({prefix + "att_src", p.att_src, {p.heads, p.head_dim}});
+      specs.push_back({prefix + "att_dst", p.att_dst, {p.heads, p.head_dim}});
+      if (p.w_res != train_detail::LayerParams::kNone) specs.push_back({prefix + "weight_res", p.w_res, {p.in, p.out}});
+    } else if (opt.model == ModelKind::kSage) {
+      specs.push_back({prefix + "weight_self", p.w_self, {p.in, p.out}});
+      specs.push_back({prefix + "weight_neigh", p.w_neigh, {p.in, p.out}});
+    } else {
+      specs.push_back({prefix + "weight", p.w_self, {p.in, p.out}});
+    }
+    specs.push_back({prefix + "bias", p.bias, {p.out}});
+    int64_t covered = 0;
+    for (size_t k = specs.size(); k-- > 0 && specs[k].name.rfind(prefix, 0) == 0;) covered += specs[k].size();
+    HALOGEN_EXPECTS(static_cast<size_t>(covered) == p.end - p.w_self, "model arrays of layer {} miss parameters", l);
+  }
+  return specs;
+}
+
+template <typename T>
+const char* npy_descr() {
+  if constexpr (std::is_same_v<T, float>) return "<f4";
+  if constexpr (std::is_same_v<T, int32_t>) return "<i4";
+  if constexpr (std::is_same_v<T, uint8_t>) return "|u1";
+}
+
+// The .npy header (format 1.0) of a C-order array, padded so the data starts at a multiple
+// of 64 bytes.
+std::string npy_header(const char* descr, const std::vector<int64_t>& shape) {
+  std::string dims;
+  for (size_t i = 0; i < shape.size(); ++i)
+    dims += fmt::format("{}{}", shape[i], shape.size() == 1 ? "," : i + 1 < shape.size() ? ", " : "");
+  std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}), }}", descr, dims);
+  const size_t unpadded = 10 + dict.size() + 1;
+  dict.append((64 - unpadded % 64) % 64, ' ');
+  dict += '\n';
+  std::string header = "\x93NUMPY";
+  header += static_cast<char>(1);
+  header += static_cast<char>(0);
+  const auto len = static_cast<uint16_t>(dict.size());
+  header += static_cast<char>(len & 0xff);
+  header += static_cast<char>(len >> 8);
+  return header + dict;
+}
+
+// Reads an fp32 .npy written by save_model (or NumPy: little-endian <f4, C order), checking it
+// against the expected shape; errors name the file.
+std::vector<float> read_npy_f32(const std::filesystem::path& path, const std::vector<int64_t>& shape) {
+  const std::string bytes = read_text_file(path);
+  HALOGEN_EXPECTS(bytes.size() >= 10 && bytes.compare(0, 6, "\x93NUMPY") == 0, "'{}' is not a .npy file",
+                  path.string());
+  const int major = static_cast<unsigned char>(bytes[6]);
+  size_t header_len = 0, start = 0;
+  if (major == 1) {
+    header_len =
+        static_cast<unsigned char>(bytes[8]) | (static_cast<size_t>(static_cast<unsigned char>(bytes[9])) << 8);
+    start = 10;
+  } else {
+    HALOGEN_EXPECTS(major == 2 || major == 3, "'{}': .npy format version {} is not supported", path.string(), major);
+    HALOGEN_EXPECTS(bytes.size() >= 12, "'{}' is truncated", path.string());
+    for (int i = 0; i < 4; ++i) header_len |= static_cast<size_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
+    start = 12;
+  }
+  HALOGEN_EXPECTS(bytes.size() >= start + header_len, "'{}' is truncated in its header", path.string());
+  const std::string header = bytes.substr(start, header_len);
+  HALOGEN_EXPECTS(header.find("'descr': '<f4'") != std::string::npos,
+                  "'{}' must hold little-endian float32 ('<f4'); its header is {}", path.string(), header);
+  HALOGEN_EXPECTS(header.find("'fortran_order': False") != std::string::npos, "'{}' must be in C order", path.string());
+  std::vector<int64_t> found;
+  const size_t open = header.find("'shape': (");
+  HALOGEN_EXPECTS(open != std::string::npos, "'{}' has no shape in its header", path.string());
+  const size_t close = header.find(')', open);
+  std::string dims = header.substr(open + 10, close - open - 10);
+  for (size_t pos = 0; pos < dims.size();) {
+    const size_t comma = std::min(dims.find(',', pos), dims.size());
+    std::string item = dims.substr(pos, comma - pos);
+    item.erase(0, item.find_first_not_of(' '));
+    if (!item.empty()) found.push_back(std::stoll(item));
+    pos = comma + 1;
+  }
+  HALOGEN_EXPECTS(found == shape, "'{}' has shape ({}), the model needs ({})", path.string(), fmt::join(found, ", "),
+                  fmt::join(shape, ", "));
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const size_t data = start + header_len;
+  HALOGEN_EXPECTS(bytes.size() == data + static_cast<size_t>(n) * 4, "'{}' holds {} data bytes, expected {}",
+                  path.string(), bytes.size() - data, n * 4);
+  std::vector<float> values(static_cast<size_t>(n));
+  std::memcpy(values.data(), bytes.data() + data, values.size() * sizeof(float));
+  return values;
+}
+
+nlohmann::json shape_json(const SavedModel& m) {
+  const TrainOptions& o = m.options;
+  nlohmann::json j = {{"model", to_string(o.model)}, {"layers", o.layers},
+                      {"hidden", o.hidden},          {"feature_dim", m.feature_dim},
+                      {"classes", m.num_classes},    {"feature_norm", o.row_normalize_features ? "row" : "none"}};
+  if (o.model == ModelKind::kGat) {
+    j["heads"] = o.heads;
+    j["out_heads"] = o.out_heads;
+    j["residual"] = o.residual;
+    j["negative_slope"] = 0.2;
+  }
+  return j;
+}
+
+// The options of a model from its description (model.json or a checkpoint's manifest).
+TrainOptions options_of(const nlohmann::json& j, const std::string& where) {
+  try {
+    TrainOptions o;
+    o.model = parse_model_kind(j.at("model").get<std::string>());
+    o.layers = j.at("layers").get<int>();
+    o.hidden = j.at("hidden").get<int>();
+    if (o.model == ModelKind::kGat) {
+      o.heads = j.at("heads").get<int>();
+      o.out_heads = j.at("out_heads").get<int>();
+      o.residual = j.at("residual").get<bool>();
+    }
+    o.row_normalize_features = j.value("feature_norm", std::string("row")) == "row";
+    o.progress = false;
+    o.validate();
+    return o;
+  } catch (const nlohmann::json::exception& e) {
+    HALOGEN_FAIL("{}: the model description is incomplete: {}", where, e.what());
+  }
+}
+
+}  // namespace
+
+void save_model(const std::filesystem::path& dir, const SavedModel& model) {
+  const auto specs = array_specs(model.options, model.feature_dim, model.num_classes);
+  HALOGEN_EXPECTS(
+      !specs.empty() && model.params.size() == specs.back().offset + static_cast<size_t>(specs.back().size()),
+      "save_model: {} parameters for a model of {}", model.params.size(),
+      specs.empty() ? 0 : specs.back().offset + specs.back().size());
+  // Everything goes into a fresh sibling folder, which then replaces `dir` in two renames.
+  const std::filesystem::path parent = dir.parent_path().empty() ? std::filesystem::path(".") : dir.parent_path();
+  std::filesystem::create_directories(parent);
+  const std::filesystem::path tmp =
+      parent / fmt::format(".{}.tmp-{}-{}", dir.filename().string(), ::getpid(), std::random_device{}());
+  std::filesystem::remove_all(tmp);
+  std::filesystem::create_directories(tmp);
+  try {
+    nlohmann::json arrays = nlohmann::json::object();
+    for (const ArraySpec& a : specs) {
+      const std::string file = a.name + ".npy";
+      std::string bytes = npy_header("<f4", a.shape);
+      const size_t data = bytes.size();
+      bytes.resize(data + static_cast<size_t>(a.size()) * sizeof(float));
+      std::memcpy(bytes.data() + data, model.params.data() + a.offset, static_cast<size_t>(a.size()) * sizeof(float));
+      write_file_atomic(tmp / file, bytes);
+      arrays[a.name] = {{"file", file},
+                        {"shape", a.shape},
+                        {"dtype", "float32"},
+                        {"xxh64", fmt::format("{:016x}", checksum64(bytes.data(), bytes.size()))}};
+    }
+    nlohmann::json j = {{"format", "halogen-model"}, {"version", kModelFormatVersion}};
+    j.update(shape_json(model));
+    j["aggregation"] = model.options.model == ModelKind::kGcn
+                           ? "sum over in-neighbours and self of x_j / sqrt((deg_in(i)+1)(deg_out(j)+1))"
+                       : model.options.model == ModelKind::kSage ? "mean over in-neighbours, plus a self term"
+                                                                 : "attention softmax over in-neighbours and self";
+    j["arrays"] = arrays;
+    j["training"] = model.training;
+    write_file_atomic(tmp / "model.json", j.dump(2) + "\n");
+    std::filesystem::path old;
+    if (std::filesystem::exists(dir)) {
+      old = parent / fmt::format(".{}.old-{}", dir.filename().string(), ::getpid());
+      std::filesystem::remove_all(old);
+      std::filesystem::rename(dir, old);
+    }
+    std::filesystem::rename(tmp, dir);
+    if (!old.empty()) std::filesystem::remove_all(old);
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::filesystem::remove_all(tmp);
+    HALOGEN_FAIL("writing the model to '{}': {}", dir.string(), e.what());
+  } catch (...) {
+    std::filesystem::remove_all(tmp);
+    throw;
+  }
+}
+
+SavedModel load_model(const std::filesystem::path& dir) {
+  const auto json_path = dir / "model.json";
+  HALOGEN_EXPECTS(std::filesystem::exists(json_path), "'{}' is not a model directory: '{}' is missing", dir.string(),
+                  json_path.string());
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text_file(json_path));
+  } catch (const nlohmann::json::exception& e) {
+    HALOGEN_FAIL("'{}' is not valid JSON: {}", json_path.string(), e.what());
+  }
+  HALOGEN_EXPECTS(j.value("format", "") == "halogen-model", "'{}' is not a halogen model (format '{}')",
+                  json_path.string(), j.value("format", ""));
+  HALOGEN_EXPECTS(j.value("version", 0) == kModelFormatVersion,
+                  "'{}' is model format version {}; this halogen reads {}", json_path.string(), j.value("version", 0),
+                  kModelFormatVersion);
+  SavedModel m;
+  m.options = options_of(j, json_path.string());
+  try {
+    m.feature_dim = j.at("feature_dim").get<int64_t>();
+    m.num_classes = j.at("classes").get<int64_t>();
+    m.training = j.value("training", nlohmann::json::object());
+    const auto specs = array_specs(m.options, m.feature_dim, m.num_classes);
+    m.params.assign(specs.back().offset + static_cast<size_t>(specs.back().size()), 0.0f);
+    const auto& arrays = j.at("arrays");
+    HALOGEN_EXPECTS(arrays.size() == specs.size(), "'{}' lists {} arrays; a {} of this shape has {}",
+                    json_path.string(), arrays.size(), to_string(m.options.model), specs.size());
+    for (const ArraySpec& a : specs) {
+      HALOGEN_EXPECTS(arrays.contains(a.name), "'{}' lacks the array '{}' of this model", json_path.string(), a.name);
+      const auto& entry = arrays.at(a.name);
+      const std::filesystem::path file = dir / entry.at("file").get<std::string>();
+      HALOGEN_EXPECTS(std::filesystem::exists(file), "'{}' is missing (listed in '{}')", file.string(),
+                      json_path.string());
+      const std::string bytes = read_text_file(file);
+      const std::string sum = fmt::format("{:016x}", checksum64(bytes.data(), bytes.size()));
+      HALOGEN_EXPECTS(sum == entry.at("xxh64").get<std::string>(),
+                      "'{}' is damaged: its checksum is {}, model.json says {}", file.string(), sum,
+                      entry.at("xxh64").get<std::string>());
+      const std::vector<float> values = read_npy_f32(file, a.shape);
+      std::copy(values.begin(), values.end(), m.params.begin() + static_cast<std::ptrdiff_t>(a.offset));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    HALOGEN_FAIL("'{}' is incomplete: {}", json_path.string(), e.what());
+  }
+  return m;
+}
+
+SavedModel model_from_checkpoint(const std::filesystem::path& checkpoint_dir) {
+  const nlohmann::json manifest = read_latest_manifest(checkpoint_dir);
+  const std::string where = fmt::format("checkpoint in '{}'", checkpoint_dir.string());
+  SavedModel m;
+  nlohmann::json description = manifest.at("model");
+  description["feature_norm"] = manifest.at("training").value("feature_norm", std::string("row"));
+  m.options = options_of(description, where);
+  m.feature_dim = description.at("feature_dim").get<int64_t>();
+  m.num_classes = description.at("classes").get<int64_t>();
+  const int epoch = manifest.at("epoch").get<int>();
+  // Every rank holds the same parameters; rank 0's file has them.
+  CheckpointReader r(checkpoint_rank_file(checkpoint_dir, epoch, 0));
+  const auto specs = array_specs(m.options, m.feature_dim, m.num_classes);
+  m.params.assign(specs.back().offset + static_cast<size_t>(specs.back().size()), 0.0f);
+  r.read_array("params", std::span<float>(m.params));
+  const auto meta = r.json("meta");
+  m.training = {{"epochs", epoch + 1},
+                {"from_checkpoint", checkpoint_dir.string()},
+                {"best_val_acc", meta.value("best_val", 0.0)},
+                {"best_epoch", meta.value("best_epoch", -1)},
+                {"settings", manifest.at("training")}};
+  return m;
+}
+
+template <typename T>
+void write_global_npy(const std::filesystem::path& path, Communicator& comm, const int32_t* global_ids, int64_t rows,
+                      const T* values, int64_t cols, int64_t total_rows) {
+  // Rank 0 writes the header, every rank its rows at their global positions (an indexed file
+  // view, one collective write), all under a temporary name that rank 0 renames at the end.
+  MPI_Comm world = MPI_COMM_WORLD;
+  if (auto* mc = dynamic_cast<MpiCommunicator*>(&comm)) world = mc->mpi_comm();
+  std::vector<int64_t> shape = {total_rows};
+  if (cols > 0) shape.push_back(cols);
+  const std::string header = npy_header(npy_descr<T>(), shape);
+  const int64_t row_values = std::max<int64_t>(cols, 1);
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  comm.barrier();
+  MPI_File fh;
+  HALOGEN_CHECK_MPI(MPI_File_open(world, tmp.c_str(), MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &fh));
+  HALOGEN_CHECK_MPI(
+      MPI_File_set_size(fh, static_cast<MPI_Offset>(header.size() + total_rows * row_values * sizeof(T))));
+  if (comm.rank() == 0)
+    HALOGEN_CHECK_MPI(
+        MPI_File_write_at(fh, 0, header.data(), static_cast<int>(header.size()), MPI_BYTE, MPI_STATUS_IGNORE));
+  MPI_Datatype row;
+  HALOGEN_CHECK_MPI(MPI_Type_contiguous(static_cast<int>(row_values * sizeof(T)), MPI_BYTE, &row));
+  HALOGEN_CHECK_MPI(MPI_Type_commit(&row));
+  std::vector<int> displacements(global_ids, global_ids + rows);
+  // A file view lists displacements in increasing order; the rows are reordered to match.
+  std::vector<int64_t> order(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) order[static_cast<size_t>(i)] = i;
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return global_ids[a] < global_ids[b]; });
+  std::vector<T> sorted(static_cast<size_t>(rows * row_values));
+  for (int64_t k = 0; k < rows; ++k) {
+    displacements[static_cast<size_t>(k)] = global_ids[order[static_cast<size_t>(k)]];
+    std::memcpy(sorted.data() + k * row_values, values + order[static_cast<size_t>(k)] * row_values,
+                static_cast<size_t>(row_values) * sizeof(T));
+  }
+  MPI_Datatype view;
+  HALOGEN_CHECK_MPI(MPI_Type_create_indexed_block(static_cast<int>(rows), 1, displacements.data(), row, &view));
+  HALOGEN_CHECK_MPI(MPI_Type_commit(&view));
+  HALOGEN_CHECK_MPI(MPI_File_set_view(fh, static_cast<MPI_Offset>(header.size()), row, view, "native", MPI_INFO_NULL));
+  HALOGEN_CHECK_MPI(MPI_File_write_all(fh, sorted.data(), static_cast<int>(rows), row, MPI_STATUS_IGNORE));
+  HALOGEN_CHECK_MPI(MPI_File_close(&fh));
+  MPI_Type_free(&view);
+  MPI_Type_free(&row);
+  comm.barrier();
+  if (comm.rank() == 0) std::filesystem::rename(tmp, path);
+  comm.barrier();
+}
+
+template void write_global_npy<float>(const std::filesystem::path&, Communicator&, const int32_t*, int64_t,
+                                      const float*, int64_t, int64_t);
+template void write_global_npy<int32_t>(const std::filesystem::path&, Communicator&, const int32_t*, int64_t,
+                                        const int32_t*, int64_t, int64_t);
+template void write_global_npy<uint8_t>(const std::filesystem::path&, Communicator&, const int32_t*, int64_t,
+                                        const uint8_t*, int64_t, int64_t);
+
+}  // namespace halogen
