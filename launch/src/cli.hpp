@@ -2,6 +2,8 @@
 // dataset loading from any supported layout.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <boost/program_options.hpp>
 #include <filesystem>
 #include <memory>
@@ -26,6 +28,13 @@ bool parse(const std::string& command, const std::string& usage, po::options_des
 
 /// A halogen binary dataset directory, or an OGB raw layout directory (DIR/raw/...).
 Dataset load_dataset(const std::filesystem::path& path, const std::string& split_scheme = "");
+
+/// A numeric option whose --help shows its default as a user would write it ("0.01", not the
+/// float's 0.00999999978): the shortest text that reads back as the same value.
+template <typename T>
+po::typed_value<T>* number(T* target, T default_value) {
+  return po::value(target)->default_value(default_value, fmt::format("{}", default_value));
+}
 
 /// "1,1,8" -> {1,1,8}; names the option on error.
 std::vector<int> parse_int_list(const std::string& text, const std::string& option);

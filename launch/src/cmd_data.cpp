@@ -18,23 +18,21 @@ int cmd_generate(const std::vector<std::string>& args) {
   SbmOptions sbm;
   RmatOptions rmat;
   bool overwrite = false;
-  opts.add_options()
-      ("kind", po::value(&kind)->required(), "sbm or rmat")
-      ("out,o", po::value(&out)->required(), "output dataset directory")
-      ("overwrite", po::bool_switch(&overwrite), "replace an existing output directory")
-      ("seed", po::value<uint64_t>(), "random seed (default 1)")
-      ("nodes", po::value(&sbm.num_nodes)->default_value(sbm.num_nodes), "sbm: number of nodes")
-      ("classes", po::value<int32_t>(), "number of classes (sbm default 8, rmat 16)")
-      ("avg-degree", po::value(&sbm.avg_degree)->default_value(sbm.avg_degree), "sbm: mean degree")
-      ("homophily", po::value(&sbm.homophily)->default_value(sbm.homophily), "sbm: fraction of intra-class edges")
-      ("power-law", po::bool_switch(&sbm.power_law), "sbm: power-law degrees")
-      ("feature-dim", po::value<int64_t>(), "feature dimension (sbm default 64, rmat 32)")
-      ("snr", po::value(&sbm.feature_snr)->default_value(sbm.feature_snr), "sbm: feature signal-to-noise ratio")
-      ("train", po::value<double>(), "training fraction")
-      ("valid", po::value<double>(), "validation fraction")
-      ("test", po::value<double>(), "test fraction")
-      ("scale", po::value(&rmat.scale)->default_value(rmat.scale), "rmat: log2 of the node count")
-      ("edge-factor", po::value(&rmat.edge_factor)->default_value(rmat.edge_factor), "rmat: edges per node");
+  opts.add_options()("kind", po::value(&kind)->required(), "sbm or rmat")("out,o", po::value(&out)->required(),
+                                                                          "output dataset directory")(
+      "overwrite", po::bool_switch(&overwrite), "replace an existing output directory")("seed", po::value<uint64_t>(),
+                                                                                        "random seed (default 1)")(
+      "nodes", po::value(&sbm.num_nodes)->default_value(sbm.num_nodes), "sbm: number of nodes")(
+      "classes", po::value<int32_t>(), "number of classes (sbm default 8, rmat 16)")(
+      "avg-degree", number(&sbm.avg_degree, sbm.avg_degree), "sbm: mean degree")(
+      "homophily", number(&sbm.homophily, sbm.homophily), "sbm: fraction of intra-class edges")(
+      "power-law", po::bool_switch(&sbm.power_law), "sbm: power-law degrees")(
+      "feature-dim", po::value<int64_t>(), "feature dimension (sbm default 64, rmat 32)")(
+      "snr", number(&sbm.feature_snr, sbm.feature_snr), "sbm: feature signal-to-noise ratio")(
+      "train", po::value<double>(), "training fraction")("valid", po::value<double>(), "validation fraction")(
+      "test", po::value<double>(), "test fraction")("scale", po::value(&rmat.scale)->default_value(rmat.scale),
+                                                    "rmat: log2 of the node count")(
+      "edge-factor", po::value(&rmat.edge_factor)->default_value(rmat.edge_factor), "rmat: edges per node");
   po::positional_options_description pos;
   pos.add("kind", 1);
   po::variables_map vm;
@@ -72,13 +70,12 @@ int cmd_convert(const std::vector<std::string>& args) {
   std::string format, input, out, split;
   int64_t num_nodes = 0;
   bool overwrite = false;
-  opts.add_options()
-      ("input", po::value(&input)->required(), "input file or directory")
-      ("format,f", po::value(&format)->required(), "ogb | edgelist | mtx | metis")
-      ("out,o", po::value(&out)->required(), "output dataset directory")
-      ("split", po::value(&split), "ogb: split scheme (default: the only one present)")
-      ("num-nodes", po::value(&num_nodes), "edgelist: node count (default max id + 1)")
-      ("overwrite", po::bool_switch(&overwrite), "replace an existing output directory");
+  opts.add_options()("input", po::value(&input)->required(), "input file or directory")(
+      "format,f", po::value(&format)->required(), "ogb | edgelist | mtx | metis")("out,o", po::value(&out)->required(),
+                                                                                  "output dataset directory")(
+      "split", po::value(&split), "ogb: split scheme (default: the only one present)")(
+      "num-nodes", po::value(&num_nodes), "edgelist: node count (default max id + 1)")(
+      "overwrite", po::bool_switch(&overwrite), "replace an existing output directory");
   po::positional_options_description pos;
   pos.add("input", 1);
   po::variables_map vm;
@@ -89,10 +86,14 @@ int cmd_convert(const std::vector<std::string>& args) {
     ds = read_ogb_dataset(input, split);
   } else {
     EdgeList edges;
-    if (format == "edgelist") edges = read_edge_list(input, num_nodes);
-    else if (format == "mtx") edges = read_matrix_market(input);
-    else if (format == "metis") edges = read_metis_graph(input);
-    else HALOGEN_FAIL("convert: unknown format '{}': expected ogb, edgelist, mtx or metis", format);
+    if (format == "edgelist")
+      edges = read_edge_list(input, num_nodes);
+    else if (format == "mtx")
+      edges = read_matrix_market(input);
+    else if (format == "metis")
+      edges = read_metis_graph(input);
+    else
+      HALOGEN_FAIL("convert: unknown format '{}': expected ogb, edgelist, mtx or metis", format);
     ds.name = std::filesystem::path(input).stem().string();
     ds.graph = build_csr(edges);
     ds.feature_dim = 0;

@@ -38,9 +38,8 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "gat: residual connections (identity, or a projection where widths differ)")(
       "attn-terms", po::value<std::string>()->default_value("fp32"),
       "gat: halo attention terms travel as fp32 | quantized (with the features, at --bits-fwd)")(
-      "dropout", po::value(&t.dropout)->default_value(t.dropout), "dropout probability")(
-      "lr", po::value(&t.lr)->default_value(t.lr), "Adam learning rate")(
-      "weight-decay", po::value(&t.weight_decay)->default_value(t.weight_decay), "L2 weight decay on weights")(
+      "dropout", number(&t.dropout, t.dropout), "dropout probability")("lr", number(&t.lr, t.lr), "Adam learning rate")(
+      "weight-decay", number(&t.weight_decay, t.weight_decay), "L2 weight decay on weights")(
       "epochs", po::value(&t.epochs)->default_value(t.epochs), "training epochs")(
       "seed", po::value(&t.seed)->default_value(t.seed), "seed of weights and dropout")(
       "eval-every", po::value(&t.eval_every)->default_value(t.eval_every), "evaluate every N epochs")(
@@ -58,7 +57,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "stale mode: force a synchronous epoch every k epochs (0 = never)")(
       "drift-threshold", po::value<double>(),
       "stale mode: force a synchronous epoch when the senders' relative embedding drift exceeds this")(
-      "stale-smoothing", po::value(&t.staleness.smoothing)->default_value(0.0f),
+      "stale-smoothing", number(&t.staleness.smoothing, 0.0f),
       "stale mode: use g * previous + (1 - g) * received for halo rows and gradients (0 = off; 0.9 steadies deep "
       "models)")("feature-norm", po::value<std::string>()->default_value("row"),
                  "input feature normalisation: row (rows sum to 1) | none")("checkpoint-dir", po::value<std::string>(),
@@ -66,8 +65,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "checkpoint-every", po::value(&t.checkpoint_every)->default_value(0),
       "checkpoint every N epochs (0: only after the last)")("resume", po::value<std::string>(),
                                                             "continue from the newest checkpoint in this directory")(
-      "timeout", po::value(&t.timeout_s)->default_value(60.0),
-      "seconds a transfer may take before the run fails (dead or hung rank)")(
+      "timeout", number(&t.timeout_s, 60.0), "seconds a transfer may take before the run fails (dead or hung rank)")(
       "on-nonfinite", po::value<std::string>()->default_value("stop"),
       "non-finite loss or gradients: stop | skip-step")(
       "memory-limit", po::value<std::string>()->default_value("auto"),
@@ -77,7 +75,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "device", po::value(&device)->default_value(device), "cpu | cuda (one GPU per rank)")(
       "precision", po::value(&precision)->default_value(precision),
       "cuda: fp32 | fp16 (fp16 storage, fp32 accumulation and master weights, dynamic loss scaling)")(
-      "loss-scale", po::value(&t.loss_scale)->default_value(t.loss_scale),
+      "loss-scale", number(&t.loss_scale, t.loss_scale),
       "fp16: initial dynamic loss scale (halved on overflow, doubled after 2000 finite steps)")(
       "comm", po::value(&comm_name)->default_value(comm_name),
       "cuda: nccl | mpi (staged through pinned host memory) | auto (nccl when built with it)")(

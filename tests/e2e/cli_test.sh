@@ -17,6 +17,14 @@ expect_error() {
   if grep -qE -- "$pattern" "$work/out"; then pass "$name"; else fail "$name: output lacks /$pattern/"; cat "$work/out"; fi
 }
 
+# --help shows numeric defaults as a user writes them (not a float's 0.00999999978).
+help=$("$halogen" train --help)
+for shown in "--lr arg (=0.01)" "--weight-decay arg (=0.0005)" "--dropout arg (=0.5)"; do
+  grep -qF -- "$shown" <<<"$help" && pass "help shows $shown" || fail "help lacks '$shown'"
+done
+"$halogen" generate --help | grep -qF -- "--homophily arg (=0.6)" && pass "generate help defaults" \
+  || fail "generate --help lacks '--homophily arg (=0.6)'"
+
 "$halogen" generate sbm --nodes 3000 --classes 4 --feature-dim 16 --seed 2 --out "$work/ds" >/dev/null || fail generate
 # Progress lines: shown when asked for (a terminal, or HALOGEN_PROGRESS=always), never in logs.
 HALOGEN_PROGRESS=always "$halogen" generate rmat --scale 12 --feature-dim 8 --out "$work/rmat" >/dev/null 2>"$work/progress"
