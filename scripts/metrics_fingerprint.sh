@@ -5,6 +5,7 @@
 #   scripts/metrics_fingerprint.sh OUT.txt          (before the change)
 #   scripts/metrics_fingerprint.sh OUT2.txt && diff OUT.txt OUT2.txt
 # Runs on a generated SBM (always) and on ../shared/data/cora (when present); about 2 minutes.
+# HALOGEN_FINGERPRINT_ARGS adds options to every run (e.g. "--grad-allreduce packed").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "$1")
@@ -24,7 +25,7 @@ for ds in "${datasets[@]}"; do
       [ -z "$name" ] && continue
       m="$work/m.jsonl"
       # shellcheck disable=SC2086
-      "${mpi[@]}" -np $np "$bin" train --parts "$work/p$np" --epochs 8 --quiet --metrics "$m" $args </dev/null >/dev/null
+      "${mpi[@]}" -np $np "$bin" train --parts "$work/p$np" --epochs 8 --quiet --metrics "$m" $args ${HALOGEN_FINGERPRINT_ARGS:-} </dev/null >/dev/null
       echo "## $(basename "$ds") np=$np $name" >>"$out"
       python3 - "$m" >>"$out" <<'PY'
 import json, sys

@@ -1,7 +1,7 @@
 #include <fmt/ranges.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -14,7 +14,7 @@ namespace halogen {
 namespace {
 
 constexpr size_t kChunkBytes = size_t{1} << 30;  // stay far below MPI's int count limit
-constexpr int kExchangeTag = 10000;  // halo traffic uses tags [10000, 14096)
+constexpr int kExchangeTag = 10000;              // halo traffic uses tags [10000, 14096)
 
 // Paces a polling loop. Polling keeps MPI's progress engine running (Open MPI's TCP and
 // shared-memory transports move data only inside MPI calls), so it first polls back to back
@@ -77,9 +77,10 @@ class MpiRequest final : public CommRequest {
       }
       // The job is going down: never wait for these transfers again (not even when destroyed).
       abandoned_ = true;
-      HALOGEN_FAIL("no progress for {:.0f} s: transfers with rank(s) {} did not complete (that rank died, hung or is "
-                   "unreachable)",
-                   timeout_s_, fmt::join(missing, ", "));
+      HALOGEN_FAIL(
+          "no progress for {:.0f} s: transfers with rank(s) {} did not complete (that rank died, hung or is "
+          "unreachable)",
+          timeout_s_, fmt::join(missing, ", "));
     }
     return false;
   }
@@ -111,9 +112,12 @@ void wait_collective(MPI_Request& req, double timeout_s, const char* what, bool 
 
 MPI_Datatype to_mpi(ReduceDtype t) {
   switch (t) {
-    case ReduceDtype::kFloat32: return MPI_FLOAT;
-    case ReduceDtype::kFloat64: return MPI_DOUBLE;
-    case ReduceDtype::kInt64: return MPI_INT64_T;
+    case ReduceDtype::kFloat32:
+      return MPI_FLOAT;
+    case ReduceDtype::kFloat64:
+      return MPI_DOUBLE;
+    case ReduceDtype::kInt64:
+      return MPI_INT64_T;
   }
   return MPI_BYTE;
 }
@@ -160,14 +164,77 @@ std::unique_ptr<CommRequest> MpiCommunicator::start_exchange(std::span<const Pee
     post(s, true);
     bytes_sent_.fetch_add(s.bytes, std::memory_order_relaxed);
   }
-  return std::make_unique<MpiRequest>(std::move(reqs), std::move(peers), std::move(is_recv), timeout_s_, sleep_while_waiting_);
+  return std::make_unique<MpiRequest>(std::move(reqs), std::move(peers), std::move(is_recv), timeout_s_,
+                                      sleep_while_waiting_);
 }
 
 void MpiCommunicator::allreduce_sum(void* data, size_t count, ReduceDtype dtype) {
-  HALOGEN_EXPECTS(count <= static_cast<size_t>(INT32_MAX), "all-reduce of {} elements exceeds the MPI count limit", count);
+  HALOGEN_EXPECTS(count <= static_cast<size_t>(INT32_MAX), "all-reduce of {} elements exceeds the MPI count limit",
+                  count);
   MPI_Request req;
   HALOGEN_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), to_mpi(dtype), MPI_SUM, comm_, &req));
   wait_collective(req, timeout_s_, "an all-reduce", sleep_while_waiting_);
+}
+
+namespace {
+// A non-blocking all-reduce in flight; test() drives MPI's progress (as the halo transfers'
+// polls do) and wait() fails after the timeout like every other collective.
+class MpiCollectiveRequest final : public CommRequest {
+ public:
+  MpiCollectiveRequest(MPI_Request req, double timeout_s, bool sleep_while_waiting)
+      : req_(req), timeout_s_(timeout_s), sleep_(sleep_while_waiting) {}
+  ~MpiCollectiveRequest() override {
+    if (req_ != MPI_REQUEST_NULL && !abandoned_) {
+      try {
+        wait();
+      } catch (...) {
+      }
+    }
+  }
+  void wait() override {
+    if (req_ == MPI_REQUEST_NULL) return;
+    try {
+      wait_collective(req_, timeout_s_, "a gradient all-reduce", sleep_);
+    } catch (...) {
+      abandoned_ = true;  // the job is going down: never wait for it again
+      throw;
+    }
+    req_ = MPI_REQUEST_NULL;
+  }
+  bool test() override {
+    if (req_ == MPI_REQUEST_NULL) return true;
+    int flag = 0;
+    HALOGEN_CHECK_MPI(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE));
+    return flag != 0;
+  }
+
+ private:
+  MPI_Request req_;
+  double timeout_s_;
+  bool sleep_;
+  bool abandoned_ = false;
+};
+}  // namespace
+
+namespace {
+class CompletedRequest final : public CommRequest {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+}  // namespace
+
+std::unique_ptr<CommRequest> Communicator::start_allreduce_sum(void* data, size_t count, ReduceDtype dtype) {
+  allreduce_sum(data, count, dtype);
+  return std::make_unique<CompletedRequest>();
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::start_allreduce_sum(void* data, size_t count, ReduceDtype dtype) {
+  HALOGEN_EXPECTS(count <= static_cast<size_t>(INT32_MAX), "all-reduce of {} elements exceeds the MPI count limit",
+                  count);
+  MPI_Request req;
+  HALOGEN_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), to_mpi(dtype), MPI_SUM, comm_, &req));
+  return std::make_unique<MpiCollectiveRequest>(req, timeout_s_, sleep_while_waiting_);
 }
 
 void MpiCommunicator::allreduce_max(double* data, size_t count) {

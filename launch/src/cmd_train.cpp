@@ -44,6 +44,9 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "seed", po::value(&t.seed)->default_value(t.seed), "seed of weights and dropout")(
       "eval-every", po::value(&t.eval_every)->default_value(t.eval_every), "evaluate every N epochs")(
       "metrics", po::value(&metrics), "write one JSON line per epoch and a summary to this file")(
+      "grad-allreduce", po::value<std::string>()->default_value("layerwise"),
+      "weight gradients: layerwise (fp32, one all-reduce per layer overlapping the backward pass) | packed (one "
+      "fp64 all-reduce after it)")(
       "save-model", po::value<std::string>(),
       "after training, write the model (weights as .npy, shape as model.json) into this directory")(
       "bits-fwd", po::value(&bits_fwd)->default_value(bits_fwd),
@@ -121,6 +124,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
                     "--comm must be auto, nccl or mpi, got '{}'", comm_name);
     HALOGEN_EXPECTS(t.device == Device::kCuda || comm_name != "nccl", "--comm nccl needs --device cuda");
     HALOGEN_EXPECTS(HALOGEN_HAVE_NCCL || comm_name != "nccl", "--comm nccl: this halogen was built without NCCL");
+    t.grad_allreduce = parse_grad_allreduce(vm["grad-allreduce"].as<std::string>());
     if (vm.count("save-model")) t.save_model_dir = vm["save-model"].as<std::string>();
     t.validate();
   });

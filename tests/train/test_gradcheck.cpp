@@ -127,6 +127,11 @@ TEST_P(GradCheck, GatResidual) {
   });
 }
 TEST_P(GradCheck, Sage) { gradcheck(GetParam(), ModelKind::kSage); }
+// The default sums weight gradients layer by layer in fp32; the packed fp64 all-reduce too
+// gives the single-rank gradient.
+TEST_P(GradCheck, GcnPackedGradientAllreduce) {
+  gradcheck(GetParam(), ModelKind::kGcn, [](TrainOptions& t) { t.grad_allreduce = GradAllreduce::kPacked; });
+}
 
 }  // namespace
 }  // namespace halogen

@@ -149,9 +149,10 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
                                         : 0;
   uint64_t num_params = 0;
   for (const LayerShape& shape : shapes) num_params += static_cast<uint64_t>(shape.num_params(opt.model));
-  // params, grads, Adam m and v (fp32), the packed fp64 all-reduce buffer, and an fp16 copy of
-  // the weights in fp16 mode.
-  const uint64_t optimizer = num_params * (4 * 4 + 8) + (act_size == 2 ? num_params * 2 : 0);
+  // params, grads, Adam m and v (fp32), the packed fp64 all-reduce buffer (--grad-allreduce
+  // packed), and an fp16 copy of the weights in fp16 mode.
+  const uint64_t optimizer = num_params * (4 * 4 + (opt.grad_allreduce == GradAllreduce::kPacked ? 8 : 0)) +
+                             (act_size == 2 ? num_params * 2 : 0);
   // On a GPU the layer-0 inputs are dense, in the activation dtype, with a dropped copy.
   const int input_count = (!gat ? 1 : 0) + (sage || gat ? 1 : 0);
   const uint64_t input_matrices =

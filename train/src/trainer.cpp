@@ -58,6 +58,14 @@ std::string to_string(ModelKind k) {
   return "?";
 }
 
+GradAllreduce parse_grad_allreduce(const std::string& name) {
+  if (name == "layerwise") return GradAllreduce::kLayerwise;
+  if (name == "packed") return GradAllreduce::kPacked;
+  HALOGEN_FAIL("--grad-allreduce must be 'layerwise' or 'packed', got '{}'", name);
+}
+
+std::string to_string(GradAllreduce g) { return g == GradAllreduce::kPacked ? "packed" : "layerwise"; }
+
 Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "fp16") return Precision::kFp16;
@@ -208,7 +216,11 @@ class Trainer {
 
   // --- the step
   bool allreduce_and_step(double& loss_sum, int epoch, bool apply);
-  void allreduce_packed();
+  void allreduce_packed(int64_t count);
+  // Layer-wise gradient all-reduce: starts the sum of layer l's gradients (fp32), and waits
+  // for every layer's.
+  void start_layer_gradients(int l);
+  void finish_layer_gradients();
 
   // --- the halo exchange of layer l (halo_schedule.hpp)
   void exchange_forward(int l, int epoch, const TensorView& x, const TensorView& drift_rows, const Work& before_halo,
@@ -295,6 +307,16 @@ class Trainer {
   Tensor saved_halo_, discard_;
   HostBuffer<float> logits_host_;
   double allreduce_s_ = 0.0;
+  // Layer-wise gradient all-reduce in flight: per layer its request, and (GPU over MPI) the
+  // host copy of its gradients. Waiting time and bytes of this epoch.
+  struct GradientBucket {
+    int layer = 0;
+    std::unique_ptr<CommRequest> request;
+  };
+  std::vector<GradientBucket> grad_buckets_;
+  HostBuffer<float> grad_host_;
+  double grad_wait_s_ = 0.0;
+  uint64_t grad_bytes_ = 0;
   uint64_t memory_estimate_ = 0;  // this rank's estimated peak bytes (memory_plan.hpp)
 };
 
@@ -401,7 +423,7 @@ void Trainer::init_params() {
   adam_v_.reset(device_, DType::kF32, n, 1);
   zero(ctx(), adam_m_);
   zero(ctx(), adam_v_);
-  packed_.reset(device_, DType::kF64, n + 2 + 2 * L(), 1);
+  if (opt_.grad_allreduce == GradAllreduce::kPacked) packed_.reset(device_, DType::kF64, n + 2 + 2 * L(), 1);
   if (mp_.active()) {
     params_half_.reset(device_, DType::kF16, n, 1);
     copy(ctx(), params_, params_half_);
@@ -575,7 +597,40 @@ double Trainer::loss_and_grad() {
 void Trainer::backward(int epoch) {
   zero(ctx(), grads_);
   // dy_ holds dL/dy of the last layer on entry.
-  for (int l = L() - 1; l >= 0; --l) gat() ? backward_gat_layer(l, epoch) : backward_layer(l, epoch);
+  for (int l = L() - 1; l >= 0; --l) {
+    gat() ? backward_gat_layer(l, epoch) : backward_layer(l, epoch);
+    if (opt_.grad_allreduce == GradAllreduce::kLayerwise) start_layer_gradients(l);
+  }
+}
+
+void Trainer::start_layer_gradients(int l) {
+  const auto begin = static_cast<int64_t>(lp_[l].w_self), end = static_cast<int64_t>(lp_[l].end);
+  const TensorView g = grads_.row_range(begin, end);
+  float* data = g.ptr<float>();
+  if (device_ != kDevCpu && !comm_.takes_device_buffers()) {
+    // MPI reduces host memory: this layer's gradients go through a host copy.
+    grad_host_.resize(static_cast<size_t>(params_.numel()));
+    data = grad_host_.data() + begin;
+    copy(ctx(), g, TensorView::of(data, end - begin, 1));
+  }
+  synchronize(ctx());  // the gradients are complete before they travel
+  grad_buckets_.push_back(
+      {l, comm_.start_allreduce_sum(data, static_cast<size_t>(end - begin), ReduceDtype::kFloat32)});
+  grad_bytes_ += static_cast<uint64_t>(end - begin) * sizeof(float);
+}
+
+void Trainer::finish_layer_gradients() {
+  Stopwatch wait;
+  for (GradientBucket& b : grad_buckets_) b.request->wait();
+  grad_wait_s_ += wait.seconds();
+  if (device_ != kDevCpu && !comm_.takes_device_buffers()) {
+    for (const GradientBucket& b : grad_buckets_) {
+      const auto begin = static_cast<int64_t>(lp_[b.layer].w_self), end = static_cast<int64_t>(lp_[b.layer].end);
+      copy(ctx(), TensorView::of(grad_host_.data() + begin, end - begin, 1), grads_.row_range(begin, end));
+    }
+    synchronize(ctx());
+  }
+  grad_buckets_.clear();
 }
 
 void Trainer::backward_layer(int l, int epoch) {
@@ -935,18 +990,19 @@ void Trainer::drain_pending() {
 // Weight gradients, the loss, the adapter's drift sums and the fp16 overflow flag: summed over
 // ranks in fp64 in ONE collective, so the result does not depend on how the rows were split
 // and the step costs one round trip whatever the mode.
-void Trainer::allreduce_packed() {
-  const int64_t n = packed_.numel();
+void Trainer::allreduce_packed(int64_t count) {
+  const int64_t n = count;
   if (device_ == kDevCpu || comm_.takes_device_buffers()) {
     comm_.allreduce_sum(packed_.data(), static_cast<size_t>(n), ReduceDtype::kFloat64);
     return;
   }
   staged_.resize(static_cast<size_t>(n));
   const TensorView host = TensorView::of(staged_.data(), n, 1);
-  copy(ctx(), packed_, host);
+  const TensorView packed = packed_.row_range(0, n);
+  copy(ctx(), packed, host);
   synchronize(ctx());
   comm_.allreduce_sum(std::span<double>(staged_.data(), staged_.size()));
-  copy(ctx(), host, packed_);
+  copy(ctx(), host, packed);
   synchronize(ctx());
 }
 
@@ -962,15 +1018,23 @@ bool Trainer::allreduce_and_step(double& loss_sum, int epoch, bool apply) {
     scalars[static_cast<size_t>(1 + layers + l)] = drift_den_[l];
   }
   scalars.back() = halo_overflow_ ? 1.0 : 0.0;
-  const TensorView grads_f64 = packed_.row_range(0, n);
-  const TensorView tail = packed_.row_range(n, packed_.rows());
-  copy(ctx(), grads_, grads_f64);
-  copy(ctx(), TensorView::of(scalars.data(), static_cast<int64_t>(scalars.size()), 1), tail);
-  synchronize(ctx());
-  allreduce_packed();
-  copy(ctx(), grads_f64, grads_);
-  copy(ctx(), tail, TensorView::of(scalars.data(), static_cast<int64_t>(scalars.size()), 1));
-  synchronize(ctx());
+  if (opt_.grad_allreduce == GradAllreduce::kPacked) {
+    const TensorView grads_f64 = packed_.row_range(0, n);
+    const TensorView tail = packed_.row_range(n, packed_.rows());
+    copy(ctx(), grads_, grads_f64);
+    copy(ctx(), TensorView::of(scalars.data(), static_cast<int64_t>(scalars.size()), 1), tail);
+    synchronize(ctx());
+    allreduce_packed(packed_.numel());
+    grad_bytes_ += static_cast<uint64_t>(n) * sizeof(double);
+    copy(ctx(), grads_f64, grads_);
+    copy(ctx(), tail, TensorView::of(scalars.data(), static_cast<int64_t>(scalars.size()), 1));
+    synchronize(ctx());
+  } else {
+    // The gradients are on their way (started layer by layer in backward()); the scalars
+    // follow in one small fp64 all-reduce, then every layer's sum is waited for.
+    comm_.allreduce_sum(std::span<double>(scalars));
+    finish_layer_gradients();
+  }
   loss_sum = scalars[0];
   const bool overflow = scalars.back() > 0.0;
   halo_overflow_ = false;
@@ -1195,6 +1259,8 @@ TrainResult Trainer::run_epochs() {
     Stopwatch epoch_sw;
     exch_->stats().reset();
     allreduce_s_ = 0.0;
+    grad_wait_s_ = 0.0;
+    grad_bytes_ = 0;
     tracker_.reset_epoch();
     const auto decision = adapter_.decide(epoch, prev_drift_);
     sync_epoch_ = decision.sync;
@@ -1220,8 +1286,10 @@ TrainResult Trainer::run_epochs() {
     rec["sync_reason"] = to_string(decision.reason);
     if (adapter_.drift_enabled()) rec["drift"] = decision.max_drift;
     const auto& st = exch_->stats();
-    log_.finish(rec, EpochFigures{epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s, st.transfer_s,
-                                  tracker_.max_used(), comm_.bytes_sent() - bytes_before});
+    log_.finish(rec,
+                EpochFigures{epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s, st.transfer_s,
+                             tracker_.max_used(), comm_.bytes_sent() - bytes_before,
+                             opt_.grad_allreduce == GradAllreduce::kPacked ? allreduce_s_ : grad_wait_s_, grad_bytes_});
     result.epochs.push_back(std::move(rec));
     if (train_detail::checkpoint_due(opt_, epoch)) save_checkpoint(epoch);
   }

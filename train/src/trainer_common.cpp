@@ -202,9 +202,9 @@ void EpochLog::add_accuracy(nlohmann::json& rec, int epoch, const std::array<int
 
 void EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
   // Time is the slowest rank's, bytes the sum over ranks.
-  std::vector<double> mx = {f.epoch_s,   f.comm_s, f.quant_s, f.wait_s, static_cast<double>(f.max_staleness),
-                            f.transfer_s};
-  std::vector<int64_t> bytes = {static_cast<int64_t>(f.bytes_sent)};
+  std::vector<double> mx = {f.epoch_s,    f.comm_s,     f.quant_s, f.wait_s, static_cast<double>(f.max_staleness),
+                            f.transfer_s, f.grad_wait_s};
+  std::vector<int64_t> bytes = {static_cast<int64_t>(f.bytes_sent), static_cast<int64_t>(f.grad_bytes)};
   comm_.allreduce_max(mx.data(), mx.size());
   comm_.allreduce_sum(std::span<int64_t>(bytes));
   rec["epoch_s"] = mx[0];
@@ -213,6 +213,10 @@ void EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
   rec["comm_wait_s"] = mx[3];
   rec["compute_s"] = std::max(0.0, mx[0] - mx[1] - mx[2]);
   rec["bytes_sent"] = bytes[0];
+  // Halo exchange and weight gradients apart, so a user sees which one dominates.
+  rec["halo_wait_s"] = mx[3];
+  rec["grad_wait_s"] = mx[6];
+  rec["grad_bytes"] = bytes[1];
   rec["mode"] = to_string(opt_.mode);
   rec["max_staleness"] = static_cast<int>(mx[4]);
   // Share of the transfer time that was hidden behind computation (slowest rank's view).
@@ -270,7 +274,8 @@ nlohmann::json training_description(const TrainOptions& opt) {
           {"weight_decay", opt.weight_decay},
           {"feature_norm", opt.row_normalize_features ? "row" : "none"},
           {"attn_dropout", opt.attention_dropout()},
-          {"attn_terms", opt.quantize_attention_terms ? "quantized" : "fp32"}};
+          {"attn_terms", opt.quantize_attention_terms ? "quantized" : "fp32"},
+          {"grad_allreduce", to_string(opt.grad_allreduce)}};
 }
 
 bool checkpoint_due(const TrainOptions& opt, int epoch) {

@@ -73,7 +73,10 @@ TrainResult run_or_end_job(Communicator& comm, const std::function<TrainResult()
 struct EpochFigures {
   double epoch_s = 0, comm_s = 0, quant_s = 0, wait_s = 0, transfer_s = 0;
   int max_staleness = 0;
-  uint64_t bytes_sent = 0;
+  uint64_t bytes_sent = 0;  // halo bytes
+  // The weight-gradient all-reduce: time blocked waiting for it, and its payload bytes.
+  double grad_wait_s = 0;
+  uint64_t grad_bytes = 0;
 };
 
 /// The per-epoch records (metrics file and progress lines, written by rank 0) and the best

@@ -52,6 +52,10 @@ class Communicator {
                                                       std::span<const PeerBuffer> recvs, int tag = 0) = 0;
   /// In-place sum over all ranks.
   virtual void allreduce_sum(void* data, size_t count, ReduceDtype dtype) = 0;
+  /// The same sum started without waiting: `data` must stay untouched until the returned
+  /// request completes (wait() throws after the communicator's timeout, naming the collective).
+  /// Every rank starts the same all-reduces in the same order. The default completes it at once.
+  virtual std::unique_ptr<CommRequest> start_allreduce_sum(void* data, size_t count, ReduceDtype dtype);
   virtual void allreduce_max(double* data, size_t count) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
@@ -104,6 +108,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<CommRequest> start_exchange(std::span<const PeerBuffer> sends, std::span<const PeerBuffer> recvs,
                                               int tag = 0) override;
   void allreduce_sum(void* data, size_t count, ReduceDtype dtype) override;
+  std::unique_ptr<CommRequest> start_allreduce_sum(void* data, size_t count, ReduceDtype dtype) override;
   using Communicator::allreduce_sum;
   void allreduce_max(double* data, size_t count) override;
   void broadcast(void* data, size_t bytes, int root) override;

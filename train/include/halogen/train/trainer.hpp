@@ -30,6 +30,15 @@ enum class Precision { kFp32, kFp16 };
 Precision parse_precision(const std::string& name);
 std::string to_string(Precision p);
 
+/// How weight gradients are summed over ranks. kLayerwise: in fp32, one all-reduce per layer
+/// started as soon as that layer's gradient is complete, so it overlaps the backward pass of
+/// the layers below; the loss and the adapter's sums follow in one small fp64 all-reduce.
+/// kPacked: everything in one fp64 all-reduce after the backward pass (the sums are the
+/// fp64 sums of the ranks' fp32 partials, rounded once).
+enum class GradAllreduce { kLayerwise, kPacked };
+GradAllreduce parse_grad_allreduce(const std::string& name);
+std::string to_string(GradAllreduce g);
+
 struct TrainOptions {
   ModelKind model = ModelKind::kGcn;
   int layers = 2;
@@ -81,6 +90,7 @@ struct TrainOptions {
   /// fp16: the dynamic loss scale to start from (DynamicLossScaler: halved on overflow,
   /// doubled after 2000 finite steps, within [1, 2^24]).
   float loss_scale = 65536.0f;
+  GradAllreduce grad_allreduce = GradAllreduce::kLayerwise;
   bool skip_exchange = false;  // benchmark floor: compute only, halos left stale from epoch 0
   bool progress = true;        // one line per epoch on rank 0
 
