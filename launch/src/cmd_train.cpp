@@ -44,6 +44,9 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "seed", po::value(&t.seed)->default_value(t.seed), "seed of weights and dropout")(
       "eval-every", po::value(&t.eval_every)->default_value(t.eval_every), "evaluate every N epochs")(
       "metrics", po::value(&metrics), "write one JSON line per epoch and a summary to this file")(
+      "grad-compression", po::value<std::string>()->default_value("none"),
+      "weight gradients: none | powersgd (rank --grad-rank, error feedback; matrices where it saves half)")(
+      "grad-rank", po::value(&t.grad_rank)->default_value(t.grad_rank), "powersgd: rank of the approximation")(
       "grad-allreduce", po::value<std::string>()->default_value("layerwise"),
       "weight gradients: layerwise (fp32, one all-reduce per layer overlapping the backward pass) | packed (one "
       "fp64 all-reduce after it)")(
@@ -125,6 +128,10 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     HALOGEN_EXPECTS(t.device == Device::kCuda || comm_name != "nccl", "--comm nccl needs --device cuda");
     HALOGEN_EXPECTS(HALOGEN_HAVE_NCCL || comm_name != "nccl", "--comm nccl: this halogen was built without NCCL");
     t.grad_allreduce = parse_grad_allreduce(vm["grad-allreduce"].as<std::string>());
+    const std::string compression = vm["grad-compression"].as<std::string>();
+    HALOGEN_EXPECTS(compression == "none" || compression == "powersgd",
+                    "--grad-compression must be 'none' or 'powersgd', got '{}'", compression);
+    t.grad_powersgd = compression == "powersgd";
     if (vm.count("save-model")) t.save_model_dir = vm["save-model"].as<std::string>();
     t.validate();
   });

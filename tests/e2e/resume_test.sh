@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checkpoint and resume: a 2-rank run killed right after epoch 7's checkpoint and resumed
 # reproduces epochs 8-19 of the uninterrupted run bit for bit (sync and stale modes, 1-bit
-# exchange; GCN, and GAT in stale mode with smoothing, whose halo caches hold [h | el] rows and
+# exchange, PowerSGD gradients; GCN, and GAT in stale mode with smoothing, whose halo caches hold [h | el] rows and
 # whose averaged halo gradients are state too); checkpoints of another model or partition, truncated or corrupted ones, are
 # refused with a clear error.
 # usage: resume_test.sh HALOGEN MPIEXEC [MPI FLAGS...]
@@ -27,10 +27,13 @@ train=(timeout 300 "$mpiexec" -np 2 "${mpi_flags[@]}" -x HALOGEN_FAULT_EXIT_AFTE
 "$halogen" generate sbm --nodes 2000 --classes 4 --feature-dim 16 --seed 4 --out "$work/ds" >/dev/null
 "$halogen" partition "$work/ds" --parts 2 --out "$work/p" --hidden 16 >/dev/null
 # GAT first: the error cases below resume the last run's (GCN stale) checkpoint.
-for run in gat-stale sync stale; do
+for run in gat-stale powersgd sync stale; do
   mode=${run#gat-}
+  [ "$run" = powersgd ] && mode=sync
   common=(--mode "$mode" --bits-fwd 1 --bits-bwd 1 --seed 9)
   [ "$run" = gat-stale ] && common+=(--model gat --heads 2 --hidden 4 --stale-smoothing 0.9)
+  # PowerSGD's warm-start Q and error feedback are state too.
+  [ "$run" = powersgd ] && common+=(--grad-compression powersgd --grad-rank 4)
   "${train[@]}" --parts "$work/p" "${common[@]}" --metrics "$work/full.jsonl" >/dev/null 2>&1 || fail "$run: full run"
   rm -rf "$work/ck"
   HALOGEN_FAULT_EXIT_AFTER_EPOCH=7 "${train[@]}" --parts "$work/p" "${common[@]}" --checkpoint-dir "$work/ck" \

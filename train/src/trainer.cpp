@@ -93,6 +93,9 @@ void TrainOptions::validate() const {
     for (int b : *v)
       HALOGEN_EXPECTS(quant::is_supported_bits(b), "{}: {} bits not supported (1, 2, 4, 8, 16, 32)", what, b);
   }
+  HALOGEN_EXPECTS(grad_rank >= 1 && grad_rank <= 1024, "--grad-rank must be in [1, 1024], got {}", grad_rank);
+  HALOGEN_EXPECTS(!grad_powersgd || grad_allreduce == GradAllreduce::kLayerwise,
+                  "--grad-compression powersgd needs --grad-allreduce layerwise");
   HALOGEN_EXPECTS(loss_scale >= 1.0f && loss_scale <= 16777216.0f, "--loss-scale must be in [1, 2^24], got {}",
                   loss_scale);
   HALOGEN_EXPECTS(precision == Precision::kFp32 || device == Device::kCuda,
@@ -220,6 +223,7 @@ class Trainer {
   // Layer-wise gradient all-reduce: starts the sum of layer l's gradients (fp32), and waits
   // for every layer's.
   void start_layer_gradients(int l);
+  void start_gradient_range(int l, int64_t begin, int64_t end);
   void finish_layer_gradients();
 
   // --- the halo exchange of layer l (halo_schedule.hpp)
@@ -311,9 +315,22 @@ class Trainer {
   // host copy of its gradients. Waiting time and bytes of this epoch.
   struct GradientBucket {
     int layer = 0;
+    int64_t begin = 0, end = 0;  // its parameters
     std::unique_ptr<CommRequest> request;
   };
   std::vector<GradientBucket> grad_buckets_;
+  // PowerSGD: per compressed gradient matrix its place in the parameters, its warm-start Q
+  // (cols x rank, the same on every rank) and this rank's error feedback (rows x cols).
+  struct CompressedMatrix {
+    int layer = 0;
+    size_t offset = 0;
+    int64_t rows = 0, cols = 0;
+    Tensor q, error;
+  };
+  std::vector<CompressedMatrix> compressed_;
+  void plan_compression();
+  void compress_gradient(CompressedMatrix& c);
+  void allreduce_now(const TensorView& v);
   HostBuffer<float> grad_host_;
   double grad_wait_s_ = 0.0;
   uint64_t grad_bytes_ = 0;
@@ -342,6 +359,7 @@ Trainer::Trainer(const Shard& shard, Communicator& comm, const TrainOptions& opt
   dims_.push_back(s_.num_classes);
   place_structure();
   init_params();
+  plan_compression();
   allocate();
   precompute_input_aggregation();
   synchronize(ctx());  // host arrays placed on the device may go now
@@ -603,8 +621,123 @@ void Trainer::backward(int epoch) {
   }
 }
 
+// The weight matrices whose rank-r approximation saves at least half of their bytes and that
+// are at least 4r wide both ways; Q starts from keyed uniform values, the same on every rank.
+void Trainer::plan_compression() {
+  if (!opt_.grad_powersgd) return;
+  const int64_t r = opt_.grad_rank;
+  const RngStream rng = RngStream::make(opt_.seed ^ 0x5057534744ull, RngPurpose::kWeightInit);
+  for (int l = 0; l < L(); ++l) {
+    const LayerParams& p = lp_[l];
+    std::vector<std::pair<size_t, std::pair<int64_t, int64_t>>> matrices;
+    matrices.push_back({p.w_self, {p.in, gat() ? p.proj() : p.out}});
+    if (sage()) matrices.push_back({p.w_neigh, {p.in, p.out}});
+    if (gat() && p.w_res != LayerParams::kNone) matrices.push_back({p.w_res, {p.in, p.out}});
+    for (const auto& [offset, shape] : matrices) {
+      const auto [n, m] = shape;
+      if (std::min(n, m) < 4 * r || 2 * r * (n + m) > n * m) continue;
+      CompressedMatrix c;
+      c.layer = l;
+      c.offset = offset;
+      c.rows = n;
+      c.cols = m;
+      std::vector<float> q(static_cast<size_t>(m * r));
+      for (size_t i = 0; i < q.size(); ++i)
+        q[i] = 2.0f * rng.uniform(static_cast<uint32_t>(compressed_.size()), static_cast<uint32_t>(i), 7, 0, 0) - 1.0f;
+      c.q.reset(device_, DType::kF32, m, r);
+      copy(ctx(), TensorView::of(q.data(), m, r), c.q);
+      c.error.reset(device_, DType::kF32, n, m);
+      zero(ctx(), c.error);
+      synchronize(ctx());
+      compressed_.push_back(std::move(c));
+    }
+  }
+}
+
+// A blocking sum over ranks of a small fp32 matrix (through the host where MPI needs it).
+void Trainer::allreduce_now(const TensorView& v) {
+  if (device_ == kDevCpu || comm_.takes_device_buffers()) {
+    synchronize(ctx());
+    comm_.allreduce_sum(v.data, static_cast<size_t>(v.numel()), ReduceDtype::kFloat32);
+    return;
+  }
+  std::vector<float> host(static_cast<size_t>(v.numel()));
+  copy(ctx(), v, TensorView::of(host.data(), v.rows, v.cols));
+  synchronize(ctx());
+  comm_.allreduce_sum(std::span<float>(host));
+  copy(ctx(), TensorView::of(host.data(), v.rows, v.cols), v);
+  synchronize(ctx());
+}
+
+// One PowerSGD step on a gradient matrix M (this rank's share, rows x cols), in place: with
+// the error feedback E added, P = M Q is summed over ranks and orthonormalised, Q = M^T P is
+// summed, M becomes the approximation P Q^T of the sum over ranks, E what this rank's share
+// missed (M - approximation / ranks), and Q warm-starts the next step.
+void Trainer::compress_gradient(CompressedMatrix& c) {
+  const int64_t n = c.rows, m = c.cols, r = opt_.grad_rank;
+  const TensorView M =
+      grads_.row_range(static_cast<int64_t>(c.offset), static_cast<int64_t>(c.offset) + n * m).reshaped(n, m);
+  ops::axpy(ctx(), 1.0f, c.error, M);
+  Tensor P(device_, DType::kF32, n, r);
+  ops::gemm(ctx(), false, false, 1.0f, M, c.q, 0.0f, P);
+  allreduce_now(P);
+  // Gram-Schmidt on the columns of P, in fp64 on the host: the same input on every rank after
+  // the all-reduce, so the same orthonormal basis everywhere.
+  std::vector<float> host(static_cast<size_t>(n * r));
+  copy(ctx(), P, TensorView::of(host.data(), n, r));
+  synchronize(ctx());
+  for (int64_t j = 0; j < r; ++j) {
+    for (int64_t k = 0; k < j; ++k) {
+      double dot = 0.0;
+      for (int64_t i = 0; i < n; ++i) dot += static_cast<double>(host[i * r + j]) * host[i * r + k];
+      for (int64_t i = 0; i < n; ++i) host[i * r + j] = static_cast<float>(host[i * r + j] - dot * host[i * r + k]);
+    }
+    double norm = 0.0;
+    for (int64_t i = 0; i < n; ++i) norm += static_cast<double>(host[i * r + j]) * host[i * r + j];
+    norm = std::sqrt(norm);
+    for (int64_t i = 0; i < n; ++i) host[i * r + j] = norm > 1e-30 ? static_cast<float>(host[i * r + j] / norm) : 0.0f;
+  }
+  copy(ctx(), TensorView::of(host.data(), n, r), P);
+  ops::gemm(ctx(), true, false, 1.0f, M, P, 0.0f, c.q);
+  allreduce_now(c.q);
+  Tensor approx(device_, DType::kF32, n, m);
+  ops::gemm(ctx(), false, true, 1.0f, P, c.q, 0.0f, approx);
+  copy(ctx(), M, c.error);
+  ops::axpy(ctx(), -1.0f / static_cast<float>(comm_.size()), approx, c.error);
+  copy(ctx(), approx, M);
+  synchronize(ctx());
+  grad_bytes_ += static_cast<uint64_t>((n + m) * r) * sizeof(float);
+}
+
 void Trainer::start_layer_gradients(int l) {
-  const auto begin = static_cast<int64_t>(lp_[l].w_self), end = static_cast<int64_t>(lp_[l].end);
+  if (!compressed_.empty()) {
+    // Compressed matrices first (two small blocking all-reduces each), then the rest of the
+    // layer's parameters as contiguous uncompressed ranges.
+    std::vector<std::pair<int64_t, int64_t>> ranges = {
+        {static_cast<int64_t>(lp_[l].w_self), static_cast<int64_t>(lp_[l].end)}};
+    for (CompressedMatrix& c : compressed_) {
+      if (c.layer != l) continue;
+      compress_gradient(c);
+      const int64_t a = static_cast<int64_t>(c.offset), b = a + c.rows * c.cols;
+      std::vector<std::pair<int64_t, int64_t>> rest;
+      for (const auto& [x, y] : ranges) {
+        if (b <= x || a >= y) {
+          rest.push_back({x, y});
+          continue;
+        }
+        if (x < a) rest.push_back({x, a});
+        if (b < y) rest.push_back({b, y});
+      }
+      ranges = std::move(rest);
+    }
+    for (const auto& [begin, end] : ranges) start_gradient_range(l, begin, end);
+    return;
+  }
+  start_gradient_range(l, static_cast<int64_t>(lp_[l].w_self), static_cast<int64_t>(lp_[l].end));
+}
+
+void Trainer::start_gradient_range(int l, int64_t begin, int64_t end) {
+  if (end <= begin) return;
   const TensorView g = grads_.row_range(begin, end);
   float* data = g.ptr<float>();
   if (device_ != kDevCpu && !comm_.takes_device_buffers()) {
@@ -615,7 +748,7 @@ void Trainer::start_layer_gradients(int l) {
   }
   synchronize(ctx());  // the gradients are complete before they travel
   grad_buckets_.push_back(
-      {l, comm_.start_allreduce_sum(data, static_cast<size_t>(end - begin), ReduceDtype::kFloat32)});
+      {l, begin, end, comm_.start_allreduce_sum(data, static_cast<size_t>(end - begin), ReduceDtype::kFloat32)});
   grad_bytes_ += static_cast<uint64_t>(end - begin) * sizeof(float);
 }
 
@@ -624,10 +757,8 @@ void Trainer::finish_layer_gradients() {
   for (GradientBucket& b : grad_buckets_) b.request->wait();
   grad_wait_s_ += wait.seconds();
   if (device_ != kDevCpu && !comm_.takes_device_buffers()) {
-    for (const GradientBucket& b : grad_buckets_) {
-      const auto begin = static_cast<int64_t>(lp_[b.layer].w_self), end = static_cast<int64_t>(lp_[b.layer].end);
-      copy(ctx(), TensorView::of(grad_host_.data() + begin, end - begin, 1), grads_.row_range(begin, end));
-    }
+    for (const GradientBucket& b : grad_buckets_)
+      copy(ctx(), TensorView::of(grad_host_.data() + b.begin, b.end - b.begin, 1), grads_.row_range(b.begin, b.end));
     synchronize(ctx());
   }
   grad_buckets_.clear();
@@ -1187,21 +1318,27 @@ void Trainer::save_checkpoint(int epoch) {
     for (auto& [e, p] : pend_fwd_[l]) st.pending_fwd.emplace_back(e, exch_->save(p));
     for (auto& [e, p] : pend_bwd_[l]) st.pending_bwd.emplace_back(e, exch_->save(p));
   }
-  train_detail::write_checkpoint(opt_, s_, epoch, model_description(), log_,
-                                 [&](CheckpointWriter& w, nlohmann::json& meta) {
-                                   meta["adam_step"] = adam_step_;
-                                   meta["prev_drift"] = prev_drift_;
-                                   meta["drift_measured"] = drift_measured_;
-                                   if (mp_.active()) {
-                                     meta["loss_scale"] = mp_.scaler().scale();
-                                     meta["loss_scale_good_steps"] = mp_.scaler().good_steps();
-                                     meta["loss_scale_skipped_steps"] = mp_.scaler().skipped_steps();
-                                   }
-                                   w.add_array("params", std::span<const float>(params));
-                                   w.add_array("adam_m", std::span<const float>(m));
-                                   w.add_array("adam_v", std::span<const float>(v));
-                                   train_detail::write_layer_states(w, meta, layers);
-                                 });
+  train_detail::write_checkpoint(
+      opt_, s_, epoch, model_description(), log_, [&](CheckpointWriter& w, nlohmann::json& meta) {
+        meta["adam_step"] = adam_step_;
+        meta["prev_drift"] = prev_drift_;
+        meta["drift_measured"] = drift_measured_;
+        if (mp_.active()) {
+          meta["loss_scale"] = mp_.scaler().scale();
+          meta["loss_scale_good_steps"] = mp_.scaler().good_steps();
+          meta["loss_scale_skipped_steps"] = mp_.scaler().skipped_steps();
+        }
+        w.add_array("params", std::span<const float>(params));
+        w.add_array("adam_m", std::span<const float>(m));
+        w.add_array("adam_v", std::span<const float>(v));
+        meta["powersgd_matrices"] = compressed_.size();
+        for (size_t k = 0; k < compressed_.size(); ++k) {
+          const std::vector<float> q = to_host_floats(compressed_[k].q), e = to_host_floats(compressed_[k].error);
+          w.add_array(fmt::format("powersgd.{}.q", k), std::span<const float>(q));
+          w.add_array(fmt::format("powersgd.{}.error", k), std::span<const float>(e));
+        }
+        train_detail::write_layer_states(w, meta, layers);
+      });
 }
 
 void Trainer::load_checkpoint(const std::filesystem::path& dir) {
@@ -1222,6 +1359,20 @@ void Trainer::load_checkpoint(const std::filesystem::path& dir) {
                                meta.at("loss_scale_skipped_steps").get<int64_t>());
         prev_drift_ = meta.at("prev_drift").get<std::vector<double>>();
         drift_measured_ = meta.at("drift_measured").get<bool>();
+        // PowerSGD state: resuming without it would not continue the same run.
+        const size_t saved = meta.value("powersgd_matrices", size_t{0});
+        HALOGEN_EXPECTS(saved == compressed_.size(),
+                        "checkpoint in '{}' holds PowerSGD state of {} matrices, this run compresses {} "
+                        "(--grad-compression and --grad-rank must match the original run)",
+                        dir.string(), saved, compressed_.size());
+        for (size_t k = 0; k < compressed_.size(); ++k) {
+          std::vector<float> q(static_cast<size_t>(compressed_[k].q.numel())),
+              e(static_cast<size_t>(compressed_[k].error.numel()));
+          r.read_array(fmt::format("powersgd.{}.q", k), std::span<float>(q));
+          r.read_array(fmt::format("powersgd.{}.error", k), std::span<float>(e));
+          from_host_floats(q, compressed_[k].q);
+          from_host_floats(e, compressed_[k].error);
+        }
         std::vector<int64_t> halo_values;
         for (int l = 0; l < L(); ++l) {
           const TensorView x = exchanged(l);

@@ -275,7 +275,8 @@ nlohmann::json training_description(const TrainOptions& opt) {
           {"feature_norm", opt.row_normalize_features ? "row" : "none"},
           {"attn_dropout", opt.attention_dropout()},
           {"attn_terms", opt.quantize_attention_terms ? "quantized" : "fp32"},
-          {"grad_allreduce", to_string(opt.grad_allreduce)}};
+          {"grad_allreduce", to_string(opt.grad_allreduce)},
+          {"grad_compression", opt.grad_powersgd ? fmt::format("powersgd rank {}", opt.grad_rank) : "none"}};
 }
 
 bool checkpoint_due(const TrainOptions& opt, int epoch) {

@@ -91,6 +91,12 @@ struct TrainOptions {
   /// doubled after 2000 finite steps, within [1, 2^24]).
   float loss_scale = 65536.0f;
   GradAllreduce grad_allreduce = GradAllreduce::kLayerwise;
+  /// Low-rank compression of the weight-gradient matrices (PowerSGD, Vogels et al. 2019: one
+  /// power-iteration step warm-started from the last step's Q, error feedback), for matrices
+  /// where rank grad_rank saves at least half the bytes; biases, attention vectors and narrow
+  /// matrices go uncompressed. Needs --grad-allreduce layerwise.
+  bool grad_powersgd = false;
+  int grad_rank = 4;
   bool skip_exchange = false;  // benchmark floor: compute only, halos left stale from epoch 0
   bool progress = true;        // one line per epoch on rank 0
 
