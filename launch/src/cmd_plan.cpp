@@ -46,6 +46,9 @@ int cmd_plan(const std::vector<std::string>& args) {
       ("quant-ns", po::value(&co.quant_ns_per_value), "quantize ns per value at the sender, bits < 16 (default: CPU 2.5, GPU 0.01)")
       ("dequant-ns", po::value(&co.dequant_ns_per_value), "dequantize ns per value at the receiver (default: CPU 1.0, GPU 0.01)")
       ("copy-ns", po::value(&co.copy_ns_per_value), "gather/scatter ns per value at 32 bits, twice that at 16 (default: CPU 0.5, GPU 0.01)")
+      ("grad-allreduce", po::value<std::string>()->default_value("layerwise"), "as train: layerwise (fp32) | packed (fp64)")
+      ("grad-compression", po::value<std::string>()->default_value("none"), "as train: none | powersgd")
+      ("grad-rank", po::value<int>()->default_value(4), "as train: PowerSGD rank")
       ("json", po::value(&json_out), "also write the plan as JSON to this file");
   // clang-format on
   po::positional_options_description pos;
@@ -98,6 +101,14 @@ int cmd_plan(const std::vector<std::string>& args) {
     calib.source = "--compute-s";
   }
   co.bits = parse_int_list(bits, "--bits");
+  const std::string grad_allreduce = vm["grad-allreduce"].as<std::string>();
+  const std::string grad_compression = vm["grad-compression"].as<std::string>();
+  HALOGEN_EXPECTS(grad_allreduce == "layerwise" || grad_allreduce == "packed",
+                  "--grad-allreduce must be layerwise or packed, got '{}'", grad_allreduce);
+  HALOGEN_EXPECTS(grad_compression == "none" || grad_compression == "powersgd",
+                  "--grad-compression must be none or powersgd, got '{}'", grad_compression);
+  co.grad_value_bytes = grad_allreduce == "packed" ? 8 : 4;
+  co.grad_rank = grad_compression == "powersgd" ? vm["grad-rank"].as<int>() : 0;
   co.modes.clear();
   for (size_t start = 0; start <= modes.size();) {
     const size_t end = std::min(modes.find(',', start), modes.size());

@@ -78,6 +78,8 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "host memory per rank: auto (the node's available memory shared among its ranks), none (no check), or a size "
       "such as 8G; training is refused if the estimate exceeds it")("skip-exchange", po::bool_switch(&t.skip_exchange),
                                                                     "benchmark floor: exchange halos in epoch 0 only")(
+      "skip-comm", po::bool_switch(&t.skip_gradient_allreduce),
+      "benchmark floor: --skip-exchange and no gradient all-reduce (each rank steps alone; compute only)")(
       "device", po::value(&device)->default_value(device), "cpu | cuda (one GPU per rank)")(
       "precision", po::value(&precision)->default_value(precision),
       "cuda: fp32 | fp16 (fp16 storage, fp32 accumulation and master weights, dynamic loss scaling)")(
@@ -128,6 +130,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     HALOGEN_EXPECTS(t.device == Device::kCuda || comm_name != "nccl", "--comm nccl needs --device cuda");
     HALOGEN_EXPECTS(HALOGEN_HAVE_NCCL || comm_name != "nccl", "--comm nccl: this halogen was built without NCCL");
     t.grad_allreduce = parse_grad_allreduce(vm["grad-allreduce"].as<std::string>());
+    if (t.skip_gradient_allreduce) t.skip_exchange = true;
     const std::string compression = vm["grad-compression"].as<std::string>();
     HALOGEN_EXPECTS(compression == "none" || compression == "powersgd",
                     "--grad-compression must be 'none' or 'powersgd', got '{}'", compression);

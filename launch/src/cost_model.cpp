@@ -179,8 +179,24 @@ struct Model {
   int64_t H = 0;
   double evals = 1.0;
   int64_t parameters = 0;
+  int64_t gradient_values = 0, gradient_values_powersgd = 0;
+  int grad_value_bytes = 4;
   double work_total = 0.0;
 };
+
+}  // namespace
+
+int64_t gradient_values(const std::vector<int64_t>& dims, int matrices_per_layer, int rank) {
+  int64_t values = 0;
+  for (size_t l = 0; l + 1 < dims.size(); ++l) {
+    const int64_t n = dims[l], m = dims[l + 1];
+    const bool compressed = rank > 0 && std::min(n, m) >= 4 * rank && 2 * rank * (n + m) <= n * m;
+    values += matrices_per_layer * (compressed ? (n + m) * rank : n * m) + m;  // weights, bias
+  }
+  return values;
+}
+
+namespace {
 
 Model build_model(const nlohmann::json& report, const ModelShape& shape, const CostOptions& options) {
   Model m;
@@ -198,6 +214,12 @@ Model build_model(const nlohmann::json& report, const ModelShape& shape, const C
   dims.push_back(shape.num_classes);
   const int mats = shape.sage ? 2 : 1;
   for (int l = 0; l < m.L; ++l) m.parameters += mats * dims[l] * dims[l + 1] + dims[l + 1];
+  HALOGEN_EXPECTS(options.grad_value_bytes == 4 || options.grad_value_bytes == 8,
+                  "gradient values are 4 or 8 bytes on the wire, got {}", options.grad_value_bytes);
+  HALOGEN_EXPECTS(options.grad_rank >= 0, "--grad-rank must be non-negative, got {}", options.grad_rank);
+  m.gradient_values = gradient_values(dims, mats, options.grad_rank);
+  m.gradient_values_powersgd = gradient_values(dims, mats, 4);
+  m.grad_value_bytes = options.grad_rank > 0 ? 4 : options.grad_value_bytes;
 
   // Work per rank: dense GEMMs (forward, weight gradient, input gradient for l >= 1, the
   // evaluation forward) and aggregations of layers >= 1 (forward, transposed backward,
@@ -246,11 +268,12 @@ Prediction evaluate(const Model& m, const cluster::ClusterConfig& cluster, const
   const RankWork& crit = m.work[m.busiest];
   pr.compute_s = crit.work * seconds_per_work;
 
-  // All-reduce of the weight gradients and the loss (fp64) as a ring, plus the accuracy
-  // counts of each evaluation (latency-bound).
+  // All-reduce of the weight gradients (fp32 layer-wise, fp64 packed, or PowerSGD's factors)
+  // and the loss as a ring, plus the accuracy counts of each evaluation (latency-bound). No
+  // overlap with the backward pass is assumed: an upper bound for the layer-wise default.
   if (m.P > 1) {
-    const int64_t values = m.parameters + 1;
-    const int64_t chunk = 8 * ((values + m.P - 1) / m.P);
+    const int64_t values = m.gradient_values + 1;
+    const int64_t chunk = m.grad_value_bytes * ((values + m.P - 1) / m.P);
     std::vector<Message> step;
     for (int r = 0; r < m.P; ++r) step.push_back({r, (r + 1) % m.P, chunk});
     pr.allreduce_s = 2.0 * (m.P - 1) * exchange_seconds(step, cluster);
@@ -307,6 +330,10 @@ Plan predict(const nlohmann::json& report, const ModelShape& shape, const cluste
   plan.ranks = m.P;
   plan.nodes = cluster.nodes_for(m.P);
   plan.parameters = m.parameters;
+  plan.gradient_values = m.gradient_values;
+  plan.gradient_values_powersgd = m.gradient_values_powersgd;
+  plan.grad_value_bytes = m.grad_value_bytes;
+  plan.grad_rank = options.grad_rank;
   plan.work_max = m.work[m.busiest].work;
   if (calibration.compute_s > 0.0) {
     HALOGEN_EXPECTS(calibration.ranks >= 1, "calibration needs the rank count of the measured run");
@@ -352,8 +379,11 @@ std::string format_plan(const Plan& plan, const nlohmann::json& report, const cl
     line(fmt::format("compute from a nominal rate: {:.4f} s/epoch", plan.work_max * plan.seconds_per_work));
   }
   line(fmt::format(
-      "{} parameters: gradient all-reduce {:.3f} MB per epoch", plan.parameters,
-      static_cast<double>(plan.predictions.empty() ? 0 : plan.predictions[0].allreduce_bytes_per_epoch) / 1e6));
+      "{} parameters: gradient all-reduce {:.3f} MB per epoch ({})", plan.parameters,
+      static_cast<double>(plan.predictions.empty() ? 0 : plan.predictions[0].allreduce_bytes_per_epoch) / 1e6,
+      plan.grad_rank > 0           ? fmt::format("PowerSGD rank {}, fp32", plan.grad_rank)
+      : plan.grad_value_bytes == 8 ? std::string("fp64, packed")
+                                   : std::string("fp32, layer-wise")));
   line(fmt::format("{:>4} {:>8} {:>12} {:>10} {:>9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>8}", "bits", "mode",
                    "halo MB/ep", "compute s", "quant s", "halo s", "exposed s", "allred. s", "wait s", "epoch s",
                    "speedup"));
@@ -368,6 +398,16 @@ std::string format_plan(const Plan& plan, const nlohmann::json& report, const cl
   line(fmt::format("expected fastest: --bits-fwd {0} --bits-bwd {0} --mode {1}: {2:.4f} s/epoch{3}", best.bits,
                    best.mode, best.epoch_s,
                    base ? fmt::format(" ({:.2f}x fp32 sync)", base->epoch_s / best.epoch_s) : std::string()));
+  // Which traffic dominates the fastest configuration, and what would shrink it.
+  line(fmt::format("there: halo exchange {:.4f} s exposed, weight gradients {:.4f} s", best.exposed_comm_s,
+                   best.allreduce_s));
+  if (plan.grad_rank == 0 && best.allreduce_s > best.exposed_comm_s && best.allreduce_s > 0.1 * best.epoch_s &&
+      plan.gradient_values_powersgd < plan.gradient_values)
+    line(
+        fmt::format("gradients dominate: --grad-compression powersgd --grad-rank 4 would send {} instead of {} "
+                    "values per rank and epoch ({:.1f}x fewer)",
+                    plan.gradient_values_powersgd, plan.gradient_values,
+                    static_cast<double>(plan.gradient_values) / static_cast<double>(plan.gradient_values_powersgd)));
   return out;
 }
 
@@ -376,6 +416,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
   j["ranks"] = plan.ranks;
   j["nodes"] = plan.nodes;
   j["parameters"] = plan.parameters;
+  j["gradient_values_per_rank"] = plan.gradient_values;
+  j["gradient_values_per_rank_powersgd4"] = plan.gradient_values_powersgd;
   j["seconds_per_work"] = plan.seconds_per_work;
   j["slack_s"] = plan.slack_s;
   j["predictions"] = nlohmann::json::array();

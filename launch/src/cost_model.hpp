@@ -74,7 +74,17 @@ struct CostOptions {
   double copy_ns_per_value = -1.0;
   /// Without a measured calibration: seconds per epoch = work / (gflops * 1e9).
   double gflops = 0.0;
+  /// The weight-gradient all-reduce as `halogen train` does it: bytes per value on the wire
+  /// (4: --grad-allreduce layerwise, the default; 8: packed), and the PowerSGD rank (0 = none:
+  /// compressed matrices send (rows + cols) x rank values, as the trainer's rule picks them).
+  int grad_value_bytes = 4;
+  int grad_rank = 0;
 };
+
+/// Gradient values one rank sends per epoch for a model: all of them, or with PowerSGD of
+/// `rank` the factors of each weight matrix where a rank-`rank` approximation saves at least
+/// half and both sides are at least 4 x rank wide (the trainer's rule), the rest whole.
+int64_t gradient_values(const std::vector<int64_t>& dims, int matrices_per_layer, int rank);
 
 struct Prediction {
   int bits = 32;
@@ -99,6 +109,10 @@ struct Plan {
   double seconds_per_work = 0.0;
   double slack_s = 0.0;  // synchronisation slack from the calibration (0 without)
   int64_t parameters = 0;
+  int64_t gradient_values = 0;           // sent per rank and epoch with the options' gradients
+  int64_t gradient_values_powersgd = 0;  // the same with PowerSGD rank 4 (for the recommendation)
+  int grad_value_bytes = 4;
+  int grad_rank = 0;
   std::vector<Prediction> predictions;
   const Prediction& fastest() const;
   const Prediction* find(int bits, const std::string& mode) const;

@@ -226,3 +226,22 @@ TEST(CostModel, CalibrationFromMetrics) {
 
 }  // namespace
 }  // namespace halogen::plan
+
+namespace halogen::plan {
+namespace {
+
+// The gradient values a rank sends: all of them, or PowerSGD's factors where the trainer's rule
+// compresses (Coauthor-CS, GCN 2 x 256: the 6805 x 256 input weight is compressed, the 256 x 15
+// output weight is narrower than 4 x rank and travels whole, as do the biases).
+TEST(CostModel, GradientValuesFollowThePowerSgdRule) {
+  const std::vector<int64_t> dims = {6805, 256, 15};
+  EXPECT_EQ(gradient_values(dims, 1, 0), 6805 * 256 + 256 + 256 * 15 + 15);
+  EXPECT_EQ(gradient_values(dims, 1, 4), (6805 + 256) * 4 + 256 + 256 * 15 + 15);
+  // SAGE has two weight matrices per layer, both compressed alike.
+  EXPECT_EQ(gradient_values(dims, 2, 4), 2 * (6805 + 256) * 4 + 256 + 2 * 256 * 15 + 15);
+  // A rank so large that nothing saves half: everything whole.
+  EXPECT_EQ(gradient_values(dims, 1, 100), gradient_values(dims, 1, 0));
+}
+
+}  // namespace
+}  // namespace halogen::plan

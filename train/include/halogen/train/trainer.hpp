@@ -98,7 +98,10 @@ struct TrainOptions {
   bool grad_powersgd = false;
   int grad_rank = 4;
   bool skip_exchange = false;  // benchmark floor: compute only, halos left stale from epoch 0
-  bool progress = true;        // one line per epoch on rank 0
+  /// Benchmark floor: weight gradients are not summed over ranks (each rank steps alone), so
+  /// with skip_exchange nothing but a few scalars travels (--skip-comm).
+  bool skip_gradient_allreduce = false;
+  bool progress = true;  // one line per epoch on rank 0
 
   /// Checks ranges; throws halogen::Error naming the option.
   void validate() const;
