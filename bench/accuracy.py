@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Accuracy of halogen on the shared real datasets: test accuracy at the best validation
 epoch, mean and standard deviation over seeds, for fp32 GCN and GraphSAGE, GCN with 8-bit
-and 1-bit halo exchange, synchronous and stale (S = 1), and GAT (2 layers, fp32 and 1-bit
+and 1-bit halo exchange, synchronous and stale (S = 1), GCN with PowerSGD gradients, and GAT (2 layers, fp32 and 1-bit
 stale; 4 layers on Amazon-Photo for the stability check). Every run uses P ranks on one
 METIS partition per dataset. Prints a markdown table and writes CSV + markdown next to it.
 
@@ -37,6 +37,8 @@ CONFIGS = [
     ("gcn 8-bit sync", ["--model", "gcn", "--bits-fwd", "8", "--bits-bwd", "8"]),
     ("gcn 1-bit sync", ["--model", "gcn", "--bits-fwd", "1", "--bits-bwd", "1"]),
     ("gcn 1-bit stale S=1", ["--model", "gcn", *STALE_1BIT]),
+    # Weight gradients compressed with PowerSGD (rank 4, the default rank) against exact ones.
+    ("gcn fp32 sync powersgd r4", ["--model", "gcn", "--grad-compression", "powersgd", "--grad-rank", "4"]),
     ("gat fp32 sync", ["--model", "gat"], GAT, ["cora", "citeseer"]),
     ("gat 1-bit stale S=1", ["--model", "gat", *STALE_1BIT], GAT, ["cora", "citeseer"]),
     # Stability: 4 layers with 1-bit, stale halos, and a synchronous epoch every second epoch
