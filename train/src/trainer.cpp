@@ -1546,8 +1546,10 @@ void prepare_process(Communicator& comm, const TrainOptions& options, int& node_
   HALOGEN_CHECK_MPI(MPI_Comm_size(world, &size));
   std::vector<Placement> all(static_cast<size_t>(rank == 0 ? size : 0));
   HALOGEN_CHECK_MPI(MPI_Gather(&mine, sizeof(Placement), MPI_BYTE, all.data(), sizeof(Placement), MPI_BYTE, 0, world));
+  // One line per rank up to 64 ranks; beyond that one line per host (the first rank there).
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
     const Placement& p = all[static_cast<size_t>(r)];
+    if (size > 64 && p.local_rank != 0) continue;
     log::info("placement: rank {} on host {}, node-local rank {} of {}, {} cores, device {}, wait {}", r, p.host,
               p.local_rank, p.local_size, p.cores, p.device, p.wait);
   }
