@@ -6,6 +6,8 @@
 
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
+#include "halogen/partition/generate.hpp"
+#include "halogen/partition/partitioner.hpp"
 #include "halogen/train/memory_plan.hpp"
 #include "halogen/train/trainer.hpp"
 #include "kernels/aggregate.hpp"
@@ -139,6 +141,41 @@ TEST(Gemm, RowSplitAcrossThreadsAllTransposes) {
         }
     }
   }
+}
+
+// One memory model with the device as a parameter: a GPU run's estimate counts the device's
+// tensors (no host runtime or shard), and fp16 activations take half the bytes of fp32 ones.
+TEST(MemoryPlan, DeviceIsAParameter) {
+  SbmOptions o;
+  o.num_nodes = 3000;
+  o.feature_dim = 64;
+  o.seed = 3;
+  const Dataset ds = generate_sbm(o);
+  PartitionOptions p;
+  p.num_parts = 2;
+  const auto shards = build_shards(ds, partition_graph(ds, p), 2);
+  TrainOptions t;
+  t.layers = 3;
+  t.hidden = 256;
+  const auto item = [](const MemoryEstimate& e, const std::string& what) {
+    for (const auto& i : e.items)
+      if (i.what == what) return i.bytes;
+    return uint64_t{0};
+  };
+  const MemoryEstimate cpu = estimate_training_memory(shards[0], t);
+  t.device = Device::kCuda;
+  const MemoryEstimate gpu32 = estimate_training_memory(shards[0], t);
+  t.precision = Precision::kFp16;
+  const MemoryEstimate gpu16 = estimate_training_memory(shards[0], t);
+  EXPECT_EQ(cpu.device, Device::kCpu);
+  EXPECT_EQ(gpu32.device, Device::kCuda);
+  EXPECT_GT(item(cpu, "runtime"), 0u);
+  EXPECT_EQ(item(gpu32, "runtime"), 0u);
+  EXPECT_EQ(item(gpu32, "shard"), 0u);
+  EXPECT_GT(item(gpu32, "activations"), 0u);
+  // Activations in fp16, but for the fp32 logits and their gradient.
+  EXPECT_LT(item(gpu16, "activations"), item(gpu32, "activations") * 6 / 10);
+  EXPECT_GT(item(gpu16, "activations"), item(gpu32, "activations") * 4 / 10);
 }
 
 TEST(MemoryPlan, ParsesLimits) {
