@@ -16,13 +16,25 @@ namespace halogen {
 
 namespace {
 
-void gemm_direct(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+// Reductions over many nodes (weight gradients: op(A) = A^T with k = rows) are summed in
+// blocks of kReduceBlock rows, each block by the BLAS in fp32 and the blocks in fp64: the
+// rounding then depends far less on how the rows are ordered or split over ranks (node order,
+// partition), which keeps P ranks within the exactness tolerance of 1 rank. Block boundaries
+// are fixed multiples of kReduceBlock, so the result still does not depend on the threads.
+constexpr int64_t kReduceBlock = 512;
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
   // OpenBLAS runs single-threaded (set_compute_threads); the rows of C are split across the
   // OpenMP threads instead. Its own thread pool would spin against OpenMP's on few cores, and
   // this way every element of C is computed whole by one thread: the result does not depend
-  // on the thread count.
+  // on the thread count. One parallel region per call (no barrier per block: on an
+  // oversubscribed node every barrier can cost a time slice).
   const int threads = m >= 64 ? omp_get_max_threads() : 1;
+  const bool blocked = trans_a && k > kReduceBlock;
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -32,43 +44,32 @@ void gemm_direct(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
       const float* a_block = trans_a ? a + begin : a + begin * lda;
       float* c_block = c + begin * ldc;
       const int64_t rows = end - begin;
+      auto sgemm = [&](const float* ab, const float* bb, int64_t kk, float bt, float* cb, int64_t ldcb) {
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                    static_cast<blasint>(rows), static_cast<blasint>(n), static_cast<blasint>(kk), alpha, ab,
+                    static_cast<blasint>(lda), bb, static_cast<blasint>(ldb), bt, cb, static_cast<blasint>(ldcb));
+      };
       if (k == 0) {
         for (int64_t i = 0; i < rows; ++i)
           for (int64_t j = 0; j < n; ++j) c_block[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c_block[i * ldc + j];
+      } else if (!blocked) {
+        sgemm(a_block, b, k, beta, c_block, ldc);
       } else {
-        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                    static_cast<blasint>(rows), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a_block,
-                    static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c_block, static_cast<blasint>(ldc));
+        std::vector<float> part(static_cast<size_t>(rows * n));
+        std::vector<double> acc(static_cast<size_t>(rows * n), 0.0);
+        for (int64_t k0 = 0; k0 < k; k0 += kReduceBlock) {
+          const int64_t kb = std::min(kReduceBlock, k - k0);
+          sgemm(a_block + k0 * lda, trans_b ? b + k0 : b + k0 * ldb, kb, 0.0f, part.data(), n);
+          for (size_t i = 0; i < acc.size(); ++i) acc[i] += part[i];
+        }
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            const double prior = beta == 0.0f ? 0.0 : static_cast<double>(beta) * c_block[i * ldc + j];
+            c_block[i * ldc + j] = static_cast<float>(acc[static_cast<size_t>(i * n + j)] + prior);
+          }
       }
     }
   }
-}
-
-// Reductions over many nodes (weight gradients, op(A) = A^T with k = rows) are summed in
-// blocks of kReduceBlock rows, each block by the BLAS in fp32 and the blocks in fp64: the
-// rounding then depends far less on how the rows are ordered or split over ranks (node order,
-// partition), which keeps P ranks within the exactness tolerance of 1 rank.
-constexpr int64_t kReduceBlock = 512;
-
-}  // namespace
-
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (!trans_a || k <= kReduceBlock) return gemm_direct(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  std::vector<float> part(static_cast<size_t>(m * n));
-  std::vector<double> acc(static_cast<size_t>(m * n), 0.0);
-  for (int64_t k0 = 0; k0 < k; k0 += kReduceBlock) {
-    const int64_t kb = std::min(kReduceBlock, k - k0);
-    gemm_direct(true, trans_b, m, n, kb, alpha, a + k0 * lda, lda, trans_b ? b + k0 : b + k0 * ldb, ldb, 0.0f,
-                part.data(), n);
-    for (size_t i = 0; i < acc.size(); ++i) acc[i] += part[i];
-  }
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      const double prior = beta == 0.0f ? 0.0 : static_cast<double>(beta) * c[i * ldc + j];
-      c[i * ldc + j] = static_cast<float>(acc[static_cast<size_t>(i * n + j)] + prior);
-    }
 }
 
 void set_compute_threads(int threads) {
