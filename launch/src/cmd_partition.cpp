@@ -14,27 +14,30 @@ namespace halogen::cli {
 int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
   po::options_description opts("partition options");
   std::string dataset, out, method = "metis", objective = "vol", balance = "nodes,train,edges";
+  std::string node_order = to_string(kDefaultNodeOrder);
   PartitionOptions popt;
   int hidden = 256, layers = 2;
   bool overwrite = false;
-  opts.add_options()
-      ("dataset", po::value(&dataset)->required(), "dataset directory (halogen binary or OGB raw)")
-      ("parts,p", po::value(&popt.num_parts)->required(), "number of parts (= MPI ranks of training)")
-      ("out,o", po::value(&out)->required(), "output directory for the shards and partition.json")
-      ("method", po::value(&method)->default_value(method), "metis | ptscotch (run under mpirun) | random")
-      ("objective", po::value(&objective)->default_value(objective), "vol (communication volume) | cut (edge cut)")
-      ("balance", po::value(&balance)->default_value(balance), "constraints to balance: any of nodes,train,edges")
-      ("imbalance", po::value(&popt.imbalance)->default_value(popt.imbalance), "allowed max/avg load per constraint")
-      ("seed", po::value(&popt.seed)->default_value(popt.seed), "partitioner seed")
-      ("hidden", po::value(&hidden)->default_value(hidden), "hidden size for the report's halo byte estimates")
-      ("layers", po::value(&layers)->default_value(layers), "layers for the report's halo byte estimates")
-      ("overwrite", po::bool_switch(&overwrite), "replace an existing, different partition in --out");
+  opts.add_options()("dataset", po::value(&dataset)->required(), "dataset directory (halogen binary or OGB raw)")(
+      "parts,p", po::value(&popt.num_parts)->required(), "number of parts (= MPI ranks of training)")(
+      "out,o", po::value(&out)->required(), "output directory for the shards and partition.json")(
+      "method", po::value(&method)->default_value(method), "metis | ptscotch (run under mpirun) | random")(
+      "objective", po::value(&objective)->default_value(objective), "vol (communication volume) | cut (edge cut)")(
+      "balance", po::value(&balance)->default_value(balance), "constraints to balance: any of nodes,train,edges")(
+      "imbalance", po::value(&popt.imbalance)->default_value(popt.imbalance), "allowed max/avg load per constraint")(
+      "seed", po::value(&popt.seed)->default_value(popt.seed), "partitioner seed")(
+      "node-order", po::value(&node_order)->default_value(node_order),
+      "order of each shard's nodes for memory locality: degree | rcm | global (ascending id)")(
+      "hidden", po::value(&hidden)->default_value(hidden), "hidden size for the report's halo byte estimates")(
+      "layers", po::value(&layers)->default_value(layers), "layers for the report's halo byte estimates")(
+      "overwrite", po::bool_switch(&overwrite), "replace an existing, different partition in --out");
   po::positional_options_description pos;
   pos.add("dataset", 1);
   po::variables_map vm;
   if (!parse("partition", "DATASET --parts P --out DIR [options]", opts, pos, args, vm)) return 0;
   popt.method = parse_partition_method(method);
   popt.objective = parse_partition_objective(objective);
+  popt.node_order = parse_node_order(node_order);
   popt.balance_train = balance.find("train") != std::string::npos;
   popt.balance_edges = balance.find("edges") != std::string::npos;
 

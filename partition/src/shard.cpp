@@ -1,7 +1,7 @@
 // Shards: building them from an assignment, their binary file format, validation, and the
 // partition directory writer.
 //
-// Shard file format (version 1), all integers little-endian:
+// Shard file format (version 2), all integers little-endian:
 //   [0, 128)        ShardHeader: magic "HLGNSHRD", version, section count, identity and
 //                   counts, total file size, XXH3-64 of header + section table
 //   [128, ...)      section table: one SectionEntry {id, element bytes, offset, bytes, XXH3-64
@@ -9,6 +9,10 @@
 //   then            each section's payload at a 64-byte aligned offset; the gaps are zero
 //                   bytes (checked on load, so no byte of the file goes unchecked)
 // A loaded shard's arrays point straight into the (memory-mapped) bytes.
+// Version 2 adds the node order (header field `node_order`, formerly reserved and zero): owned
+// nodes may be in any order (reorder.hpp), halo nodes within an owner follow the owner's
+// order. Shards in the global order are written as version 1 (identical bytes); version 1
+// files are read as NodeOrder::kGlobalId; any other version is refused naming the file.
 #include "halogen/partition/shard.hpp"
 
 #include <fcntl.h>
@@ -27,6 +31,7 @@
 #include "halogen/core/io.hpp"
 #include "halogen/core/log.hpp"
 #include "halogen/partition/partitioner.hpp"
+#include "halogen/partition/reorder.hpp"
 
 namespace halogen {
 
@@ -54,26 +59,36 @@ void check_assignment(const Dataset& ds, std::span<const int32_t> part_of, int n
                   bad < 0 ? 0 : part_of[static_cast<size_t>(bad)], num_parts);
 }
 
+// A different node order is a different local numbering: checkpoints of one must not resume
+// on the other. kGlobalId keeps version 1's fingerprint.
+uint64_t ordered_partition_id(uint64_t fingerprint, NodeOrder order) {
+  if (order == NodeOrder::kGlobalId) return fingerprint;
+  const uint64_t mix[2] = {fingerprint, static_cast<uint64_t>(order)};
+  return XXH3_64bits(mix, sizeof(mix));
+}
+
 // What every shard of one partition shares: owned lists, halo lists and global degrees.
 struct PartitionLayout {
   int num_parts = 1;
-  std::vector<int64_t> owned_offsets;              // num_parts + 1 into owned_nodes
-  HostBuffer<NodeId> owned_nodes;                  // grouped by part, ascending within a part
-  HostBuffer<int32_t> owned_local;                 // global id -> local id within its part
-  std::vector<std::vector<NodeId>> halo;           // per part: grouped by owner, ascending
+  std::vector<int64_t> owned_offsets;     // num_parts + 1 into owned_nodes
+  HostBuffer<NodeId> owned_nodes;         // grouped by part, in `order` within a part
+  HostBuffer<int32_t> owned_local;        // global id -> local id within its part
+  std::vector<std::vector<NodeId>> halo;  // per part: grouped by owner, owner's order
+  NodeOrder order = NodeOrder::kGlobalId;
   std::vector<std::vector<int32_t>> halo_offsets;  // per part: num_parts + 1
   HostBuffer<int32_t> in_degree, out_degree;       // global, without self loops
   int64_t train_count = 0, valid_count = 0, test_count = 0;
   uint64_t partition_id = 0;
 };
 
-PartitionLayout make_layout(const Dataset& ds, std::span<const int32_t> part_of, int num_parts) {
+PartitionLayout make_layout(const Dataset& ds, std::span<const int32_t> part_of, int num_parts, NodeOrder order) {
   ds.validate();
   check_assignment(ds, part_of, num_parts);
   const CsrGraph& g = ds.graph;
   const int64_t n = g.num_nodes();
   PartitionLayout L;
   L.num_parts = num_parts;
+  L.order = order;
 
   // Rows must be sorted and unique: a row's order is the aggregation order.
   int64_t unsorted_row = -1;
@@ -104,6 +119,19 @@ PartitionLayout make_layout(const Dataset& ds, std::span<const int32_t> part_of,
       const int64_t pos = fill[static_cast<size_t>(p)]++;
       L.owned_nodes[static_cast<size_t>(pos)] = static_cast<NodeId>(v);
       L.owned_local[static_cast<size_t>(v)] = static_cast<int32_t>(pos - L.owned_offsets[static_cast<size_t>(p)]);
+    }
+  }
+  // Locality order within each part (the lists above are ascending, which kGlobalId keeps).
+  if (order != NodeOrder::kGlobalId) {
+    for (int p = 0; p < num_parts; ++p) {
+      const int64_t begin = L.owned_offsets[static_cast<size_t>(p)], end = L.owned_offsets[static_cast<size_t>(p) + 1];
+      NodeId* seg = L.owned_nodes.data() + begin;
+      const std::vector<NodeId> ordered =
+          order_nodes(g, {seg, static_cast<size_t>(end - begin)}, part_of, static_cast<int32_t>(p), order);
+      for (int64_t i = 0; i < end - begin; ++i) {
+        seg[i] = ordered[static_cast<size_t>(i)];
+        L.owned_local[static_cast<size_t>(seg[i])] = static_cast<int32_t>(i);
+      }
     }
   }
 
@@ -145,9 +173,11 @@ PartitionLayout make_layout(const Dataset& ds, std::span<const int32_t> part_of,
 #pragma omp critical(halogen_halo_merge)
       halo.insert(halo.end(), mine.begin(), mine.end());
     }
+    // Grouped by owner, then in the owner's local order (ascending global id for kGlobalId),
+    // so that the owner's send list is ascending in its local ids.
     std::sort(halo.begin(), halo.end(), [&](NodeId a, NodeId b) {
       const int32_t pa = part_of[static_cast<size_t>(a)], pb = part_of[static_cast<size_t>(b)];
-      return pa != pb ? pa < pb : a < b;
+      return pa != pb ? pa < pb : L.owned_local[static_cast<size_t>(a)] < L.owned_local[static_cast<size_t>(b)];
     });
     std::vector<int32_t>& offsets = L.halo_offsets[static_cast<size_t>(p)];
     offsets.assign(static_cast<size_t>(num_parts) + 1, 0);
@@ -161,7 +191,7 @@ PartitionLayout make_layout(const Dataset& ds, std::span<const int32_t> part_of,
   L.train_count = ds.count(SplitRole::kTrain);
   L.valid_count = ds.count(SplitRole::kValid);
   L.test_count = ds.count(SplitRole::kTest);
-  L.partition_id = partition_fingerprint(ds, part_of, num_parts);
+  L.partition_id = partition_fingerprint(ds, part_of, num_parts, order);
   return L;
 }
 
@@ -189,6 +219,7 @@ Shard build_one(const Dataset& ds, std::span<const int32_t> part_of, const Parti
   s.part = p;
   s.num_parts = P;
   s.partition_id = L.partition_id;
+  s.node_order = L.order;
   s.dataset_name = ds.name;
   s.global_num_nodes = ds.num_nodes();
   s.global_num_edges = g.num_edges();
@@ -230,8 +261,12 @@ Shard build_one(const Dataset& ds, std::span<const int32_t> part_of, const Parti
     }
   }
 
-  // Transposed structure by a counting sort over rows in ascending order, which is
-  // ascending global id of the row.
+  // Transposed structure by a counting sort over rows in ascending global id (the order the
+  // backward pass sums in, whatever the local order).
+  std::vector<int32_t> rows_by_global(static_cast<size_t>(num_owned));
+  for (int32_t r = 0; r < num_owned; ++r) rows_by_global[static_cast<size_t>(r)] = r;
+  if (L.order != NodeOrder::kGlobalId)
+    std::sort(rows_by_global.begin(), rows_by_global.end(), [&](int32_t a, int32_t b) { return owned[a] < owned[b]; });
   HostBuffer<EdgeIdx> t_offsets(static_cast<size_t>(num_local) + 1);
   t_offsets.zero();
   for (EdgeIdx e = 0; e < num_entries; ++e) t_offsets[static_cast<size_t>(cols[static_cast<size_t>(e)]) + 1]++;
@@ -240,7 +275,7 @@ Shard build_one(const Dataset& ds, std::span<const int32_t> part_of, const Parti
   {
     HostBuffer<EdgeIdx> fill(static_cast<size_t>(num_local));
     if (num_local > 0) std::memcpy(fill.data(), t_offsets.data(), static_cast<size_t>(num_local) * sizeof(EdgeIdx));
-    for (int32_t r = 0; r < num_owned; ++r) {
+    for (const int32_t r : rows_by_global) {
       for (EdgeIdx e = row_offsets[static_cast<size_t>(r)]; e < row_offsets[static_cast<size_t>(r) + 1]; ++e) {
         t_indices[static_cast<size_t>(fill[static_cast<size_t>(cols[static_cast<size_t>(e)])]++)] = r;
       }
@@ -251,7 +286,7 @@ Shard build_one(const Dataset& ds, std::span<const int32_t> part_of, const Parti
   s.t_offsets = ArrayRef<EdgeIdx>(std::move(t_offsets));
   s.t_indices = ArrayRef<int32_t>(std::move(t_indices));
 
-  // Send list to q = the p-owned segment of q's halo, which is in ascending global id.
+  // Send list to q = the p-owned segment of q's halo, which is in p's local order.
   HostBuffer<int32_t> send_offsets(static_cast<size_t>(P) + 1);
   send_offsets[0] = 0;
   for (int q = 0; q < P; ++q) {
@@ -299,7 +334,8 @@ Shard build_one(const Dataset& ds, std::span<const int32_t> part_of, const Parti
 // ---------------------------------------------------------------------------------------
 
 constexpr char kShardMagic[8] = {'H', 'L', 'G', 'N', 'S', 'H', 'R', 'D'};
-constexpr uint32_t kShardVersion = 1;
+constexpr uint32_t kShardVersion = 2;
+constexpr uint32_t kOldestShardVersion = 1;  // version 1: no node order (ascending global ids)
 constexpr uint64_t kSectionAlign = 64;
 
 struct ShardHeader {
@@ -315,7 +351,7 @@ struct ShardHeader {
   int32_t num_classes;
   int32_t num_owned;
   int32_t num_halo;
-  int32_t reserved0;
+  uint32_t node_order;  // NodeOrder; version 1: reserved, zero
   int64_t global_train_count;
   int64_t global_valid_count;
   int64_t global_test_count;
@@ -408,7 +444,9 @@ ShardLayout layout_shard(const Shard& s) {
   }
   ShardHeader& h = out.header;
   std::memcpy(h.magic, kShardMagic, sizeof(kShardMagic));
-  h.version = kShardVersion;
+  // A shard in the global order is exactly a version 1 shard: written as one, byte for byte,
+  // so that builds before node orders still read it.
+  h.version = s.node_order == NodeOrder::kGlobalId ? kOldestShardVersion : kShardVersion;
   h.num_sections = kNumSections;
   h.part = s.part;
   h.num_parts = s.num_parts;
@@ -418,6 +456,7 @@ ShardLayout layout_shard(const Shard& s) {
   h.feature_dim = s.feature_dim;
   h.num_classes = s.num_classes;
   h.num_owned = s.num_owned;
+  h.node_order = static_cast<uint32_t>(s.node_order);
   h.num_halo = s.num_halo;
   h.global_train_count = s.global_train_count;
   h.global_valid_count = s.global_valid_count;
@@ -464,8 +503,8 @@ void emit_shard(ShardLayout& lay, Write&& write) {
 // Public API
 // ---------------------------------------------------------------------------------------
 
-std::vector<Shard> build_shards(const Dataset& ds, std::span<const int32_t> part_of, int num_parts) {
-  const PartitionLayout layout = make_layout(ds, part_of, num_parts);
+std::vector<Shard> build_shards(const Dataset& ds, std::span<const int32_t> part_of, int num_parts, NodeOrder order) {
+  const PartitionLayout layout = make_layout(ds, part_of, num_parts, order);
   HostBuffer<int32_t> halo_slot(static_cast<size_t>(ds.num_nodes()));
   std::vector<Shard> shards;
   shards.reserve(static_cast<size_t>(num_parts));
@@ -473,7 +512,7 @@ std::vector<Shard> build_shards(const Dataset& ds, std::span<const int32_t> part
   return shards;
 }
 
-uint64_t partition_fingerprint(const Dataset& ds, std::span<const int32_t> part_of, int num_parts) {
+uint64_t partition_fingerprint(const Dataset& ds, std::span<const int32_t> part_of, int num_parts, NodeOrder order) {
   // Dataset identity is its name, counts and content (structure, features, labels, split):
   // two partitions with equal fingerprints have byte-identical shards.
   XXH3_state_t* st = XXH3_createState();
@@ -498,7 +537,7 @@ uint64_t partition_fingerprint(const Dataset& ds, std::span<const int32_t> part_
   add(part_of.data(), part_of.size_bytes());
   const uint64_t d = XXH3_64bits_digest(st);
   XXH3_freeState(st);
-  return d;
+  return ordered_partition_id(d, order);
 }
 
 std::string serialize_shard(const Shard& shard) {
@@ -518,10 +557,11 @@ Shard deserialize_shard(const std::byte* data, size_t size, std::shared_ptr<cons
   HALOGEN_EXPECTS(std::memcmp(h.magic, kShardMagic, sizeof(kShardMagic)) == 0,
                   "'{}' is not a halogen shard file (magic '{}', expected 'HLGNSHRD')", source,
                   std::string(h.magic, strnlen(h.magic, sizeof(h.magic))));
-  HALOGEN_EXPECTS(h.version == kShardVersion, "'{}' has shard format version {}, this build reads version {}", source,
-                  h.version, kShardVersion);
+  HALOGEN_EXPECTS(h.version >= kOldestShardVersion && h.version <= kShardVersion,
+                  "'{}' has shard format version {}, this build reads versions {} to {} (re-run halogen partition)",
+                  source, h.version, kOldestShardVersion, kShardVersion);
   HALOGEN_EXPECTS(h.num_sections == kNumSections, "'{}': header lists {} sections, version {} has {}", source,
-                  h.num_sections, kShardVersion, static_cast<uint32_t>(kNumSections));
+                  h.num_sections, h.version, static_cast<uint32_t>(kNumSections));
   const size_t table_end = sizeof(ShardHeader) + sizeof(SectionEntry) * kNumSections;
   HALOGEN_EXPECTS(size >= table_end, "'{}' is truncated: {} bytes, header and section table need {}", source, size,
                   table_end);
@@ -533,8 +573,10 @@ Shard deserialize_shard(const std::byte* data, size_t size, std::shared_ptr<cons
                   size, h.file_bytes);
   // Reserved fields are written as zero; anything else is a file from a later format revision
   // that reused them, which this build would misread.
-  HALOGEN_EXPECTS(h.reserved0 == 0 && h.reserved[0] == 0 && h.reserved[1] == 0,
+  HALOGEN_EXPECTS((h.version >= 2 || h.node_order == 0) && h.reserved[0] == 0 && h.reserved[1] == 0,
                   "'{}': reserved header fields are not zero (written by a newer halogen?)", source);
+  HALOGEN_EXPECTS(h.node_order <= static_cast<uint32_t>(NodeOrder::kRcm),
+                  "'{}': unknown node order {} (written by a newer halogen?)", source, h.node_order);
 
   // The arrays point into the bytes; realign (one copy) if the caller's buffer is not.
   if (reinterpret_cast<uintptr_t>(data) % kSectionAlign != 0) {
@@ -552,10 +594,10 @@ Shard deserialize_shard(const std::byte* data, size_t size, std::shared_ptr<cons
                     "'{}': section table entry {} has id {} and element size {}, expected '{}' with size {}", source, i,
                     e.id, e.element_bytes, name, kSectionElementBytes[i]);
     // Written as bytes <= size - offset: offset + bytes could wrap around for a corrupt entry.
-    HALOGEN_EXPECTS(e.offset == expected_offset && e.bytes % e.element_bytes == 0 && e.offset <= size &&
-                        e.bytes <= size - e.offset,
-                    "'{}': section '{}' at offset {} with {} bytes is out of place (expected offset {}, file {} bytes)",
-                    source, name, e.offset, e.bytes, expected_offset, size);
+    HALOGEN_EXPECTS(
+        e.offset == expected_offset && e.bytes % e.element_bytes == 0 && e.offset <= size && e.bytes <= size - e.offset,
+        "'{}': section '{}' at offset {} with {} bytes is out of place (expected offset {}, file {} bytes)", source,
+        name, e.offset, e.bytes, expected_offset, size);
     if (verify_checksums) {
       HALOGEN_EXPECTS(XXH3_64bits(data + e.offset, e.bytes) == e.checksum, "'{}': checksum mismatch in section '{}'",
                       source, name);
@@ -583,6 +625,7 @@ Shard deserialize_shard(const std::byte* data, size_t size, std::shared_ptr<cons
   s.part = h.part;
   s.num_parts = h.num_parts;
   s.partition_id = h.partition_id;
+  s.node_order = static_cast<NodeOrder>(h.node_order);
   s.dataset_name.assign(reinterpret_cast<const char*>(data + table[kDatasetName].offset), table[kDatasetName].bytes);
   s.global_num_nodes = h.global_num_nodes;
   s.global_num_edges = h.global_num_edges;
@@ -678,9 +721,9 @@ void Shard::validate() const {
   expect_size("send_offsets", send_offsets.size(), static_cast<size_t>(P) + 1);
   // num_owned * feature_dim may overflow for a corrupt header: compare by division instead.
   HALOGEN_EXPECTS(feature_dim >= 0 && (num_owned == 0 ? features.empty()
-                                                        : features.size() % static_cast<size_t>(num_owned) == 0 &&
-                                                              features.size() / static_cast<size_t>(num_owned) ==
-                                                                  static_cast<size_t>(feature_dim)),
+                                                      : features.size() % static_cast<size_t>(num_owned) == 0 &&
+                                                            features.size() / static_cast<size_t>(num_owned) ==
+                                                                static_cast<size_t>(feature_dim)),
                   "shard {}: features has {} entries, expected {} owned nodes x {} features", part, features.size(),
                   num_owned, feature_dim);
   expect_size("labels", labels.size(), static_cast<size_t>(num_owned));
@@ -691,33 +734,57 @@ void Shard::validate() const {
   check_offsets(part, "t_offsets", t_offsets, t_indices.size());
   check_offsets(part, "send_offsets", send_offsets, send_indices.size());
 
-  // Owned: ascending, in range.
+  // Owned: in range, distinct; ascending in the global order. `sorted_owned` is owned_global
+  // sorted, `rows_by_global` the local rows in ascending global id.
+  const bool global_order = node_order == NodeOrder::kGlobalId;
   for (int32_t i = 0; i < num_owned; ++i) {
-    HALOGEN_EXPECTS(
-        owned_global[i] >= 0 && owned_global[i] < global_num_nodes && (i == 0 || owned_global[i - 1] < owned_global[i]),
-        "shard {}: owned_global[{}] = {} is out of range or not ascending", part, i, owned_global[i]);
+    HALOGEN_EXPECTS(owned_global[i] >= 0 && owned_global[i] < global_num_nodes &&
+                        (!global_order || i == 0 || owned_global[i - 1] < owned_global[i]),
+                    "shard {}: owned_global[{}] = {} is out of range or not ascending", part, i, owned_global[i]);
   }
-  // Halo: grouped by owner (offsets), ascending within an owner, none owned here.
+  std::vector<int32_t> rows_by_global(static_cast<size_t>(num_owned));
+  for (int32_t r = 0; r < num_owned; ++r) rows_by_global[static_cast<size_t>(r)] = r;
+  if (!global_order) {
+    std::sort(rows_by_global.begin(), rows_by_global.end(),
+              [&](int32_t a, int32_t b) { return owned_global[a] < owned_global[b]; });
+  }
+  std::vector<NodeId> sorted_owned(static_cast<size_t>(num_owned));
+  for (int32_t i = 0; i < num_owned; ++i)
+    sorted_owned[static_cast<size_t>(i)] = owned_global[rows_by_global[static_cast<size_t>(i)]];
+  for (int32_t i = 1; i < num_owned; ++i) {
+    HALOGEN_EXPECTS(sorted_owned[static_cast<size_t>(i) - 1] < sorted_owned[static_cast<size_t>(i)],
+                    "shard {}: owned node {} appears twice in owned_global", part,
+                    sorted_owned[static_cast<size_t>(i)]);
+  }
+  // Halo: grouped by owner (offsets), distinct (ascending within an owner in the global
+  // order), none owned here.
   for (int q = 0; q < P; ++q) {
     HALOGEN_EXPECTS(q != part || halo_offsets[q] == halo_offsets[q + 1], "shard {}: has halo nodes owned by itself",
                     part);
     for (int32_t i = halo_offsets[q]; i < halo_offsets[q + 1]; ++i) {
       const NodeId u = halo_global[i];
-      HALOGEN_EXPECTS(u >= 0 && u < global_num_nodes && (i == halo_offsets[q] || halo_global[i - 1] < u),
-                      "shard {}: halo_global[{}] = {} (owner {}) is out of range or not ascending within its owner",
-                      part, i, u, q);
-      HALOGEN_EXPECTS(!std::binary_search(owned_global.begin(), owned_global.end(), u),
+      HALOGEN_EXPECTS(
+          u >= 0 && u < global_num_nodes && (!global_order || i == halo_offsets[q] || halo_global[i - 1] < u),
+          "shard {}: halo_global[{}] = {} (owner {}) is out of range or not ascending within its owner", part, i, u, q);
+      HALOGEN_EXPECTS(!std::binary_search(sorted_owned.begin(), sorted_owned.end(), u),
                       "shard {}: halo node {} is also owned by this part", part, u);
     }
+  }
+  if (!global_order) {
+    std::vector<NodeId> sorted_halo(halo_global.begin(), halo_global.end());
+    std::sort(sorted_halo.begin(), sorted_halo.end());
+    HALOGEN_EXPECTS(std::adjacent_find(sorted_halo.begin(), sorted_halo.end()) == sorted_halo.end(),
+                    "shard {}: a halo node appears twice in halo_global", part);
   }
   auto global_of = [&](int32_t local) -> NodeId {
     return local < num_owned ? owned_global[local] : halo_global[local - num_owned];
   };
 
   // CSR: columns local, ordered by ascending global id; global in-degree equals the row
-  // length without the self loop.
+  // length without the self loop. Rows are visited in ascending global id, the order of the
+  // transposed structure's entries.
   std::vector<EdgeIdx> t_cursor(t_offsets.begin(), t_offsets.end());
-  for (int32_t r = 0; r < num_owned; ++r) {
+  for (const int32_t r : rows_by_global) {
     int32_t non_self = 0;
     for (EdgeIdx e = row_offsets[r]; e < row_offsets[r + 1]; ++e) {
       const int32_t c = col_indices[static_cast<size_t>(e)];
@@ -727,8 +794,8 @@ void Shard::validate() const {
                       "shard {}: row {} (global {}) is not ordered by ascending global id at entry {}", part, r,
                       owned_global[r], e - row_offsets[r]);
       non_self += (c != r);
-      // The transposed structure must list exactly these entries in ascending row order,
-      // which is the order rows are visited here.
+      // The transposed structure must list exactly these entries in ascending global id of
+      // the row, which is the order rows are visited here.
       const EdgeIdx pos = t_cursor[static_cast<size_t>(c)]++;
       HALOGEN_EXPECTS(pos < t_offsets[static_cast<size_t>(c) + 1] && t_indices[static_cast<size_t>(pos)] == r,
                       "shard {}: transposed structure of local node {} does not match the CSR at row {}", part, c, r);
@@ -848,7 +915,7 @@ nlohmann::json write_partition(const Dataset& ds, std::span<const int32_t> part_
                   hidden, layers);
   fs::path dir = fs::absolute(out_dir).lexically_normal();
   if (dir.filename().empty()) dir = dir.parent_path();
-  const uint64_t id = partition_fingerprint(ds, part_of, P);
+  const uint64_t id = partition_fingerprint(ds, part_of, P, options.node_order);
 
   auto make_report = [&]() {
     nlohmann::json report = partition_report(ds, part_of, P, hidden, layers);
@@ -859,6 +926,7 @@ nlohmann::json write_partition(const Dataset& ds, std::span<const int32_t> part_
                        : options.method == PartitionMethod::kPtScotch ? "ptscotch"
                                                                       : "random";
     report["objective"] = options.objective == PartitionObjective::kVolume ? "volume" : "cut";
+    report["node_order"] = to_string(options.node_order);
     report["balance_train"] = options.balance_train;
     report["balance_edges"] = options.balance_edges;
     report["imbalance_target"] = options.imbalance;
@@ -912,7 +980,7 @@ nlohmann::json write_partition(const Dataset& ds, std::span<const int32_t> part_
   HALOGEN_EXPECTS(!ec, "cannot create '{}': {}", tmp.string(), ec.message());
 
   {
-    const PartitionLayout layout = make_layout(ds, part_of, P);
+    const PartitionLayout layout = make_layout(ds, part_of, P, options.node_order);
     HostBuffer<int32_t> halo_slot(static_cast<size_t>(ds.num_nodes()));
     for (int p = 0; p < P; ++p) {
       const Shard shard = build_one(ds, part_of, layout, p, halo_slot);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -23,9 +24,9 @@ namespace halogen {
 namespace {
 
 namespace fs = std::filesystem;
+using test::error_of;
 using test::expect_reassembles;
 using test::expect_send_lists_mirror_halos;
-using test::error_of;
 
 template <typename T>
 std::vector<T> vec(const ArrayRef<T>& a) {
@@ -79,12 +80,12 @@ std::vector<int32_t> metis_parts(const Dataset& ds, int parts) {
   return partition_graph(ds, o);
 }
 
-
 // ------------------------------------------------------------------------------------------
 
 TEST(Shards, TinyLayoutFollowsTheNumberingRules) {
   const Dataset ds = tiny_dataset();
-  const auto shards = build_shards(ds, kTinyParts, 3);
+  // The global node order (format version 1's numbering); other orders below.
+  const auto shards = build_shards(ds, kTinyParts, 3, NodeOrder::kGlobalId);
   ASSERT_EQ(shards.size(), 3u);
   const Shard& s = shards[0];
   EXPECT_EQ(vec(s.owned_global), (std::vector<NodeId>{0, 1, 7}));
@@ -114,7 +115,7 @@ TEST(Shards, TinyLayoutFollowsTheNumberingRules) {
 
 TEST(Shards, ValidateCatchesBrokenOrderingAndStructure) {
   const Dataset ds = tiny_dataset();
-  const Shard good = build_shards(ds, kTinyParts, 3)[0];
+  const Shard good = build_shards(ds, kTinyParts, 3, NodeOrder::kGlobalId)[0];
   ASSERT_NO_THROW(good.validate());
 
   Shard swapped = good;  // row of node 7 in local order {4, 5} instead of global order
@@ -306,6 +307,7 @@ INSTANTIATE_TEST_SUITE_P(Partition, MetisVsRandom,
 // ------------------------------------------------------------------------------------------
 
 void expect_same_shard(const Shard& a, const Shard& b) {
+  EXPECT_EQ(a.node_order, b.node_order);
   EXPECT_EQ(a.part, b.part);
   EXPECT_EQ(a.num_parts, b.num_parts);
   EXPECT_EQ(a.partition_id, b.partition_id);
@@ -352,6 +354,88 @@ TEST(ShardFormat, SerializeDeserializeRoundTrip) {
     std::memcpy(shifted.data() + 1, bytes->data(), bytes->size());
     expect_same_shard(s, deserialize_shard(shifted.data() + 1, bytes->size(), nullptr, "shifted"));
   }
+}
+
+// Node orders (reorder.hpp): owned nodes permuted for locality, halo within an owner in the
+// owner's order, everything else as in the global order: same nodes, same rows in the same
+// global order, send lists that mirror the halos, and a different partition id.
+TEST(NodeOrders, ShardsOfEveryOrderHoldTheSamePartition) {
+  SbmOptions so;
+  so.num_nodes = 3000;
+  so.power_law = true;
+  so.feature_dim = 5;
+  const Dataset ds = generate_sbm(so);
+  for (int parts : {1, 3}) {
+    const auto part_of = metis_parts(ds, parts);
+    const auto base = build_shards(ds, part_of, parts, NodeOrder::kGlobalId);
+    for (NodeOrder order : {NodeOrder::kDegree, NodeOrder::kRcm}) {
+      SCOPED_TRACE(testing::Message() << to_string(order) << " P=" << parts);
+      const auto shards = build_shards(ds, part_of, parts, order);
+      expect_reassembles(ds, shards);
+      expect_send_lists_mirror_halos(shards);
+      for (int p = 0; p < parts; ++p) {
+        const Shard& s = shards[static_cast<size_t>(p)];
+        const Shard& b = base[static_cast<size_t>(p)];
+        EXPECT_EQ(s.node_order, order);
+        EXPECT_NE(s.partition_id, b.partition_id);
+        auto owned = vec(s.owned_global);
+        EXPECT_NE(owned, vec(b.owned_global));  // really reordered
+        std::sort(owned.begin(), owned.end());
+        EXPECT_EQ(owned, vec(b.owned_global));
+        ASSERT_EQ(s.num_halo, b.num_halo);
+        EXPECT_EQ(vec(s.halo_offsets), vec(b.halo_offsets));
+        // Row of global node v: the same global ids in the same (ascending) order.
+        std::map<NodeId, int32_t> row_of;
+        for (int32_t r = 0; r < b.num_owned; ++r) row_of[b.owned_global[static_cast<size_t>(r)]] = r;
+        auto global_row = [](const Shard& sh, int32_t r) {
+          std::vector<NodeId> g;
+          for (EdgeIdx e = sh.row_offsets[static_cast<size_t>(r)]; e < sh.row_offsets[static_cast<size_t>(r) + 1];
+               ++e) {
+            const int32_t c = sh.col_indices[static_cast<size_t>(e)];
+            g.push_back(c < sh.num_owned ? sh.owned_global[static_cast<size_t>(c)]
+                                         : sh.halo_global[static_cast<size_t>(c - sh.num_owned)]);
+          }
+          return g;
+        };
+        for (int32_t r = 0; r < s.num_owned; ++r) {
+          const int32_t br = row_of.at(s.owned_global[static_cast<size_t>(r)]);
+          ASSERT_EQ(global_row(s, r), global_row(b, br));
+          ASSERT_EQ(s.labels[static_cast<size_t>(r)], b.labels[static_cast<size_t>(br)]);
+          ASSERT_EQ(s.in_degree[static_cast<size_t>(r)], b.in_degree[static_cast<size_t>(br)]);
+          for (int64_t j = 0; j < s.feature_dim; ++j)
+            ASSERT_EQ(s.features[static_cast<size_t>(r * s.feature_dim + j)],
+                      b.features[static_cast<size_t>(br * b.feature_dim + j)]);
+        }
+        auto bytes = std::make_shared<std::string>(serialize_shard(s));
+        const Shard back =
+            deserialize_shard(reinterpret_cast<const std::byte*>(bytes->data()), bytes->size(), bytes, "mem");
+        expect_same_shard(s, back);
+        EXPECT_EQ(back.node_order, order);
+      }
+    }
+    if (parts == 1) {  // degree order: non-increasing degree
+      const auto one = build_shards(ds, part_of, 1, NodeOrder::kDegree);
+      const Shard& s = one[0];
+      for (int32_t r = 1; r < s.num_owned; ++r)
+        ASSERT_GE(s.row_offsets[static_cast<size_t>(r)] - s.row_offsets[static_cast<size_t>(r) - 1],
+                  s.row_offsets[static_cast<size_t>(r) + 1] - s.row_offsets[static_cast<size_t>(r)]);
+    }
+  }
+  EXPECT_EQ(parse_node_order("rcm"), NodeOrder::kRcm);
+  EXPECT_NE(error_of([] { parse_node_order("metis"); }).find("unknown node order 'metis'"), std::string::npos);
+}
+
+// Version 1 files (written before node orders, committed as fuzz seeds) still load, in the
+// global order.
+TEST(ShardFormat, ReadsVersionOneFiles) {
+  const fs::path file = fs::path(HALOGEN_SOURCE_DIR) / "tests" / "fuzz" / "corpus" / "shard" / "sbm12-part0-of2";
+  const std::string bytes = read_text_file(file);
+  uint32_t version = 0;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  ASSERT_EQ(version, 1u);
+  const Shard s = read_shard(file);
+  EXPECT_EQ(s.node_order, NodeOrder::kGlobalId);
+  EXPECT_TRUE(std::is_sorted(s.owned_global.begin(), s.owned_global.end()));
 }
 
 TEST(ShardFormat, ReadShardPointsIntoTheMappingAndRejectsDamage) {
@@ -412,10 +496,11 @@ TEST(ShardFormat, ReadShardPointsIntoTheMappingAndRejectsDamage) {
   }
   {
     std::string bytes = good;
-    const uint32_t v2 = 2;
-    std::memcpy(bytes.data() + 8, &v2, 4);
+    const uint32_t v3 = 3;
+    std::memcpy(bytes.data() + 8, &v3, 4);
     auto [f, err] = damaged("version", bytes);
-    EXPECT_NE(err.find("version 2"), std::string::npos) << err;
+    EXPECT_NE(err.find("version 3"), std::string::npos) << err;
+    EXPECT_NE(err.find(f), std::string::npos) << err;
   }
   {
     std::string bytes = good;

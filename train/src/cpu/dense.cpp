@@ -3,12 +3,27 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
+#include "cpu/philox_batch.hpp"  // quant/src: the batched Philox of the quantizer
 #include "halogen/core/error.hpp"
 
 namespace halogen {
+
+namespace {
+
+// Reductions over many nodes (weight gradients: op(A) = A^T with k = rows) are summed in
+// blocks of kReduceBlock rows, each block by the BLAS in fp32 and the blocks in fp64: the
+// rounding then depends far less on how the rows are ordered or split over ranks (node order,
+// partition), which keeps P ranks within the exactness tolerance of 1 rank. Block boundaries
+// are fixed multiples of kReduceBlock, so the result still does not depend on the threads.
+constexpr int64_t kReduceBlock = 512;
+
+}  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -16,8 +31,10 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   // OpenBLAS runs single-threaded (set_compute_threads); the rows of C are split across the
   // OpenMP threads instead. Its own thread pool would spin against OpenMP's on few cores, and
   // this way every element of C is computed whole by one thread: the result does not depend
-  // on the thread count.
+  // on the thread count. One parallel region per call (no barrier per block: on an
+  // oversubscribed node every barrier can cost a time slice).
   const int threads = m >= 64 ? omp_get_max_threads() : 1;
+  const bool blocked = trans_a && k > kReduceBlock;
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -27,13 +44,29 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
       const float* a_block = trans_a ? a + begin : a + begin * lda;
       float* c_block = c + begin * ldc;
       const int64_t rows = end - begin;
+      auto sgemm = [&](const float* ab, const float* bb, int64_t kk, float bt, float* cb, int64_t ldcb) {
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                    static_cast<blasint>(rows), static_cast<blasint>(n), static_cast<blasint>(kk), alpha, ab,
+                    static_cast<blasint>(lda), bb, static_cast<blasint>(ldb), bt, cb, static_cast<blasint>(ldcb));
+      };
       if (k == 0) {
         for (int64_t i = 0; i < rows; ++i)
           for (int64_t j = 0; j < n; ++j) c_block[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c_block[i * ldc + j];
+      } else if (!blocked) {
+        sgemm(a_block, b, k, beta, c_block, ldc);
       } else {
-        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                    static_cast<blasint>(rows), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a_block,
-                    static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c_block, static_cast<blasint>(ldc));
+        std::vector<float> part(static_cast<size_t>(rows * n));
+        std::vector<double> acc(static_cast<size_t>(rows * n), 0.0);
+        for (int64_t k0 = 0; k0 < k; k0 += kReduceBlock) {
+          const int64_t kb = std::min(kReduceBlock, k - k0);
+          sgemm(a_block + k0 * lda, trans_b ? b + k0 : b + k0 * ldb, kb, 0.0f, part.data(), n);
+          for (size_t i = 0; i < acc.size(); ++i) acc[i] += part[i];
+        }
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            const double prior = beta == 0.0f ? 0.0 : static_cast<double>(beta) * c_block[i * ldc + j];
+            c_block[i * ldc + j] = static_cast<float>(acc[static_cast<size_t>(i * n + j)] + prior);
+          }
       }
     }
   }
@@ -45,42 +78,108 @@ void set_compute_threads(int threads) {
   omp_set_num_threads(threads);
 }
 
-void dropout_apply(float* x, int64_t rows, int64_t cols, int64_t ld, const int32_t* global_ids, float p,
-                   const DropoutKey& key) {
-  if (p <= 0.0f) return;
+namespace {
+
+// One row of dropout: the row's Philox words (counter (epoch, layer, node, block), 8 values per
+// block) drawn 8 blocks at a time on vector lanes (quant/src/cpu/philox_batch.hpp: the same
+// bits as RngStream::bits, checked by tests/quant/test_quantize_isa.cpp), then a branch-free
+// mask (a data-dependent branch mispredicts half the time at p = 0.5). Compiled for three ISAs
+// and chosen at run time; all give the same bits.
+struct DropoutRow {
+  uint32_t key0, key1, epoch, layer, threshold;
+  float keep_scale;
+};
+
+template <typename V>
+[[gnu::always_inline]] inline void dropout_row(const DropoutRow& d, uint32_t node, const float* src, float* dst,
+                                               int64_t cols, uint32_t* words) {
+  const int64_t blocks = (cols + 7) / 8;
+  for (int64_t b = 0; b < blocks; b += 8)
+    quant::detail::philox4x32_10_batch<V, 8>(d.epoch, d.layer, node, static_cast<uint32_t>(b), d.key0, d.key1,
+                                             words + 4 * b);
+  const uint16_t* u16 = reinterpret_cast<const uint16_t*>(words);
+  const uint32_t threshold = d.threshold;
+  const float keep_scale = d.keep_scale;
+  for (int64_t j = 0; j < cols; ++j) dst[j] = src[j] * (static_cast<float>(u16[j] >= threshold) * keep_scale);
+}
+
+using DropoutRowFn = void (*)(const DropoutRow&, uint32_t, const float*, float*, int64_t, uint32_t*);
+
+void dropout_row_default(const DropoutRow& d, uint32_t node, const float* src, float* dst, int64_t cols,
+                         uint32_t* words) {
+  dropout_row<quant::detail::U64x2>(d, node, src, dst, cols, words);
+}
+#if HALOGEN_QUANT_X86
+[[gnu::target("avx2")]] void dropout_row_avx2(const DropoutRow& d, uint32_t node, const float* src, float* dst,
+                                              int64_t cols, uint32_t* words) {
+  dropout_row<quant::detail::U64x4>(d, node, src, dst, cols, words);
+}
+[[gnu::target("avx512f,avx512vl,avx512bw,avx512dq")]] void dropout_row_avx512(const DropoutRow& d, uint32_t node,
+                                                                              const float* src, float* dst,
+                                                                              int64_t cols, uint32_t* words) {
+  dropout_row<quant::detail::U64x8>(d, node, src, dst, cols, words);
+}
+#endif
+
+DropoutRowFn pick_dropout_row() {
+  static const DropoutRowFn fn = [] {
+#if HALOGEN_QUANT_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq"))
+      return &dropout_row_avx512;
+    if (__builtin_cpu_supports("avx2")) return &dropout_row_avx2;
+#endif
+    return &dropout_row_default;
+  }();
+  return fn;
+}
+
+}  // namespace
+
+void dropout_copy(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t cols,
+                  const int32_t* global_ids, float p, const DropoutKey& key) {
+  if (p <= 0.0f) {
+    if (src != dst) {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * ldd, src + i * lds, static_cast<size_t>(cols) * 4);
+    }
+    return;
+  }
   HALOGEN_EXPECTS(p < 1.0f, "dropout probability must be in [0, 1), got {}", p);
   const RngStream rng = RngStream::make(key.seed, RngPurpose::kDropout);
   // One 16-bit uniform per value: a Philox call yields 8 decisions. p is applied as
   // round(p * 65536) / 65536 (exact for the usual 0.1, 0.25, 0.5, within 2^-17 otherwise).
-  const uint32_t threshold = static_cast<uint32_t>(std::lround(static_cast<double>(p) * 65536.0));
-  const float keep_scale = 1.0f / (1.0f - p);
+  DropoutRow d;
+  d.key0 = rng.key0;
+  d.key1 = rng.key1;
+  d.epoch = key.epoch;
+  d.layer = key.layer;
+  d.threshold = static_cast<uint32_t>(std::lround(static_cast<double>(p) * 65536.0));
+  d.keep_scale = 1.0f / (1.0f - p);
   const int64_t blocks = (cols + 7) / 8;
+  const DropoutRowFn fn = pick_dropout_row();
 #pragma omp parallel
   {
-    HostBuffer<uint32_t> words(static_cast<size_t>(blocks) * 4);
+    HostBuffer<uint32_t> words(static_cast<size_t>((blocks + 7) / 8 * 8) * 4);
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < rows; ++i) {
-      float* xi = x + i * ld;
-      const uint32_t node = static_cast<uint32_t>(global_ids[i]);
-      uint32_t* w = words.data();
-      for (int64_t b = 0; b < blocks; ++b) {
-        const Philox4x32 r = rng.bits(key.epoch, key.layer, node, static_cast<uint32_t>(b));
-        w[4 * b] = r.v[0];
-        w[4 * b + 1] = r.v[1];
-        w[4 * b + 2] = r.v[2];
-        w[4 * b + 3] = r.v[3];
-      }
-      const uint16_t* u16 = reinterpret_cast<const uint16_t*>(w);
-      // Branch-free (a data-dependent branch mispredicts half the time at p = 0.5).
-#pragma omp simd
-      for (int64_t j = 0; j < cols; ++j) xi[j] *= static_cast<float>(u16[j] >= threshold) * keep_scale;
-    }
+    for (int64_t i = 0; i < rows; ++i)
+      fn(d, static_cast<uint32_t>(global_ids[i]), src + i * lds, dst + i * ldd, cols, words.data());
   }
 }
 
+void dropout_apply(float* x, int64_t rows, int64_t cols, int64_t ld, const int32_t* global_ids, float p,
+                   const DropoutKey& key) {
+  if (p <= 0.0f) return;
+  dropout_copy(x, ld, x, ld, rows, cols, global_ids, p, key);
+}
+
 void add_column_sums(const float* x, int64_t rows, int64_t cols, float* sums) {
+  // fp64 over the rows (a reduction over nodes, see kReduceBlock), rounded once.
+  std::vector<double> acc(static_cast<size_t>(cols), 0.0);
   for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) sums[j] += x[i * cols + j];
+    for (int64_t j = 0; j < cols; ++j) acc[static_cast<size_t>(j)] += x[i * cols + j];
+  for (int64_t j = 0; j < cols; ++j) sums[j] = static_cast<float>(sums[j] + acc[static_cast<size_t>(j)]);
 }
 
 void relu_inplace(float* x, int64_t n) {

@@ -52,14 +52,20 @@ GatStructure build_gat_structure(int64_t rows, int64_t num_src, const int64_t* o
     }
     (interior ? s.interior_rows : s.boundary_rows).push_back(static_cast<int32_t>(r));
   }
-  // Transposed: per source, its entries in ascending row order (a counting sort over rows).
+  // Transposed: per source, its entries in ascending global id of the row (a counting sort
+  // over rows in that order), so the backward sums run in one order whatever the node order.
+  std::vector<int32_t> rows_by_gid(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) rows_by_gid[static_cast<size_t>(r)] = static_cast<int32_t>(r);
+  if (!std::is_sorted(owned_gid, owned_gid + rows))
+    std::sort(rows_by_gid.begin(), rows_by_gid.end(),
+              [&](int32_t x, int32_t y) { return owned_gid[x] < owned_gid[y]; });
   s.t_offsets.assign(static_cast<size_t>(num_src) + 1, 0);
   for (int32_t c : s.indices) s.t_offsets[static_cast<size_t>(c) + 1]++;
   for (int64_t c = 0; c < num_src; ++c) s.t_offsets[static_cast<size_t>(c) + 1] += s.t_offsets[static_cast<size_t>(c)];
   s.t_rows.resize(s.indices.size());
   s.t_entry.resize(s.indices.size());
   std::vector<int64_t> fill(s.t_offsets.begin(), s.t_offsets.end() - 1);
-  for (int64_t r = 0; r < rows; ++r) {
+  for (const int32_t r : rows_by_gid) {
     for (int64_t e = s.offsets[static_cast<size_t>(r)]; e < s.offsets[static_cast<size_t>(r) + 1]; ++e) {
       const int64_t pos = fill[static_cast<size_t>(s.indices[static_cast<size_t>(e)])]++;
       s.t_rows[static_cast<size_t>(pos)] = static_cast<int32_t>(r);

@@ -50,8 +50,7 @@ void InputMatrix::prepare(float p, const DropoutKey& key, const int32_t* global_
   if (!dropped_) return;
   if (!sparse_) {
     dense_dropped_.resize(dense_.size());
-    std::memcpy(dense_dropped_.data(), dense_.data(), dense_.size() * sizeof(float));
-    dropout_apply(dense_dropped_.data(), rows_, cols_, cols_, global_ids, p, key);
+    dropout_copy(dense_.data(), cols_, dense_dropped_.data(), cols_, rows_, cols_, global_ids, p, key);
     return;
   }
   // The same mask as dropout_apply: value j of a row uses 16-bit word j of the row's Philox
@@ -105,7 +104,8 @@ void InputMatrix::multiply(const float* w, int64_t n, float beta, float* y, int6
 
 void InputMatrix::multiply_transposed(const float* dy, int64_t n, float* dw) const {
   if (!sparse_) {
-    gemm(true, false, cols_, n, rows_, 1.0f, dropped_ ? dense_dropped_.data() : dense_.data(), cols_, dy, n, 0.0f, dw, n);
+    gemm(true, false, cols_, n, rows_, 1.0f, dropped_ ? dense_dropped_.data() : dense_.data(), cols_, dy, n, 0.0f, dw,
+         n);
     return;
   }
   const float* val = dropped_ ? val_dropped_.data() : val_.data();

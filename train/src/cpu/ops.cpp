@@ -46,8 +46,10 @@ void add_column_sums<kDevCpu>(const ExecContext&, const TensorView& x, const Ten
   if (x.contiguous()) return halogen::add_column_sums(f32(x), x.rows, x.cols, f32(sums));
   float* s = f32(sums);
   const float* v = f32(x);
+  std::vector<double> acc(static_cast<size_t>(x.cols), 0.0);  // as halogen::add_column_sums
   for (int64_t i = 0; i < x.rows; ++i)
-    for (int64_t j = 0; j < x.cols; ++j) s[j] += v[i * x.ld + j];
+    for (int64_t j = 0; j < x.cols; ++j) acc[static_cast<size_t>(j)] += v[i * x.ld + j];
+  for (int64_t j = 0; j < x.cols; ++j) s[j] = static_cast<float>(s[j] + acc[static_cast<size_t>(j)]);
 }
 
 template <>

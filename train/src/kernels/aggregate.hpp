@@ -35,6 +35,7 @@ struct AggregateArgs {
   float* out = nullptr;
   int64_t ldo = 0;
   int64_t cols = 0;
+  int64_t tile_cols = 0;  // CPU: columns per pass over the rows (0: the default, 16)
 };
 
 template <Device D>

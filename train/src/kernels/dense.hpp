@@ -27,6 +27,9 @@ struct DropoutKey {
 };
 void dropout_apply(float* x, int64_t rows, int64_t cols, int64_t ld, const int32_t* global_ids, float p,
                    const DropoutKey& key);
+/// dst = dropout(src), the same mask as dropout_apply, in one pass (p = 0: a copy).
+void dropout_copy(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t cols,
+                  const int32_t* global_ids, float p, const DropoutKey& key);
 
 /// sums[j] += sum over rows of x[i, j] (x rows x cols, dense): bias gradients.
 void add_column_sums(const float* x, int64_t rows, int64_t cols, float* sums);

@@ -2,16 +2,17 @@
 // and the report.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
 
-#include <mpi.h>
-#include <nlohmann/json.hpp>
-
 #include "halogen/partition/dataset.hpp"
+#include "halogen/partition/reorder.hpp"
 
 namespace halogen {
 
@@ -27,6 +28,8 @@ struct PartitionOptions {
   bool balance_edges = true;
   double imbalance = 1.05;  // allowed max/avg per constraint
   uint64_t seed = 1;
+  // Order of each shard's owned nodes (reorder.hpp); applied when shards are written.
+  NodeOrder node_order = kDefaultNodeOrder;
 };
 
 PartitionMethod parse_partition_method(const std::string& s);
@@ -43,8 +46,8 @@ std::vector<int32_t> partition_graph_distributed(const Dataset& ds, const Partit
 
 /// Partition report (JSON): per part owned/train/local edges/halo/peers, edge cut,
 /// imbalance per constraint, halo bytes per epoch per layer at 32/16/8/4/2/1 bits.
-nlohmann::json partition_report(const Dataset& ds, std::span<const int32_t> part_of, int num_parts,
-                                int hidden, int layers);
+nlohmann::json partition_report(const Dataset& ds, std::span<const int32_t> part_of, int num_parts, int hidden,
+                                int layers);
 /// Human-readable table of a report.
 std::string format_partition_report(const nlohmann::json& report);
 

@@ -1,10 +1,11 @@
 // A shard: everything one rank needs to train on its part of the graph.
 //
-// Local node numbering: owned nodes are 0 .. num_owned-1, in ascending global id; halo nodes
-// are num_owned .. num_owned+num_halo-1, grouped by owning part (ascending part), and within
-// one owner in ascending global id. So the rows that part p sends to this part land
-// contiguously in halo slots [halo_offsets[p], halo_offsets[p+1]) and in the same order as
-// p's send list to this part (also ascending global id).
+// Local node numbering: owned nodes are 0 .. num_owned-1, in the shard's node order
+// (`node_order`, reorder.hpp: ascending global id, or an order that puts neighbours close in
+// memory); halo nodes are num_owned .. num_owned+num_halo-1, grouped by owning part (ascending
+// part), and within one owner in the owner's local order. So the rows that part p sends to
+// this part land contiguously in halo slots [halo_offsets[p], halo_offsets[p+1]) and in the
+// same order as p's send list to this part (ascending in p's local ids).
 //
 // Local CSR (rows = owned nodes, rows list in-neighbours as local ids in [0, num_owned +
 // num_halo)): within each row, entries are ordered by ascending *global* id of the
@@ -13,7 +14,7 @@
 //
 // Transposed structure (rows = all local nodes [owned | halo], entries = owned local rows r
 // whose CSR row contains that node), ordered by ascending global id of r; the backward pass
-// of aggregation reads it.
+// of aggregation reads it. Both orders of summation are thus independent of the node order.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include "halogen/core/array.hpp"
 #include "halogen/partition/dataset.hpp"
 #include "halogen/partition/graph.hpp"
+#include "halogen/partition/reorder.hpp"
 
 namespace halogen {
 
@@ -31,7 +33,8 @@ struct Shard {
   // --- identity ---
   int32_t part = 0;
   int32_t num_parts = 1;
-  uint64_t partition_id = 0;     // same for every shard of one partition; differs otherwise
+  uint64_t partition_id = 0;                    // same for every shard of one partition; differs otherwise
+  NodeOrder node_order = NodeOrder::kGlobalId;  // order of the owned nodes (and of halo within an owner)
   std::string dataset_name;
   int64_t global_num_nodes = 0;
   int64_t global_num_edges = 0;  // stored directed entries of the whole graph
@@ -44,27 +47,27 @@ struct Shard {
   // --- nodes ---
   int32_t num_owned = 0;
   int32_t num_halo = 0;
-  ArrayRef<NodeId> owned_global;    // num_owned, ascending
-  ArrayRef<NodeId> halo_global;     // num_halo, grouped by owner then ascending
-  ArrayRef<int32_t> halo_offsets;   // num_parts + 1; halo slots owned by part p
+  ArrayRef<NodeId> owned_global;   // num_owned, in node_order
+  ArrayRef<NodeId> halo_global;    // num_halo, grouped by owner then in the owner's order
+  ArrayRef<int32_t> halo_offsets;  // num_parts + 1; halo slots owned by part p
   // Global in-/out-degrees (of the symmetrised graph without self loops) of [owned | halo].
-  ArrayRef<int32_t> in_degree;      // num_owned + num_halo
-  ArrayRef<int32_t> out_degree;     // num_owned + num_halo
+  ArrayRef<int32_t> in_degree;   // num_owned + num_halo
+  ArrayRef<int32_t> out_degree;  // num_owned + num_halo
 
   // --- structure ---
-  ArrayRef<EdgeIdx> row_offsets;    // num_owned + 1
-  ArrayRef<int32_t> col_indices;    // local ids
-  ArrayRef<EdgeIdx> t_offsets;      // num_owned + num_halo + 1
-  ArrayRef<int32_t> t_indices;      // owned local rows
+  ArrayRef<EdgeIdx> row_offsets;  // num_owned + 1
+  ArrayRef<int32_t> col_indices;  // local ids
+  ArrayRef<EdgeIdx> t_offsets;    // num_owned + num_halo + 1
+  ArrayRef<int32_t> t_indices;    // owned local rows
 
   // --- send lists: owned rows part q needs from this part, ascending global id ---
-  ArrayRef<int32_t> send_offsets;   // num_parts + 1
-  ArrayRef<int32_t> send_indices;   // local owned ids
+  ArrayRef<int32_t> send_offsets;  // num_parts + 1
+  ArrayRef<int32_t> send_indices;  // local owned ids
 
   // --- per owned node data ---
-  ArrayRef<float> features;         // num_owned x feature_dim
-  ArrayRef<int32_t> labels;         // num_owned
-  ArrayRef<uint8_t> split;          // num_owned, SplitRole
+  ArrayRef<float> features;  // num_owned x feature_dim
+  ArrayRef<int32_t> labels;  // num_owned
+  ArrayRef<uint8_t> split;   // num_owned, SplitRole
 
   int32_t num_local() const noexcept { return num_owned + num_halo; }
   int64_t num_local_edges() const noexcept { return static_cast<int64_t>(col_indices.size()); }
@@ -76,10 +79,14 @@ struct Shard {
 
 /// Builds all shards of a partition in memory. `part_of[v]` in [0, num_parts).
 /// `partition_id` identifies the partition (see partition_fingerprint).
-std::vector<Shard> build_shards(const Dataset& ds, std::span<const int32_t> part_of, int num_parts);
+std::vector<Shard> build_shards(const Dataset& ds, std::span<const int32_t> part_of, int num_parts,
+                                NodeOrder order = kDefaultNodeOrder);
 
-/// A stable fingerprint of (dataset identity, assignment).
-uint64_t partition_fingerprint(const Dataset& ds, std::span<const int32_t> part_of, int num_parts);
+/// A stable fingerprint of (dataset identity, assignment, node order). The node order is mixed
+/// in unless it is kGlobalId, which keeps format version 1's fingerprint: a different local
+/// numbering is a different partition (checkpoints of one do not resume on the other).
+uint64_t partition_fingerprint(const Dataset& ds, std::span<const int32_t> part_of, int num_parts,
+                               NodeOrder order = kDefaultNodeOrder);
 
 /// Serialises a shard to bytes (versioned header, section table, XXH3 checksum per section).
 std::string serialize_shard(const Shard& shard);
