@@ -97,16 +97,18 @@ int cmd_predict(int argc, char** argv, const std::vector<std::string>& args) {
   // Probabilities (softmax of the logits, in fp64) and the predicted class of every owned node.
   std::vector<float> probabilities(static_cast<size_t>(owned * C));
   std::vector<int32_t> predicted(static_cast<size_t>(owned));
+  std::vector<double> shifted(static_cast<size_t>(C));
   for (int64_t i = 0; i < owned; ++i) {
     const float* z = l.result.logits.data() + i * C;
     int64_t best = 0;
     for (int64_t c = 1; c < C; ++c)
       if (z[c] > z[best]) best = c;
+    // exp once per class (fp64), then normalised.
     double sum = 0.0;
-    for (int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(z[c]) - z[best]);
     for (int64_t c = 0; c < C; ++c)
-      probabilities[static_cast<size_t>(i * C + c)] =
-          static_cast<float>(std::exp(static_cast<double>(z[c]) - z[best]) / sum);
+      sum += (shifted[static_cast<size_t>(c)] = std::exp(static_cast<double>(z[c]) - z[best]));
+    for (int64_t c = 0; c < C; ++c)
+      probabilities[static_cast<size_t>(i * C + c)] = static_cast<float>(shifted[static_cast<size_t>(c)] / sum);
     predicted[static_cast<size_t>(i)] = static_cast<int32_t>(best);
   }
   const std::filesystem::path out(out_dir);

@@ -87,10 +87,10 @@ std::string npy_header(const char* descr, const std::vector<int64_t>& shape) {
   return header + dict;
 }
 
-// Reads an fp32 .npy written by save_model (or NumPy: little-endian <f4, C order), checking it
+// Parses the bytes of an fp32 .npy written by save_model (or NumPy: little-endian <f4, C order), checking it
 // against the expected shape; errors name the file.
-std::vector<float> read_npy_f32(const std::filesystem::path& path, const std::vector<int64_t>& shape) {
-  const std::string bytes = read_text_file(path);
+std::vector<float> parse_npy_f32(const std::filesystem::path& path, const std::string& bytes,
+                                 const std::vector<int64_t>& shape) {
   HALOGEN_EXPECTS(bytes.size() >= 10 && bytes.compare(0, 6, "\x93NUMPY") == 0, "'{}' is not a .npy file",
                   path.string());
   const int major = static_cast<unsigned char>(bytes[6]);
@@ -261,7 +261,7 @@ SavedModel load_model(const std::filesystem::path& dir) {
       HALOGEN_EXPECTS(sum == entry.at("xxh64").get<std::string>(),
                       "'{}' is damaged: its checksum is {}, model.json says {}", file.string(), sum,
                       entry.at("xxh64").get<std::string>());
-      const std::vector<float> values = read_npy_f32(file, a.shape);
+      const std::vector<float> values = parse_npy_f32(file, bytes, a.shape);
       std::copy(values.begin(), values.end(), m.params.begin() + static_cast<std::ptrdiff_t>(a.offset));
     }
   } catch (const nlohmann::json::exception& e) {

@@ -219,7 +219,6 @@ class Trainer {
 
   // --- the step
   bool allreduce_and_step(double& loss_sum, int epoch, bool apply);
-  void allreduce_packed(int64_t count);
   // Layer-wise gradient all-reduce: starts the sum of layer l's gradients (fp32), and waits
   // for every layer's.
   void start_layer_gradients(int l);
@@ -295,8 +294,7 @@ class Trainer {
   // Parameters: fp32 master weights, gradients and Adam moments; their fp16 copy in fp16.
   Tensor params_, grads_, adam_m_, adam_v_, params_half_;
   int64_t adam_step_ = 0;
-  Tensor packed_;              // f64: gradients, loss, drift sums, overflow flag (one all-reduce)
-  HostBuffer<double> staged_;  // the packed values on the host when the communicator needs them there
+  Tensor packed_;  // f64: gradients, loss, drift sums, overflow flag (one all-reduce)
 
   LayerInput agg0_;         // precomputed aggregation of the input features (layer 0)
   LayerInput x0_;           // SAGE and GAT: the (normalised) input features of layer 0
@@ -326,11 +324,13 @@ class Trainer {
     size_t offset = 0;
     int64_t rows = 0, cols = 0;
     Tensor q, error;
+    Tensor p, approx;  // scratch of every step: P (rows x rank) and P Q^T (rows x cols)
   };
   std::vector<CompressedMatrix> compressed_;
   void plan_compression();
   void compress_gradient(CompressedMatrix& c);
   void allreduce_now(const TensorView& v);
+  HostBuffer<std::byte> staged_;  // allreduce_now's host copy when MPI carries GPU data
   HostBuffer<float> grad_host_;
   double grad_wait_s_ = 0.0;
   uint64_t grad_bytes_ = 0;
@@ -648,24 +648,31 @@ void Trainer::plan_compression() {
       copy(ctx(), TensorView::of(q.data(), m, r), c.q);
       c.error.reset(device_, DType::kF32, n, m);
       zero(ctx(), c.error);
+      c.p.reset(device_, DType::kF32, n, r);
+      c.approx.reset(device_, DType::kF32, n, m);
       synchronize(ctx());
       compressed_.push_back(std::move(c));
     }
   }
 }
 
-// A blocking sum over ranks of a small fp32 matrix (through the host where MPI needs it).
+// A blocking sum over ranks of a contiguous fp32 or fp64 tensor, in place (through the host
+// where MPI carries GPU data): the packed all-reduce and PowerSGD's factors.
 void Trainer::allreduce_now(const TensorView& v) {
+  HALOGEN_EXPECTS(v.contiguous() && (v.dtype == DType::kF32 || v.dtype == DType::kF64),
+                  "allreduce_now: a contiguous f32 or f64 tensor, got {}", to_string(v.dtype));
+  const ReduceDtype dtype = v.dtype == DType::kF32 ? ReduceDtype::kFloat32 : ReduceDtype::kFloat64;
+  synchronize(ctx());
   if (device_ == kDevCpu || comm_.takes_device_buffers()) {
-    synchronize(ctx());
-    comm_.allreduce_sum(v.data, static_cast<size_t>(v.numel()), ReduceDtype::kFloat32);
+    comm_.allreduce_sum(v.data, static_cast<size_t>(v.numel()), dtype);
     return;
   }
-  std::vector<float> host(static_cast<size_t>(v.numel()));
-  copy(ctx(), v, TensorView::of(host.data(), v.rows, v.cols));
+  staged_.resize(static_cast<size_t>(v.numel()) * v.element_bytes());
+  const TensorView host(staged_.data(), v.rows, v.cols, v.cols, kDevCpu, v.dtype);
+  copy(ctx(), v, host);
   synchronize(ctx());
-  comm_.allreduce_sum(std::span<float>(host));
-  copy(ctx(), TensorView::of(host.data(), v.rows, v.cols), v);
+  comm_.allreduce_sum(host.data, static_cast<size_t>(v.numel()), dtype);
+  copy(ctx(), host, v);
   synchronize(ctx());
 }
 
@@ -678,7 +685,7 @@ void Trainer::compress_gradient(CompressedMatrix& c) {
   const TensorView M =
       grads_.row_range(static_cast<int64_t>(c.offset), static_cast<int64_t>(c.offset) + n * m).reshaped(n, m);
   ops::axpy(ctx(), 1.0f, c.error, M);
-  Tensor P(device_, DType::kF32, n, r);
+  const Tensor& P = c.p;
   ops::gemm(ctx(), false, false, 1.0f, M, c.q, 0.0f, P);
   allreduce_now(P);
   // Gram-Schmidt on the columns of P, in fp64 on the host: the same input on every rank after
@@ -700,7 +707,7 @@ void Trainer::compress_gradient(CompressedMatrix& c) {
   copy(ctx(), TensorView::of(host.data(), n, r), P);
   ops::gemm(ctx(), true, false, 1.0f, M, P, 0.0f, c.q);
   allreduce_now(c.q);
-  Tensor approx(device_, DType::kF32, n, m);
+  const Tensor& approx = c.approx;
   ops::gemm(ctx(), false, true, 1.0f, P, c.q, 0.0f, approx);
   copy(ctx(), M, c.error);
   ops::axpy(ctx(), -1.0f / static_cast<float>(comm_.size()), approx, c.error);
@@ -1121,22 +1128,6 @@ void Trainer::drain_pending() {
 // Weight gradients, the loss, the adapter's drift sums and the fp16 overflow flag: summed over
 // ranks in fp64 in ONE collective, so the result does not depend on how the rows were split
 // and the step costs one round trip whatever the mode.
-void Trainer::allreduce_packed(int64_t count) {
-  const int64_t n = count;
-  if (device_ == kDevCpu || comm_.takes_device_buffers()) {
-    comm_.allreduce_sum(packed_.data(), static_cast<size_t>(n), ReduceDtype::kFloat64);
-    return;
-  }
-  staged_.resize(static_cast<size_t>(n));
-  const TensorView host = TensorView::of(staged_.data(), n, 1);
-  const TensorView packed = packed_.row_range(0, n);
-  copy(ctx(), packed, host);
-  synchronize(ctx());
-  comm_.allreduce_sum(std::span<double>(staged_.data(), staged_.size()));
-  copy(ctx(), host, packed);
-  synchronize(ctx());
-}
-
 bool Trainer::allreduce_and_step(double& loss_sum, int epoch, bool apply) {
   Stopwatch ar;
   const int64_t n = params_.numel();
@@ -1157,7 +1148,7 @@ bool Trainer::allreduce_and_step(double& loss_sum, int epoch, bool apply) {
     copy(ctx(), grads_, grads_f64);
     copy(ctx(), TensorView::of(scalars.data(), static_cast<int64_t>(scalars.size()), 1), tail);
     synchronize(ctx());
-    allreduce_packed(packed_.numel());
+    allreduce_now(packed_);
     grad_bytes_ += static_cast<uint64_t>(n) * sizeof(double);
     copy(ctx(), grads_f64, grads_);
     copy(ctx(), tail, TensorView::of(scalars.data(), static_cast<int64_t>(scalars.size()), 1));
