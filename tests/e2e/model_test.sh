@@ -11,16 +11,7 @@ set -uo pipefail
 halogen=$1; mpiexec=$2; shift 2; mpi_flags=("$@")
 source "$(dirname "$0")/device.sh"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-failures=0
-pass() { echo "ok: $1"; }
-fail() { echo "FAILED: $1"; failures=$((failures + 1)); }
-expect_error() {
-  local name=$1 pattern=$2; shift 2
-  timeout 120 "$@" >"$work/out" 2>&1; local rc=$?
-  if [ $rc -eq 124 ]; then fail "$name: hung"; return; fi
-  if [ $rc -eq 0 ]; then fail "$name: exited 0"; return; fi
-  if grep -qE -- "$pattern" "$work/out"; then pass "$name"; else fail "$name: output lacks /$pattern/"; cat "$work/out"; fi
-}
+source "$(dirname "$0")/lib.sh"
 # NumPy: Debian's python3-numpy (scripts/setup.sh) under /usr/bin/python3, or any python3 with it.
 py=""
 for candidate in /usr/bin/python3 python3; do
