@@ -13,4 +13,4 @@ mkdir -p "$work"
 mpi_flags=(--oversubscribe)
 [ "$(id -u)" -eq 0 ] && mpi_flags+=(--allow-run-as-root)
 mpirun -np 4 "${mpi_flags[@]}" ./build/halogen train --parts "$work/sbm-4parts" --model gcn --layers 2 \
-  --hidden 64 --epochs 50 --eval-every 5 --metrics "$work/metrics.jsonl"
+  --metrics "$work/metrics.jsonl" -q

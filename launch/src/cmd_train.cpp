@@ -29,7 +29,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "dataset", po::value(&dataset), "dataset directory: rank 0 partitions it with METIS and scatters the shards")(
       "model", po::value(&model)->default_value(model), "gcn | sage | gat")(
       "layers", po::value(&t.layers)->default_value(t.layers), "number of layers")(
-      "hidden", po::value(&t.hidden)->default_value(t.hidden), "hidden size (gat: per head)")(
+      "hidden", po::value<int>(), "hidden size (default: 64; gat: 8 per head)")(
       "heads", po::value(&t.heads)->default_value(t.heads), "gat: attention heads of hidden layers (concatenated)")(
       "out-heads", po::value(&t.out_heads)->default_value(t.out_heads),
       "gat: attention heads of the output layer (averaged)")("attn-dropout", po::value<float>(),
@@ -40,7 +40,10 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "gat: halo attention terms travel as fp32 | quantized (with the features, at --bits-fwd)")(
       "dropout", number(&t.dropout, t.dropout), "dropout probability")("lr", number(&t.lr, t.lr), "Adam learning rate")(
       "weight-decay", number(&t.weight_decay, t.weight_decay), "L2 weight decay on weights")(
-      "epochs", po::value(&t.epochs)->default_value(t.epochs), "training epochs")(
+      "epochs", po::value(&t.epochs)->default_value(t.epochs), "training epochs at most")(
+      "patience", po::value(&t.patience)->default_value(t.patience),
+      "stop when neither the validation accuracy nor the validation loss has improved for this many epochs (0: "
+      "train all --epochs); the best-validation epoch's weights are the model kept")(
       "seed", po::value(&t.seed)->default_value(t.seed), "seed of weights and dropout")(
       "eval-every", po::value(&t.eval_every)->default_value(t.eval_every), "evaluate every N epochs")(
       "metrics", po::value(&metrics), "write one JSON line per epoch and a summary to this file")(
@@ -59,15 +62,21 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
                                                                      "halo exchange: sync | overlap | stale")(
       "staleness", po::value(&t.staleness.staleness)->default_value(1),
       "stale mode: oldest halo usable, in epochs (S)")(
+      "stale-policy", po::value<std::string>(),
+      "stale mode: adaptive (stale epochs while the estimated error of the halos they use stays within "
+      "--stale-error-bound) | fixed (only --sync-every / --drift-threshold / --stale-smoothing); default: adaptive, "
+      "or fixed when one of those is given")(
+      "stale-error-bound", number(&t.staleness.error_bound, t.staleness.error_bound),
+      "adaptive stale policy: largest estimated relative error of the halos a stale epoch may use")(
       "sync-every", po::value(&t.staleness.sync_every)->default_value(0),
       "stale mode: force a synchronous epoch every k epochs (0 = never)")(
       "drift-threshold", po::value<double>(),
       "stale mode: force a synchronous epoch when the senders' relative embedding drift exceeds this")(
       "stale-smoothing", number(&t.staleness.smoothing, 0.0f),
       "stale mode: use g * previous + (1 - g) * received for halo rows and gradients (0 = off; 0.9 steadies deep "
-      "models)")("feature-norm", po::value<std::string>()->default_value("row"),
-                 "input feature normalisation: row (rows sum to 1) | none")("checkpoint-dir", po::value<std::string>(),
-                                                                            "write checkpoints into this directory")(
+      "models)")("feature-norm", po::value<std::string>()->default_value("l2"),
+                 "input feature normalisation: row (rows sum to 1) | l2 (rows of unit length) | none")(
+      "checkpoint-dir", po::value<std::string>(), "write checkpoints into this directory")(
       "checkpoint-every", po::value(&t.checkpoint_every)->default_value(0),
       "checkpoint every N epochs (0: only after the last)")("resume", po::value<std::string>(),
                                                             "continue from the newest checkpoint in this directory")(
@@ -98,6 +107,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   run_collectively(MPI_COMM_WORLD, "checking options", [&] {
     HALOGEN_EXPECTS(parts_dir.empty() != dataset.empty(), "train needs exactly one of --parts DIR or --dataset DIR");
     t.model = parse_model_kind(model);
+    t.hidden = vm.count("hidden") ? vm["hidden"].as<int>() : default_hidden(t.model);
     if (vm.count("attn-dropout")) {
       t.attn_dropout = vm["attn-dropout"].as<float>();
       HALOGEN_EXPECTS(t.attn_dropout >= 0.0f, "--attn-dropout must be in [0, 1), got {}", t.attn_dropout);
@@ -118,9 +128,18 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     if (vm.count("checkpoint-dir")) t.checkpoint_dir = vm["checkpoint-dir"].as<std::string>();
     if (vm.count("resume")) t.resume_dir = vm["resume"].as<std::string>();
     if (vm.count("drift-threshold")) t.staleness.drift_threshold = vm["drift-threshold"].as<double>();
-    const std::string norm = vm["feature-norm"].as<std::string>();
-    HALOGEN_EXPECTS(norm == "row" || norm == "none", "--feature-norm must be 'row' or 'none', got '{}'", norm);
-    t.row_normalize_features = norm == "row";
+    // The fixed rules are what a user asks for by giving one of them.
+    const bool fixed_rule =
+        !vm["sync-every"].defaulted() || vm.count("drift-threshold") || !vm["stale-smoothing"].defaulted();
+    if (vm.count("stale-policy")) {
+      t.staleness.policy = parse_stale_policy(vm["stale-policy"].as<std::string>());
+      HALOGEN_EXPECTS(!(t.staleness.policy == StalePolicy::kAdaptive && fixed_rule),
+                      "--sync-every, --drift-threshold and --stale-smoothing are rules of --stale-policy fixed, not "
+                      "adaptive");
+    } else if (fixed_rule) {
+      t.staleness.policy = StalePolicy::kFixed;
+    }
+    t.feature_norm = parse_feature_norm(vm["feature-norm"].as<std::string>());
     t.progress = !quiet;
     t.memory_limit = parse_memory_limit(vm["memory-limit"].as<std::string>());
     t.device = parse_device(device);
@@ -145,9 +164,11 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   run_collectively(MPI_COMM_WORLD, "checking shards", [&] { check_shards_consistent(shard, *comm); });
   result = train(shard, *comm, t);
   if (mpi.rank() == 0) {
-    std::printf("best val acc %.4f at epoch %d, test acc there %.4f, %.2f s total\n",
-                result.summary["best_val_acc"].get<double>(), result.summary["best_epoch"].get<int>(),
-                result.summary["test_acc_at_best_val"].get<double>(), result.summary["total_s"].get<double>());
+    const nlohmann::json& s = result.summary;
+    std::printf("best val acc %.4f at epoch %d, test acc there %.4f; %d epochs%s, %.2f s total\n",
+                s["best_val_acc"].get<double>(), s["best_epoch"].get<int>(), s["test_acc_at_best_val"].get<double>(),
+                s["epochs_run"].get<int>(), s["stopped_early"].get<bool>() ? " (stopped early)" : "",
+                s["total_s"].get<double>());
   }
   return 0;
 }

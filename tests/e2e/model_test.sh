@@ -46,7 +46,9 @@ import json, os, sys
 import numpy as np
 work, model = sys.argv[1], sys.argv[2]
 path = lambda *p: os.path.join(work, *p)
-reported = [json.loads(l) for l in open(path(model + ".jsonl")) if '"epoch"' in l and '"summary"' not in l][-1]
+# The model kept is the best-validation epoch's: its test accuracy is the summary's.
+summary = [json.loads(l) for l in open(path(model + ".jsonl")) if '"summary"' in l][-1]
+reported = {"test_acc": summary["test_acc_at_best_val"]}
 meta = json.load(open(path(model, "model.json")))
 # Weights: every array loads with the shape and dtype model.json states.
 for name, a in meta["arrays"].items():
@@ -86,8 +88,8 @@ printf '\x01' | dd of="$work/damaged/layer0.weight.npy" bs=1 seek=200 conv=notru
 expect_error "damaged weights" "layer0.weight.npy' is damaged" \
   "${one_rank[@]}" predict --model "$work/damaged" --dataset "$work/ds" --out "$work/x" "${device_flags[@]}"
 cp -r "$work/gcn" "$work/reshaped"
-sed -i 's/"hidden": 16/"hidden": 32/' "$work/reshaped/model.json"
-expect_error "model of another shape" "layer0.weight.npy' has shape \(24, 16\), the model needs \(24, 32\)" \
+sed -i 's/"hidden": 64/"hidden": 32/' "$work/reshaped/model.json"
+expect_error "model of another shape" "layer0.weight.npy' has shape \(24, 64\), the model needs \(24, 32\)" \
   "${one_rank[@]}" predict --model "$work/reshaped" --dataset "$work/ds" --out "$work/x" "${device_flags[@]}"
 rm "$work/reshaped/layer1.bias.npy"
 expect_error "missing array" "(layer0.weight.npy' has shape|layer1.bias.npy' is missing)" \

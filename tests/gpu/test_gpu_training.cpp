@@ -125,6 +125,7 @@ TEST_F(GpuTraining, GatMatchesCpuPath) {
       }(),
       1e-4);
   t.mode = ExchangeMode::kStale;
+  t.staleness.policy = StalePolicy::kFixed;
   t.bits_fwd = t.bits_bwd = {1};
   const auto cpu = run(t);
   t.device = Device::kCuda;
@@ -158,6 +159,7 @@ TEST_F(GpuTraining, OverlapEqualsSyncBitwise) {
 TEST_F(GpuTraining, StaleMatchesCpuPath) {
   auto t = options(ModelKind::kGcn, Device::kCpu);
   t.mode = ExchangeMode::kStale;
+  t.staleness.policy = StalePolicy::kFixed;
   t.staleness.staleness = 1;
   t.staleness.sync_every = 4;
   const auto cpu = run(t);
@@ -174,6 +176,7 @@ TEST_F(GpuTraining, StaleMatchesCpuPath) {
 TEST_F(GpuTraining, StaleSmoothingAndDriftMatchCpuPath) {
   auto t = options(ModelKind::kGcn, Device::kCpu);
   t.mode = ExchangeMode::kStale;
+  t.staleness.policy = StalePolicy::kFixed;
   t.staleness.smoothing = 0.5f;
   t.staleness.drift_threshold = 0.8;
   const auto cpu = run(t);
@@ -269,6 +272,7 @@ TEST_F(GpuTraining, ResumeIsBitIdentical) {
     t.precision = precision;
     if (variant == 2) {
       t.mode = ExchangeMode::kStale;
+      t.staleness.policy = StalePolicy::kFixed;
       t.bits_fwd = t.bits_bwd = {1};
       t.staleness.smoothing = 0.5f;
     }

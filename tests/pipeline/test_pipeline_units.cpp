@@ -15,6 +15,7 @@ namespace {
 
 TEST(Adapter, FirstEpochAndEveryK) {
   StalenessOptions o;
+  o.policy = StalePolicy::kFixed;
   o.staleness = 1;
   o.sync_every = 3;
   BoundedStalenessAdapter a(ExchangeMode::kStale, o);
@@ -28,6 +29,7 @@ TEST(Adapter, FirstEpochAndEveryK) {
 
 TEST(Adapter, DriftAboveThresholdForcesSync) {
   StalenessOptions o;
+  o.policy = StalePolicy::kFixed;
   o.drift_threshold = 0.05;
   BoundedStalenessAdapter a(ExchangeMode::kStale, o);
   const std::vector<double> calm = {0.01, 0.049}, drifting = {0.01, 0.051};
@@ -38,9 +40,56 @@ TEST(Adapter, DriftAboveThresholdForcesSync) {
   EXPECT_EQ(d.reason, SyncReason::kDrift);
   EXPECT_DOUBLE_EQ(d.max_drift, 0.051);
   // Without a threshold, drift never forces.
-  BoundedStalenessAdapter off(ExchangeMode::kStale, StalenessOptions{});
+  StalenessOptions fixed;
+  fixed.policy = StalePolicy::kFixed;
+  BoundedStalenessAdapter off(ExchangeMode::kStale, fixed);
   EXPECT_FALSE(off.drift_enabled());
   EXPECT_FALSE(off.decide(5, std::vector<double>{10.0}).sync);
+}
+
+// The adaptive policy: synchronous until a change has been measured; then stale while
+// error(m) = sum_k S min(m, k) c_k stays within the bound, counting consecutive stale epochs.
+TEST(Adapter, AdaptiveBoundsTheEstimatedError) {
+  StalenessOptions o;  // the default policy
+  ASSERT_EQ(o.policy, StalePolicy::kAdaptive);
+  o.error_bound = 0.1;
+  BoundedStalenessAdapter a(ExchangeMode::kStale, o);
+  EXPECT_TRUE(a.adaptive());
+  EXPECT_EQ(a.decide(0, {}).reason, SyncReason::kFirstEpoch);
+  EXPECT_EQ(a.decide(1, {}).reason, SyncReason::kUnmeasured);
+  // Layer 0 exchanges nothing (GCN); layers 1 and 2 change by 3% and 2% per epoch.
+  const std::vector<double> change = {-1.0, 0.03, 0.02};
+  a.observe_change(change);
+  EXPECT_DOUBLE_EQ(a.estimated_error(1), 0.03 + 0.02);
+  EXPECT_DOUBLE_EQ(a.estimated_error(2), 0.03 + 2 * 0.02);
+  EXPECT_DOUBLE_EQ(a.estimated_error(5), 0.03 + 2 * 0.02);  // compounding stops at the depth
+  // m = 1: 0.05 and m = 2: 0.07 are within 0.1; so is every later m: stale from now on.
+  for (int e = 2; e < 6; ++e) {
+    const auto d = a.decide(e, {});
+    EXPECT_FALSE(d.sync) << "epoch " << e;
+    EXPECT_EQ(d.reason, SyncReason::kNone);
+  }
+  // Three exchanging layers changing by 2%, 1.5% and 2%: error(1) = 0.055, error(2) = 0.09,
+  // error(3) = 0.11 > 0.1, so a synchronous epoch follows every two stale ones.
+  a.observe_change(std::vector<double>{0.02, 0.015, 0.02});
+  a.restore(a.change(), 0);
+  std::vector<bool> sync;
+  for (int e = 6; e < 12; ++e) sync.push_back(a.decide(e, {}).sync);
+  EXPECT_EQ(sync, (std::vector<bool>{false, false, true, false, false, true}));
+  const auto d = a.decide(12, {});
+  EXPECT_FALSE(d.sync);
+  EXPECT_NEAR(d.estimated_error, 0.055, 1e-12);
+  // Staleness S scales the estimate.
+  StalenessOptions s2 = o;
+  s2.staleness = 2;
+  BoundedStalenessAdapter b(ExchangeMode::kStale, s2);
+  b.observe_change(std::vector<double>{-1.0, 0.06});
+  EXPECT_DOUBLE_EQ(b.estimated_error(1), 0.12);
+  EXPECT_TRUE(b.decide(3, {}).sync);
+  EXPECT_EQ(b.decide(4, {}).reason, SyncReason::kErrorBound);
+  StalenessOptions bad = o;
+  bad.error_bound = -0.1;
+  EXPECT_THROW(BoundedStalenessAdapter(ExchangeMode::kStale, bad), Error);
 }
 
 TEST(Adapter, SyncAndOverlapAreAlwaysFresh) {

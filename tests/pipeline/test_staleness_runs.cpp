@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
+
 #include "devices.hpp"
 #include "halogen/comm/communicator.hpp"
 #include "halogen/partition/generate.hpp"
@@ -59,6 +61,7 @@ TEST_P(StaleRuns, StalenessNeverExceedsBound) {
   for (int bound : {1, 2}) {
     auto t = base_options();
     t.mode = ExchangeMode::kStale;
+    t.staleness.policy = StalePolicy::kFixed;
     t.staleness.staleness = bound;
     t.bits_fwd = {1};
     t.bits_bwd = {1};
@@ -81,9 +84,11 @@ TEST_P(StaleRuns, ForcingEveryEpochEqualsSync) {
   const auto reference = s.run(sync);
   auto every = base_options();
   every.mode = ExchangeMode::kStale;
+  every.staleness.policy = StalePolicy::kFixed;
   every.staleness.sync_every = 1;
   auto drift = base_options();
   drift.mode = ExchangeMode::kStale;
+  drift.staleness.policy = StalePolicy::kFixed;
   drift.staleness.drift_threshold = 0.0;  // any drift forces a fresh exchange
   for (const auto* t : {&every, &drift}) {
     const auto r = s.run(*t);
@@ -98,10 +103,74 @@ TEST_P(StaleRuns, ForcingEveryEpochEqualsSync) {
   }
 }
 
+// The adaptive policy (the default): epochs 0 and 1 synchronous (nothing measured before two
+// evaluations), then stale exactly while the estimated error is within the bound. Bound 0
+// reproduces sync mode bit for bit; an unbounded one is stale from epoch 2 on; a bound in
+// between mixes both, each decision agreeing with the estimate logged beside it.
+TEST_P(StaleRuns, AdaptivePolicyBoundsTheEstimatedError) {
+  Ranks s;
+  const auto reference = s.run(base_options());
+  auto t = base_options();
+  t.mode = ExchangeMode::kStale;
+  t.bits_fwd = {1};
+  t.bits_bwd = {1};
+  ASSERT_EQ(t.staleness.policy, StalePolicy::kAdaptive);
+  const auto reason = [](const nlohmann::json& e) { return e["sync_reason"].get<std::string>(); };
+
+  t.bits_fwd = {32};
+  t.bits_bwd = {32};
+  t.staleness.error_bound = 0.0;
+  const auto strict = s.run(t);
+  for (size_t e = 0; e < strict.epochs.size(); ++e) {
+    EXPECT_EQ(strict.epochs[e]["loss"].get<double>(), reference.epochs[e]["loss"].get<double>()) << "epoch " << e;
+    EXPECT_EQ(strict.epochs[e]["val_acc"].get<double>(), reference.epochs[e]["val_acc"].get<double>());
+    if (s.size > 1) {
+      EXPECT_TRUE(strict.epochs[e]["sync"].get<bool>()) << "epoch " << e;
+      if (e >= 2) EXPECT_EQ(reason(strict.epochs[e]), "error-bound") << "epoch " << e;
+    }
+  }
+  EXPECT_EQ(reason(strict.epochs[0]), "first-epoch");
+  EXPECT_EQ(reason(strict.epochs[1]), "unmeasured");
+
+  t.bits_fwd = {1};
+  t.bits_bwd = {1};
+  t.staleness.error_bound = 1e9;
+  const auto loose = s.run(t);
+  std::vector<double> estimates;
+  for (size_t e = 2; e < loose.epochs.size(); ++e) {
+    EXPECT_FALSE(loose.epochs[e]["sync"].get<bool>()) << "epoch " << e;
+    if (s.size > 1) EXPECT_EQ(loose.epochs[e]["max_staleness"].get<int>(), 1) << "epoch " << e;
+    estimates.push_back(loose.epochs[e]["stale_error"].get<double>());
+    if (s.size > 1) EXPECT_GT(estimates.back(), 0.0) << "epoch " << e;
+  }
+  EXPECT_TRUE(loose.epochs[1]["sync"].get<bool>());
+
+  if (s.size == 1) return;  // nothing is exchanged: every estimate is 0
+  std::sort(estimates.begin(), estimates.end());
+  t.staleness.error_bound = estimates[estimates.size() / 2];
+  const auto mixed = s.run(t);
+  int stale = 0, forced = 0;
+  for (size_t e = 2; e < mixed.epochs.size(); ++e) {
+    const auto& rec = mixed.epochs[e];
+    const double estimate = rec["stale_error"].get<double>();
+    if (rec["sync"].get<bool>()) {
+      ++forced;
+      EXPECT_GT(estimate, t.staleness.error_bound) << "epoch " << e;
+      EXPECT_EQ(reason(rec), "error-bound");
+    } else {
+      ++stale;
+      EXPECT_LE(estimate, t.staleness.error_bound) << "epoch " << e;
+    }
+  }
+  EXPECT_GT(stale, 0);
+  EXPECT_GT(forced, 0);
+}
+
 TEST_P(StaleRuns, EveryKForcesExactlyAtMultiples) {
   Ranks s;
   auto t = base_options();
   t.mode = ExchangeMode::kStale;
+  t.staleness.policy = StalePolicy::kFixed;
   t.staleness.sync_every = 4;
   const auto r = s.run(t);
   for (const auto& e : r.epochs) {
@@ -115,6 +184,7 @@ TEST_P(StaleRuns, HighDriftThresholdNeverForces) {
   Ranks s;
   auto t = base_options();
   t.mode = ExchangeMode::kStale;
+  t.staleness.policy = StalePolicy::kFixed;
   t.staleness.drift_threshold = 1e9;
   const auto r = s.run(t);
   // Epoch 1 has no drift measurement yet and is synchronous; later ones are not forced.
@@ -138,6 +208,7 @@ TEST_P(StaleRuns, SmoothingAveragesReceivedHalos) {
     t.hidden = 8;
     t.epochs = 8;
     t.mode = ExchangeMode::kStale;
+    t.staleness.policy = StalePolicy::kFixed;
     const auto plain = s.run(t);
     t.staleness.smoothing = 1e-6f;
     const auto tiny = s.run(t);
@@ -177,6 +248,7 @@ TEST_P(StaleRuns, SmoothingWithNothingToSmooth) {
     t.heads = 2;
     t.epochs = 6;
     t.mode = ExchangeMode::kStale;
+    t.staleness.policy = StalePolicy::kFixed;
     const auto plain = train(one[0], self, t);
     t.staleness.smoothing = 0.5f;
     t.staleness.drift_threshold = 0.2;
@@ -228,6 +300,7 @@ TEST_P(StaleRuns, EmptyPeerWithSmoothingAndDrift) {
   auto t = base_options();
   t.epochs = 8;
   t.mode = ExchangeMode::kStale;
+  t.staleness.policy = StalePolicy::kFixed;
   t.bits_fwd = {1};
   t.bits_bwd = {1};
   t.staleness.smoothing = 0.5f;

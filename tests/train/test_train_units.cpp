@@ -220,10 +220,17 @@ TEST(TrainOptions, GpuPathTakesEveryOptionOfTheCpuPath) {
   EXPECT_EQ(message([](TrainOptions& t) { t.mode = ExchangeMode::kStale; }), "");
   EXPECT_EQ(message([](TrainOptions& t) {
               t.mode = ExchangeMode::kStale;
+              t.staleness.policy = StalePolicy::kFixed;
               t.staleness.smoothing = 0.9f;
               t.staleness.drift_threshold = 0.5;
             }),
             "");
+  // The fixed rules under the adaptive policy would be ignored: refused instead.
+  EXPECT_NE(message([](TrainOptions& t) {
+              t.mode = ExchangeMode::kStale;
+              t.staleness.smoothing = 0.9f;
+            }).find("--stale-policy fixed"),
+            std::string::npos);
   EXPECT_EQ(message([](TrainOptions& t) {
               t.mode = ExchangeMode::kStale;
               t.checkpoint_dir = "ckpt";

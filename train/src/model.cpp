@@ -138,7 +138,7 @@ nlohmann::json shape_json(const SavedModel& m) {
   const TrainOptions& o = m.options;
   nlohmann::json j = {{"model", to_string(o.model)}, {"layers", o.layers},
                       {"hidden", o.hidden},          {"feature_dim", m.feature_dim},
-                      {"classes", m.num_classes},    {"feature_norm", o.row_normalize_features ? "row" : "none"}};
+                      {"classes", m.num_classes},    {"feature_norm", to_string(o.feature_norm)}};
   if (o.model == ModelKind::kGat) {
     j["heads"] = o.heads;
     j["out_heads"] = o.out_heads;
@@ -160,7 +160,7 @@ TrainOptions options_of(const nlohmann::json& j, const std::string& where) {
       o.out_heads = j.at("out_heads").get<int>();
       o.residual = j.at("residual").get<bool>();
     }
-    o.row_normalize_features = j.value("feature_norm", std::string("row")) == "row";
+    o.feature_norm = parse_feature_norm(j.value("feature_norm", std::string("row")));
     o.progress = false;
     o.validate();
     return o;
@@ -284,9 +284,13 @@ SavedModel model_from_checkpoint(const std::filesystem::path& checkpoint_dir) {
   CheckpointReader r(checkpoint_rank_file(checkpoint_dir, epoch, 0));
   const auto specs = array_specs(m.options, m.feature_dim, m.num_classes);
   m.params.assign(specs.back().offset + static_cast<size_t>(specs.back().size()), 0.0f);
-  r.read_array("params", std::span<float>(m.params));
+  // The best-validation epoch's weights, as --save-model keeps them (a checkpoint written
+  // before any evaluation has only the current ones).
+  const bool best = r.has("best_params");
+  r.read_array(best ? "best_params" : "params", std::span<float>(m.params));
   const auto meta = r.json("meta");
   m.training = {{"epochs", epoch + 1},
+                {"weights_of_epoch", best ? meta.value("best_epoch", epoch) : epoch},
                 {"from_checkpoint", checkpoint_dir.string()},
                 {"best_val_acc", meta.value("best_val", 0.0)},
                 {"best_epoch", meta.value("best_epoch", -1)},

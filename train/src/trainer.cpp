@@ -74,6 +74,25 @@ Precision parse_precision(const std::string& name) {
 
 std::string to_string(Precision p) { return p == Precision::kFp16 ? "fp16" : "fp32"; }
 
+FeatureNorm parse_feature_norm(const std::string& name) {
+  if (name == "row") return FeatureNorm::kRow;
+  if (name == "l2") return FeatureNorm::kL2;
+  if (name == "none") return FeatureNorm::kNone;
+  HALOGEN_FAIL("--feature-norm must be 'row', 'l2' or 'none', got '{}'", name);
+}
+
+std::string to_string(FeatureNorm n) {
+  switch (n) {
+    case FeatureNorm::kRow:
+      return "row";
+    case FeatureNorm::kL2:
+      return "l2";
+    case FeatureNorm::kNone:
+      break;
+  }
+  return "none";
+}
+
 void TrainOptions::validate() const {
   HALOGEN_EXPECTS(layers >= 1, "--layers must be at least 1, got {}", layers);
   HALOGEN_EXPECTS(hidden >= 1, "--hidden must be at least 1, got {}", hidden);
@@ -82,6 +101,7 @@ void TrainOptions::validate() const {
   HALOGEN_EXPECTS(weight_decay >= 0.0f, "--weight-decay must be non-negative, got {}", weight_decay);
   HALOGEN_EXPECTS(epochs >= 1, "--epochs must be at least 1, got {}", epochs);
   HALOGEN_EXPECTS(eval_every >= 1, "--eval-every must be at least 1, got {}", eval_every);
+  HALOGEN_EXPECTS(patience >= 0, "--patience must be non-negative (0: no early stopping), got {}", patience);
   HALOGEN_EXPECTS(heads >= 1 && heads <= 4096, "--heads must be in [1, 4096], got {}", heads);
   HALOGEN_EXPECTS(out_heads >= 1 && out_heads <= 4096, "--out-heads must be in [1, 4096], got {}", out_heads);
   HALOGEN_EXPECTS(attn_dropout < 1.0f, "--attn-dropout must be in [0, 1), got {}", attn_dropout);
@@ -240,6 +260,8 @@ class Trainer {
   // stochastic rounding becomes biased attention weights.
   int64_t fp32_tail(int l) const { return gat() && !opt_.quantize_attention_terms ? lp_[l].heads : 0; }
   void measure_drift(int l, const TensorView& rows);
+  void measure_eval_change(int l, const TensorView& x);
+  void observe_eval_change(int epoch);
   void inject_faults(int epoch, const TensorView& x);
   static int tag_forward(int l) { return 4 * l; }
   static int tag_backward(int l) { return 4 * l + 1; }
@@ -275,7 +297,12 @@ class Trainer {
   std::vector<Tensor> smoothed_grad_;
   std::vector<double> drift_num_, drift_den_, prev_drift_;
   bool drift_measured_ = false;  // this epoch compared against a previous send
-  bool halo_overflow_ = false;   // fp16: an outgoing halo gradient overflowed this epoch
+  // Adaptive staleness: per layer, the rows sent in the last evaluation pass (dropout-free),
+  // this evaluation's sums ||H - H_last||^2, ||H||^2, and the epoch of the last evaluation.
+  std::vector<Tensor> eval_sent_;
+  std::vector<double> eval_num_, eval_den_;
+  int eval_sent_epoch_ = -1;
+  bool halo_overflow_ = false;  // fp16: an outgoing halo gradient overflowed this epoch
   int start_epoch_ = 0;
   EpochLog log_;
   std::vector<int64_t> dims_;
@@ -332,6 +359,7 @@ class Trainer {
   void allreduce_now(const TensorView& v);
   HostBuffer<std::byte> staged_;  // allreduce_now's host copy when MPI carries GPU data
   HostBuffer<float> grad_host_;
+  std::vector<float> best_params_;  // parameters after the best-validation epoch (host copy)
   double grad_wait_s_ = 0.0;
   uint64_t grad_bytes_ = 0;
   uint64_t memory_estimate_ = 0;  // this rank's estimated peak bytes (memory_plan.hpp)
@@ -460,6 +488,9 @@ void Trainer::allocate() {
   smoothed_grad_.resize(layers);
   drift_num_.assign(layers, 0.0);
   drift_den_.assign(layers, 0.0);
+  eval_sent_.resize(layers);
+  eval_num_.assign(layers, 0.0);
+  eval_den_.assign(layers, -1.0);
   for (int l = 0; l < L(); ++l) y_[l].reset(device_, l + 1 == L() ? DType::kF32 : act_, owned(), dims_[l + 1]);
   // Backward work matrices hold layer outputs and hidden inputs, never the input features
   // (their gradient is not needed), so they are as wide as the widest of dims_[1..L].
@@ -1016,11 +1047,52 @@ void Trainer::exchange_forward_eval(int l, int epoch, const TensorView& x, const
     saved_halo_.reset(device_, x.dtype, halo.rows, halo.cols);
     copy(ctx(), halo, saved_halo_);
   }
+  if (adapter_.adaptive()) measure_eval_change(l, x);
   Exchange pending = exch_->start_forward(x, opt_.bits_fwd_at(l), key, tag_eval(l), fp32_tail(l));
   before_halo();
   exch_->finish_forward(pending, x);
   after_halo();
   if (keep_cache) copy(ctx(), saved_halo_, halo);
+}
+
+// Adaptive staleness: how far the rows this rank sends in layer l moved since the last
+// evaluation pass (dropout-free and before quantization, unlike the training pass's rows).
+void Trainer::measure_eval_change(int l, const TensorView& x) {
+  eval_den_[l] = 0.0;  // the layer exchanges (on some rank): its sums count
+  eval_num_[l] = 0.0;
+  if (sends() == 0) return;
+  Tensor& last = eval_sent_[l];
+  if (last.rows() != sends() || last.cols() != x.cols) {
+    last.reset(device_, DType::kF32, sends(), x.cols);
+    zero(ctx(), last);
+  }
+  const auto [num, den] = ops::drift(ctx(), x, send_indices_, last);
+  eval_num_[l] = num;
+  eval_den_[l] = den;
+}
+
+// After an evaluation pass: the per-epoch relative change of each layer's exchanged rows since
+// the previous evaluation, summed over ranks, for the adapter. Collective.
+void Trainer::observe_eval_change(int epoch) {
+  const int layers = L();
+  std::vector<double> sums(static_cast<size_t>(3 * layers));
+  for (int l = 0; l < layers; ++l) {
+    sums[l] = eval_num_[l];
+    sums[layers + l] = std::max(eval_den_[l], 0.0);
+    sums[2 * layers + l] = eval_den_[l] >= 0.0 ? 1.0 : 0.0;  // the layer exchanged in this pass
+  }
+  comm_.allreduce_sum(std::span<double>(sums));
+  if (eval_sent_epoch_ >= 0 && epoch > eval_sent_epoch_) {
+    std::vector<double> change(static_cast<size_t>(layers), -1.0);
+    const double epochs = static_cast<double>(epoch - eval_sent_epoch_);
+    for (int l = 0; l < layers; ++l)
+      if (sums[2 * layers + l] > 0.0)
+        change[l] = sums[layers + l] > 0.0 ? std::sqrt(sums[l] / sums[layers + l]) / epochs : 0.0;
+    adapter_.observe_change(change);
+  }
+  eval_sent_epoch_ = epoch;
+  std::fill(eval_num_.begin(), eval_num_.end(), 0.0);
+  std::fill(eval_den_.begin(), eval_den_.end(), -1.0);
 }
 
 // Relative drift of the rows this rank sends in layer l since it last sent them.
@@ -1244,7 +1316,7 @@ Inference Trainer::infer(const std::vector<float>& params, int embeddings_layer)
   comm_.allreduce_sum(std::span<double>(loss));
   r.loss = loss[0] / static_cast<double>(std::max<int64_t>(s_.global_train_count, 1));
   nlohmann::json rec;
-  log_.add_accuracy(rec, 0, train_detail::count_correct_by_role(r.logits.data(), s_));
+  log_.add_accuracy(rec, 0, train_detail::evaluate_logits(r.logits.data(), s_));
   r.train_acc = rec["train_acc"].get<double>();
   r.val_acc = rec["val_acc"].get<double>();
   r.test_acc = rec["test_acc"].get<double>();
@@ -1316,12 +1388,22 @@ void Trainer::save_checkpoint(int epoch) {
         meta["adam_step"] = adam_step_;
         meta["prev_drift"] = prev_drift_;
         meta["drift_measured"] = drift_measured_;
+        meta["adaptive_change"] = adapter_.change();
+        meta["adaptive_stale_run"] = adapter_.stale_run();
+        meta["eval_sent_epoch"] = eval_sent_epoch_;
+        for (int l = 0; l < L(); ++l) {
+          if (eval_sent_[l].numel() == 0) continue;
+          const std::vector<float> rows = to_host_floats(eval_sent_[l]);
+          meta["eval_sent_cols"][std::to_string(l)] = eval_sent_[l].cols();
+          w.add_array(fmt::format("eval_sent.{}", l), std::span<const float>(rows));
+        }
         if (mp_.active()) {
           meta["loss_scale"] = mp_.scaler().scale();
           meta["loss_scale_good_steps"] = mp_.scaler().good_steps();
           meta["loss_scale_skipped_steps"] = mp_.scaler().skipped_steps();
         }
         w.add_array("params", std::span<const float>(params));
+        if (!best_params_.empty()) w.add_array("best_params", std::span<const float>(best_params_));
         w.add_array("adam_m", std::span<const float>(m));
         w.add_array("adam_v", std::span<const float>(v));
         meta["powersgd_matrices"] = compressed_.size();
@@ -1340,6 +1422,10 @@ void Trainer::load_checkpoint(const std::filesystem::path& dir) {
       opt_, s_, dir, model_description(), log_, [&](const CheckpointReader& r, const nlohmann::json& meta) {
         std::vector<float> params(n), m(n), v(n);
         r.read_array("params", std::span<float>(params));
+        if (r.has("best_params")) {
+          best_params_.resize(n);
+          r.read_array("best_params", std::span<float>(best_params_));
+        }
         r.read_array("adam_m", std::span<float>(m));
         r.read_array("adam_v", std::span<float>(v));
         from_host_floats(params, params_);
@@ -1352,6 +1438,18 @@ void Trainer::load_checkpoint(const std::filesystem::path& dir) {
                                meta.at("loss_scale_skipped_steps").get<int64_t>());
         prev_drift_ = meta.at("prev_drift").get<std::vector<double>>();
         drift_measured_ = meta.at("drift_measured").get<bool>();
+        adapter_.restore(meta.value("adaptive_change", std::vector<double>{}), meta.value("adaptive_stale_run", 0));
+        eval_sent_epoch_ = meta.value("eval_sent_epoch", -1);
+        if (meta.contains("eval_sent_cols"))
+          for (const auto& [layer, cols] : meta.at("eval_sent_cols").items()) {
+            const int l = std::stoi(layer);
+            HALOGEN_EXPECTS(l >= 0 && l < L(), "checkpoint in '{}': evaluation rows of layer {} (model has {})",
+                            dir.string(), l, L());
+            std::vector<float> rows(static_cast<size_t>(sends() * cols.get<int64_t>()));
+            r.read_array(fmt::format("eval_sent.{}", l), std::span<float>(rows));
+            eval_sent_[l].reset(device_, DType::kF32, sends(), cols.get<int64_t>());
+            from_host_floats(rows, eval_sent_[l]);
+          }
         // PowerSGD state: resuming without it would not continue the same run.
         const size_t saved = meta.value("powersgd_matrices", size_t{0});
         HALOGEN_EXPECTS(saved == compressed_.size(),
@@ -1399,7 +1497,10 @@ TrainResult Trainer::run_epochs() {
   TrainResult result;
   reset_memory_peaks(device_);
   Stopwatch total;
-  for (int epoch = start_epoch_; epoch < opt_.epochs; ++epoch) {
+  int epochs_run = start_epoch_;
+  // A run resumed from the checkpoint of an early stop has nothing left to do.
+  const bool stopped_before = start_epoch_ > 0 && log_.patience_exhausted(start_epoch_ - 1);
+  for (int epoch = start_epoch_; epoch < opt_.epochs && !stopped_before; ++epoch) {
     Stopwatch epoch_sw;
     exch_->stats().reset();
     allreduce_s_ = 0.0;
@@ -1407,8 +1508,8 @@ TrainResult Trainer::run_epochs() {
     grad_bytes_ = 0;
     tracker_.reset_epoch();
     const auto decision = adapter_.decide(epoch, prev_drift_);
+    train_detail::log_sync_decision(opt_, epoch, decision, sync_epoch_);
     sync_epoch_ = decision.sync;
-    train_detail::log_sync_decision(opt_, epoch, decision);
     const uint64_t bytes_before = comm_.bytes_sent();
     forward(epoch, /*training=*/true);
     double loss_sum = loss_and_grad();
@@ -1423,31 +1524,48 @@ TrainResult Trainer::run_epochs() {
     const bool eval = (epoch + 1) % opt_.eval_every == 0 || epoch + 1 == opt_.epochs;
     if (eval) {
       forward(epoch, /*training=*/false);
-      log_.add_accuracy(rec, epoch, train_detail::count_correct_by_role(logits_on_host(), s_));
+      // The weights of the best-validation epoch are the model kept (--save-model).
+      if (log_.add_accuracy(rec, epoch, train_detail::evaluate_logits(logits_on_host(), s_)))
+        best_params_ = to_host_floats(params_);
+      if (adapter_.adaptive()) observe_eval_change(epoch);
     }
+    const bool last = epoch + 1 == opt_.epochs || log_.patience_exhausted(epoch);
     synchronize(ctx());
     rec["sync"] = decision.sync;
     rec["sync_reason"] = to_string(decision.reason);
     if (adapter_.drift_enabled()) rec["drift"] = decision.max_drift;
+    if (adapter_.adaptive()) rec["stale_error"] = decision.estimated_error;
     const auto& st = exch_->stats();
     log_.finish(rec,
                 EpochFigures{epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s, st.transfer_s,
                              tracker_.max_used(), comm_.bytes_sent() - bytes_before,
                              opt_.grad_allreduce == GradAllreduce::kPacked ? allreduce_s_ : grad_wait_s_, grad_bytes_});
     result.epochs.push_back(std::move(rec));
-    if (train_detail::checkpoint_due(opt_, epoch)) save_checkpoint(epoch);
+    epochs_run = epoch + 1;
+    if (train_detail::checkpoint_due(opt_, epoch, last)) save_checkpoint(epoch);
+    if (last && epoch + 1 < opt_.epochs) {
+      if (s_.part == 0 && opt_.progress)
+        std::printf("stopping early: validation accuracy has not improved for %d epochs (best %.4f at epoch %d)\n",
+                    opt_.patience, log_.best_val, log_.best_epoch);
+      break;
+    }
   }
   drain_pending();
   if (!opt_.save_model_dir.empty()) {
-    // The final weights (the same on every rank): rank 0 writes them.
-    SavedModel model{opt_, s_.feature_dim, s_.num_classes, to_host_floats(params_), nlohmann::json::object()};
+    // The weights of the best-validation epoch (the same on every rank; the final ones if no
+    // epoch was evaluated): rank 0 writes them.
+    SavedModel model{opt_, s_.feature_dim, s_.num_classes,
+                     best_params_.empty() ? to_host_floats(params_) : best_params_, nlohmann::json::object()};
+    model.training = {{"epochs", epochs_run},
+                      {"weights_of_epoch", best_params_.empty() ? epochs_run - 1 : log_.best_epoch}};
     if (!result.epochs.empty()) {
       const nlohmann::json& last = result.epochs.back();
-      model.training = {{"epochs", opt_.epochs}, {"loss", last.value("loss", 0.0)}};
+      model.training["loss"] = last.value("loss", 0.0);
       for (const char* key : {"train_acc", "val_acc", "test_acc"})
-        if (last.contains(key)) model.training[key] = last[key];
+        if (last.contains(key)) model.training[std::string("last_") + key] = last[key];
     }
     model.training["best_val_acc"] = log_.best_val;
+    model.training["test_acc_at_best_val"] = log_.test_at_best;
     model.training["best_epoch"] = log_.best_epoch;
     model.training["ranks"] = comm_.size();
     model.training["settings"] = train_detail::training_description(opt_);
@@ -1471,7 +1589,7 @@ TrainResult Trainer::run_epochs() {
   std::vector<std::vector<int64_t>> column(6);
   for (const auto& m : memory)
     for (size_t k = 0; k < column.size(); ++k) column[k].push_back(m[k]);
-  nlohmann::json summary = log_.summary(to_string(device_), total.seconds(), start_epoch_);
+  nlohmann::json summary = log_.summary(to_string(device_), total.seconds(), start_epoch_, epochs_run);
   summary["peak_rss_bytes"] = *std::max_element(column[0].begin(), column[0].end());
   summary["peak_rss_bytes_per_rank"] = column[0];
   if (device_ == kDevCpu) {

@@ -128,13 +128,15 @@ Matrix<float> input_features(const Shard& s, const TrainOptions& opt, int64_t ro
   Matrix<float> x(rows, F);
   x.zero();
   for (int64_t r = 0; r < owned; ++r) std::copy_n(s.features.data() + r * F, F, x.row(r));
-  if (opt.row_normalize_features) {
+  if (opt.feature_norm != FeatureNorm::kNone) {
+    const bool l2 = opt.feature_norm == FeatureNorm::kL2;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < owned; ++r) {
       double sum = 0.0;
-      for (int64_t j = 0; j < F; ++j) sum += std::abs(x(r, j));
-      if (sum > 0.0)
-        for (int64_t j = 0; j < F; ++j) x(r, j) = static_cast<float>(x(r, j) / sum);
+      for (int64_t j = 0; j < F; ++j) sum += l2 ? static_cast<double>(x(r, j)) * x(r, j) : std::abs(x(r, j));
+      const double norm = l2 ? std::sqrt(sum) : sum;
+      if (norm > 0.0)
+        for (int64_t j = 0; j < F; ++j) x(r, j) = static_cast<float>(x(r, j) / norm);
     }
   }
   return x;
@@ -184,20 +186,45 @@ TrainResult run_or_end_job(Communicator& comm, const std::function<TrainResult()
 EpochLog::EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& opt)
     : comm_(comm), s_(shard), opt_(opt), metrics_(comm.rank() == 0 ? opt.metrics_path : std::filesystem::path()) {}
 
-void EpochLog::add_accuracy(nlohmann::json& rec, int epoch, const std::array<int64_t, 3>& correct) {
-  std::vector<int64_t> counts(correct.begin(), correct.end());
+EvalCounts evaluate_logits(const float* logits, const Shard& s) {
+  EvalCounts e;
+  e.correct = count_correct_by_role(logits, s);
+  const int64_t C = s.num_classes;
+  for (int64_t r = 0; r < s.num_owned; ++r) {
+    if (s.split[r] != static_cast<uint8_t>(SplitRole::kValid) || s.labels[r] < 0) continue;
+    const float* z = logits + r * C;
+    const double top = *std::max_element(z, z + C);
+    double sum = 0.0;
+    for (int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(z[c]) - top);
+    e.val_loss_sum += top + std::log(sum) - z[s.labels[r]];
+  }
+  return e;
+}
+
+bool EpochLog::add_accuracy(nlohmann::json& rec, int epoch, const EvalCounts& eval) {
+  std::vector<int64_t> counts(eval.correct.begin(), eval.correct.end());
   comm_.allreduce_sum(std::span<int64_t>(counts));
+  std::vector<double> val_loss = {eval.val_loss_sum};
+  comm_.allreduce_sum(std::span<double>(val_loss));
   auto acc = [](int64_t c, int64_t n) { return n > 0 ? static_cast<double>(c) / static_cast<double>(n) : 0.0; };
   const double val_acc = acc(counts[1], s_.global_valid_count);
   const double test_acc = acc(counts[2], s_.global_test_count);
   rec["train_acc"] = acc(counts[0], s_.global_train_count);
   rec["val_acc"] = val_acc;
   rec["test_acc"] = test_acc;
-  if (val_acc > best_val) {
-    best_val = val_acc;
-    test_at_best = test_acc;
-    best_epoch = epoch;
-  }
+  const double loss = s_.global_valid_count > 0 ? val_loss[0] / static_cast<double>(s_.global_valid_count) : 0.0;
+  rec["val_loss"] = loss;
+  if (loss < best_val_loss || val_acc > best_val) improved_epoch = epoch;
+  best_val_loss = std::min(best_val_loss, loss);
+  // The best epoch: the highest validation accuracy, and among equal ones (a small validation
+  // set has few distinct values) the lowest validation loss, which picks the steadier of
+  // equally accurate models instead of the first.
+  if (val_acc < best_val || (val_acc == best_val && loss >= val_loss_at_best)) return false;
+  best_val = val_acc;
+  val_loss_at_best = loss;
+  test_at_best = test_acc;
+  best_epoch = epoch;
+  return true;
 }
 
 void EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
@@ -235,10 +262,13 @@ void EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
   }
 }
 
-nlohmann::json EpochLog::summary(const std::string& device, double total_s, int start_epoch) const {
+nlohmann::json EpochLog::summary(const std::string& device, double total_s, int start_epoch, int epochs_run) const {
   nlohmann::json summary;
   summary["summary"] = true;
   summary["epochs"] = opt_.epochs;
+  summary["epochs_run"] = epochs_run;
+  summary["stopped_early"] = epochs_run < opt_.epochs;
+  summary["patience"] = opt_.patience;
   summary["best_val_acc"] = best_val;
   summary["best_epoch"] = best_epoch;
   summary["test_acc_at_best_val"] = test_at_best;
@@ -268,20 +298,21 @@ nlohmann::json training_description(const TrainOptions& opt) {
           {"bits_fwd", opt.bits_fwd},
           {"bits_bwd", opt.bits_bwd},
           {"stale_smoothing", opt.staleness.smoothing},
+          {"stale_policy", to_string(opt.staleness.policy)},
+          {"stale_error_bound", opt.staleness.error_bound},
           {"seed", opt.seed},
           {"dropout", opt.dropout},
           {"lr", opt.lr},
           {"weight_decay", opt.weight_decay},
-          {"feature_norm", opt.row_normalize_features ? "row" : "none"},
+          {"feature_norm", to_string(opt.feature_norm)},
           {"attn_dropout", opt.attention_dropout()},
           {"attn_terms", opt.quantize_attention_terms ? "quantized" : "fp32"},
           {"grad_allreduce", to_string(opt.grad_allreduce)},
           {"grad_compression", opt.grad_powersgd ? fmt::format("powersgd rank {}", opt.grad_rank) : "none"}};
 }
 
-bool checkpoint_due(const TrainOptions& opt, int epoch) {
-  return !opt.checkpoint_dir.empty() &&
-         ((opt.checkpoint_every > 0 && (epoch + 1) % opt.checkpoint_every == 0) || epoch + 1 == opt.epochs);
+bool checkpoint_due(const TrainOptions& opt, int epoch, bool last) {
+  return !opt.checkpoint_dir.empty() && ((opt.checkpoint_every > 0 && (epoch + 1) % opt.checkpoint_every == 0) || last);
 }
 
 void write_checkpoint(const TrainOptions& opt, const Shard& s, int epoch, const nlohmann::json& model,
@@ -299,8 +330,11 @@ void write_checkpoint(const TrainOptions& opt, const Shard& s, int epoch, const 
                            {"model", model},
                            {"training", training_description(opt)},
                            {"best_val", log.best_val},
+                           {"improved_epoch", log.improved_epoch},
                            {"best_epoch", log.best_epoch},
                            {"test_at_best", log.test_at_best}};
+    if (std::isfinite(log.best_val_loss)) meta["best_val_loss"] = log.best_val_loss;  // JSON has no infinity
+    if (std::isfinite(log.val_loss_at_best)) meta["val_loss_at_best"] = log.val_loss_at_best;
     fill(w, meta);
     w.add_json("meta", meta);
     w.write(checkpoint_rank_file(dir, epoch, s.part));
@@ -367,6 +401,9 @@ int read_checkpoint(const TrainOptions& opt, const Shard& s, const std::filesyst
       log.best_val = meta.at("best_val").get<double>();
       log.best_epoch = meta.at("best_epoch").get<int>();
       log.test_at_best = meta.at("test_at_best").get<double>();
+      log.best_val_loss = meta.value("best_val_loss", std::numeric_limits<double>::infinity());
+      log.improved_epoch = meta.value("improved_epoch", log.best_epoch);
+      log.val_loss_at_best = meta.value("val_loss_at_best", std::numeric_limits<double>::infinity());
       restore(r, meta);
       start_epoch = epoch + 1;
     } catch (const nlohmann::json::exception& e) {
@@ -385,8 +422,22 @@ std::vector<double> layer_drift(const std::vector<double>& num, const std::vecto
   return drift;
 }
 
-void log_sync_decision(const TrainOptions& opt, int epoch, const BoundedStalenessAdapter::Decision& decision) {
-  if (opt.mode != ExchangeMode::kStale || !decision.sync || epoch == 0) return;
+void log_sync_decision(const TrainOptions& opt, int epoch, const BoundedStalenessAdapter::Decision& decision,
+                       bool previous_sync) {
+  if (opt.mode != ExchangeMode::kStale || epoch == 0) return;
+  if (opt.staleness.policy == StalePolicy::kAdaptive) {
+    // Only the changes of regime: every epoch's decision is in the metrics.
+    if (decision.sync == previous_sync) return;
+    if (decision.sync) {
+      log::info("epoch {}: synchronous exchange: estimated stale-halo error {:.4f} > bound {:.4f}", epoch,
+                decision.estimated_error, opt.staleness.error_bound);
+    } else {
+      log::info("epoch {}: stale exchange: estimated stale-halo error {:.4f} <= bound {:.4f}", epoch,
+                decision.estimated_error, opt.staleness.error_bound);
+    }
+    return;
+  }
+  if (!decision.sync) return;
   if (decision.reason == SyncReason::kDrift) {
     log::info("epoch {}: synchronous exchange forced by drift {:.4f} > threshold {:.4f}", epoch, decision.max_drift,
               opt.staleness.drift_threshold);

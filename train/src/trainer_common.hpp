@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -59,6 +60,14 @@ Matrix<float> input_features(const Shard& s, const TrainOptions& opt, int64_t ro
 /// Correct predictions among this rank's train, validation and test nodes.
 std::array<int64_t, 3> count_correct_by_role(const float* logits, const Shard& s);
 
+/// What one evaluation pass tells of this rank's nodes: correct predictions per role (train,
+/// validation, test) and the cross-entropy summed over the validation nodes.
+struct EvalCounts {
+  std::array<int64_t, 3> correct{};
+  double val_loss_sum = 0.0;
+};
+EvalCounts evaluate_logits(const float* logits, const Shard& s);
+
 /// Every rank's `values` (the same count on each), by rank: result[r][k] = rank r's values[k].
 /// Collective.
 std::vector<std::vector<int64_t>> gather_per_rank(Communicator& comm, const std::vector<int64_t>& values);
@@ -86,18 +95,30 @@ class EpochLog {
   EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& opt);
 
   /// Sums this rank's correct counts over ranks, adds train/val/test accuracy to `rec` and
-  /// remembers the epoch with the best validation accuracy.
-  void add_accuracy(nlohmann::json& rec, int epoch, const std::array<int64_t, 3>& correct);
+  /// remembers the epoch with the best validation accuracy (ties: the lower validation loss).
+  /// Returns whether `epoch` is the new best (the same answer on every rank).
+  bool add_accuracy(nlohmann::json& rec, int epoch, const EvalCounts& counts);
+  /// Early stopping: after `epoch`, neither the validation accuracy nor the validation loss has
+  /// improved for the options' patience (never with patience 0, or before any evaluation).
+  /// Either counts, as in the GAT reference: the loss keeps improving through the plateaus of
+  /// a small validation set's accuracy, when training is slow but not over.
+  bool patience_exhausted(int epoch) const {
+    return opt_.patience > 0 && improved_epoch >= 0 && epoch - improved_epoch >= opt_.patience;
+  }
   /// Adds the figures (time: slowest rank; bytes: sum over ranks) to `rec`, writes it and
   /// prints the progress line.
   void finish(nlohmann::json& rec, const EpochFigures& figures);
   /// The summary's common fields; the trainer adds its memory figures, then write_summary.
-  nlohmann::json summary(const std::string& device, double total_s, int start_epoch) const;
+  nlohmann::json summary(const std::string& device, double total_s, int start_epoch, int epochs_run) const;
   void write_summary(const nlohmann::json& summary) { metrics_.write(summary); }
 
   // The best-validation record (checkpointed with the run).
   double best_val = -1.0, test_at_best = 0.0;
   int best_epoch = -1;
+  // Early stopping: the lowest validation loss and the last epoch either figure improved.
+  double best_val_loss = std::numeric_limits<double>::infinity();
+  double val_loss_at_best = std::numeric_limits<double>::infinity();  // tie-break of the best epoch
+  int improved_epoch = -1;
 
  private:
   Communicator& comm_;
@@ -115,8 +136,9 @@ class EpochLog {
 nlohmann::json model_description(const TrainOptions& opt, const Shard& s, size_t num_params);
 nlohmann::json training_description(const TrainOptions& opt);
 
-/// When the options ask for a checkpoint after `epoch` (every N epochs and after the last).
-bool checkpoint_due(const TrainOptions& opt, int epoch);
+/// When the options ask for a checkpoint after `epoch` (every N epochs and after the last,
+/// `last`: the run ends after it, at --epochs or stopped early).
+bool checkpoint_due(const TrainOptions& opt, int epoch, bool last);
 
 /// Writes this rank's file of the checkpoint of `epoch` (`fill` adds the trainer's records and
 /// fields of "meta"; the partition, model, training and best-validation fields are added here),
@@ -137,7 +159,10 @@ int read_checkpoint(const TrainOptions& opt, const Shard& s, const std::filesyst
 /// of ||H - H_last||^2 and ||H||^2 of the rows sent (0 where nothing was sent).
 std::vector<double> layer_drift(const std::vector<double>& num, const std::vector<double>& den);
 /// Logs why an epoch of stale mode (after the first) exchanges synchronously.
-void log_sync_decision(const TrainOptions& opt, int epoch, const BoundedStalenessAdapter::Decision& decision);
+/// Logs a synchronous epoch of stale mode (the adaptive policy: each change between stale and
+/// synchronous epochs).
+void log_sync_decision(const TrainOptions& opt, int epoch, const BoundedStalenessAdapter::Decision& decision,
+                       bool previous_sync);
 
 /// One layer's stale-mode state as a checkpoint stores it (host, fp32), in the records both
 /// trainers write and read: the halo cache and the epoch it came from, the rows last sent

@@ -16,6 +16,18 @@
 // sent in layer l, summed over ranks. Drift is measured while sending in epoch t and reduced
 // together with the weight gradients (no extra round trip), so it decides epoch t+1.
 //
+// The adaptive policy (the default of --mode stale; --stale-policy fixed keeps the rules above):
+// an epoch is stale only while the estimated relative error of the halos it would use stays
+// within a bound (--stale-error-bound). The estimate comes from the per-epoch change of the
+// embeddings each layer exchanges, measured on the rows sent in evaluation passes (no dropout,
+// before quantization, so neither noise reads as change): c_k = ||H_k(t) - H_k(t')|| /
+// ||H_k(t)|| / (t - t') for the k-th exchanged layer, summed over ranks. A halo S epochs old
+// differs from the fresh one by about S c_k, and in the m-th consecutive stale epoch the k-th
+// exchanged layer's halo was computed from halos already stale min(m, k) - 1 layers down, so
+//   error(m) = sum_k S min(m, k) c_k.
+// The epoch is stale when error(m) <= bound, else synchronous (which resets m). Until a change
+// has been measured (two evaluations) every epoch is synchronous.
+//
 // Smoothing (--stale-smoothing g, as PipeGCN-GF): in a stale epoch the halo rows used are
 // g * (those used before) + (1 - g) * (those just received), and the halo gradients added are
 // g * (those added before) + (1 - g) * (those just received). A stale row carries the
@@ -32,18 +44,25 @@
 namespace halogen {
 
 enum class ExchangeMode { kSync, kOverlap, kStale };
+/// Stale mode's policy: kAdaptive bounds the estimated error of stale halos; kFixed applies
+/// only the fixed rules (sync every k, drift threshold).
+enum class StalePolicy { kAdaptive, kFixed };
+StalePolicy parse_stale_policy(const std::string& name);
+std::string to_string(StalePolicy p);
 ExchangeMode parse_exchange_mode(const std::string& name);
 std::string to_string(ExchangeMode m);
 
 struct StalenessOptions {
-  int staleness = 1;   // S: oldest halo (in epochs) a stale epoch may use; >= 1 in stale mode
-  int sync_every = 0;  // k: force a synchronous epoch every k epochs (0 = never, besides epoch 0)
+  int staleness = 1;  // S: oldest halo (in epochs) a stale epoch may use; >= 1 in stale mode
+  StalePolicy policy = StalePolicy::kAdaptive;
+  double error_bound = 0.2;  // adaptive: largest estimated relative error of the halos a stale epoch uses
+  int sync_every = 0;        // k: force a synchronous epoch every k epochs (0 = never, besides epoch 0)
   double drift_threshold = std::numeric_limits<double>::infinity();  // inf = drift rule off
   float smoothing = 0.0f;  // g in [0, 1): exponential average of stale halos and gradients (0 = off)
 };
 
 /// Why an epoch is synchronous (or not).
-enum class SyncReason { kNone, kFirstEpoch, kPeriodic, kDrift, kMode };
+enum class SyncReason { kNone, kFirstEpoch, kPeriodic, kDrift, kMode, kUnmeasured, kErrorBound };
 const char* to_string(SyncReason r);
 
 class BoundedStalenessAdapter {
@@ -53,19 +72,40 @@ class BoundedStalenessAdapter {
   struct Decision {
     bool sync = true;
     SyncReason reason = SyncReason::kMode;
-    double max_drift = 0.0;  // largest per-layer drift measured in the previous epoch
+    double max_drift = 0.0;        // largest per-layer drift measured in the previous epoch
+    double estimated_error = 0.0;  // adaptive: error(m) of this epoch's halos if it were stale
   };
   /// Decision for `epoch`, given the global per-layer drift measured in the previous epoch
   /// (empty if none was measured yet: then, with the drift rule on, the epoch is
-  /// synchronous). Deterministic: every rank gets the same answer.
-  Decision decide(int epoch, std::span<const double> previous_drift) const;
+  /// synchronous). Deterministic: every rank gets the same answer. The adaptive policy counts
+  /// the consecutive stale epochs it allows, so each epoch is decided once, in order.
+  Decision decide(int epoch, std::span<const double> previous_drift);
+  /// Adaptive policy: the latest per-epoch relative change of each layer's exchanged rows
+  /// (the same on every rank; a negative entry: the layer exchanges nothing).
+  void observe_change(std::span<const double> change_per_epoch);
+  /// error(m) for the m-th consecutive stale epoch under the latest observed change.
+  double estimated_error(int m) const;
   ExchangeMode mode() const noexcept { return mode_; }
   const StalenessOptions& options() const noexcept { return options_; }
-  bool drift_enabled() const noexcept { return mode_ == ExchangeMode::kStale && options_.drift_threshold < std::numeric_limits<double>::infinity(); }
+  bool adaptive() const noexcept { return mode_ == ExchangeMode::kStale && options_.policy == StalePolicy::kAdaptive; }
+  bool drift_enabled() const noexcept {
+    return mode_ == ExchangeMode::kStale && options_.drift_threshold < std::numeric_limits<double>::infinity();
+  }
+
+  /// The adaptive policy's state, for checkpoints: the observed change and the current run of
+  /// stale epochs.
+  const std::vector<double>& change() const noexcept { return change_; }
+  int stale_run() const noexcept { return stale_run_; }
+  void restore(std::vector<double> change, int stale_run) {
+    change_ = std::move(change);
+    stale_run_ = stale_run;
+  }
 
  private:
   ExchangeMode mode_;
   StalenessOptions options_;
+  std::vector<double> change_;  // empty: nothing measured yet
+  int stale_run_ = 0;
 };
 
 /// Records the epoch in which the content of each layer's halo slots (forward) and pending

@@ -35,6 +35,13 @@ std::string to_string(Precision p);
 /// the layers below; the loss and the adapter's sums follow in one small fp64 all-reduce.
 /// kPacked: everything in one fp64 all-reduce after the backward pass (the sums are the
 /// fp64 sums of the ranks' fp32 partials, rounded once).
+/// Input feature normalisation, applied per node (row-local, so independent of the
+/// partition). kRow: rows scaled to sum 1 in absolute value (GCN's reference implementation);
+/// kL2: rows scaled to unit Euclidean norm; kNone: as stored.
+enum class FeatureNorm { kNone, kRow, kL2 };
+FeatureNorm parse_feature_norm(const std::string& name);
+std::string to_string(FeatureNorm n);
+
 enum class GradAllreduce { kLayerwise, kPacked };
 GradAllreduce parse_grad_allreduce(const std::string& name);
 std::string to_string(GradAllreduce g);
@@ -42,7 +49,7 @@ std::string to_string(GradAllreduce g);
 struct TrainOptions {
   ModelKind model = ModelKind::kGcn;
   int layers = 2;
-  int hidden = 16;  // GAT: per head; a hidden layer is heads * hidden wide
+  int hidden = 64;  // GAT: per head; a hidden layer is heads * hidden wide (default_hidden)
   float dropout = 0.5f;
   /// GAT (train/gat.hpp): attention heads of the hidden layers (concatenated) and of the
   /// output layer (averaged); dropout on the attention weights (< 0: same as dropout);
@@ -55,7 +62,10 @@ struct TrainOptions {
   bool quantize_attention_terms = false;
   float lr = 0.01f;
   float weight_decay = 5e-4f;
-  int epochs = 200;
+  /// Epochs at most; training stops earlier when the validation accuracy has not improved for
+  /// `patience` epochs (0: never), and the model kept is the one of the best-validation epoch.
+  int epochs = 1000;
+  int patience = 100;
   uint64_t seed = 1;
   int eval_every = 1;
   std::filesystem::path metrics_path;  // JSON lines; empty = none
@@ -64,9 +74,7 @@ struct TrainOptions {
   std::vector<int> bits_bwd{32};
   ExchangeMode mode = ExchangeMode::kSync;
   StalenessOptions staleness;  // stale mode: bound S, sync every k, drift threshold
-  /// Scale each node's input features to sum 1 (absolute values), as GCN's reference
-  /// implementations do; row-local, so it does not depend on the partition.
-  bool row_normalize_features = true;
+  FeatureNorm feature_norm = FeatureNorm::kL2;
   /// Checkpoints: every N epochs (0 = only at the end) into checkpoint_dir (empty = none);
   /// resume_dir continues from the newest complete checkpoint there.
   int checkpoint_every = 0;
@@ -109,6 +117,10 @@ struct TrainOptions {
   int bits_bwd_at(int layer) const;
   float attention_dropout() const { return attn_dropout < 0.0f ? dropout : attn_dropout; }
 };
+
+/// The hidden size a model gets when none is given: 64 features, for GAT 8 per head (8 heads
+/// make 64), as the reference implementations train them; the same for every graph.
+constexpr int default_hidden(ModelKind model) { return model == ModelKind::kGat ? 8 : 64; }
 
 struct TrainResult {
   std::vector<nlohmann::json> epochs;  // one record per epoch (identical on every rank)
