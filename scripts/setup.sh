@@ -9,7 +9,7 @@ export DEBIAN_FRONTEND=noninteractive
 packages=(
   build-essential cmake ninja-build pkg-config git
   openmpi-bin libopenmpi-dev
-  libmetis-dev libscotch-dev libptscotch-dev
+  libmetis-dev libscotch-dev libptscotch-dev  # both also ship the 64-bit scotch-int64 build halogen uses
   libopenblas-dev
   libboost-program-options-dev
   libgtest-dev libgmock-dev libbenchmark-dev

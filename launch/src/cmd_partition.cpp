@@ -5,8 +5,10 @@
 #include "cli.hpp"
 #include "halogen/comm/collective_error.hpp"
 #include "halogen/core/error.hpp"
+#include "halogen/core/log.hpp"
 #include "halogen/core/mpi.hpp"
 #include "halogen/core/timer.hpp"
+#include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/partitioner.hpp"
 
 namespace halogen::cli {
@@ -17,7 +19,7 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
   std::string node_order = to_string(kDefaultNodeOrder);
   PartitionOptions popt;
   int hidden = 256, layers = 2;
-  bool overwrite = false;
+  bool overwrite = false, single_writer = false;
   opts.add_options()("dataset", po::value(&dataset)->required(), "dataset directory (halogen binary or OGB raw)")(
       "parts,p", po::value(&popt.num_parts)->required(), "number of parts (= MPI ranks of training)")(
       "out,o", po::value(&out)->required(), "output directory for the shards and partition.json")(
@@ -30,7 +32,9 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
       "order of each shard's nodes for memory locality: degree | rcm | global (ascending id)")(
       "hidden", po::value(&hidden)->default_value(hidden), "hidden size for the report's halo byte estimates")(
       "layers", po::value(&layers)->default_value(layers), "layers for the report's halo byte estimates")(
-      "overwrite", po::bool_switch(&overwrite), "replace an existing, different partition in --out");
+      "overwrite", po::bool_switch(&overwrite), "replace an existing, different partition in --out")(
+      "single-writer", po::bool_switch(&single_writer),
+      "ptscotch: rank 0 loads the whole dataset and writes every shard (the former behaviour, for comparison)");
   po::positional_options_description pos;
   pos.add("dataset", 1);
   po::variables_map vm;
@@ -43,17 +47,40 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
 
   Stopwatch sw;
   if (popt.method == PartitionMethod::kPtScotch) {
-    // Distributed: every rank maps the dataset and partitions its own slice of vertices.
     MpiSession mpi(&argc, &argv);
-    Dataset ds;
-    std::vector<int32_t> part;
-    run_collectively(MPI_COMM_WORLD, "loading the dataset", [&] { ds = load_dataset(dataset); });
-    run_collectively(MPI_COMM_WORLD, "PT-Scotch partitioning",
-                     [&] { part = partition_graph_distributed(ds, popt, MPI_COMM_WORLD); });
+    const CollectiveStep collectively = [](const std::string& what, const std::function<void()>& step) {
+      run_collectively(MPI_COMM_WORLD, what, step);
+    };
     nlohmann::json report;
-    run_collectively(MPI_COMM_WORLD, "writing the shards", [&] {
-      if (mpi.rank() == 0) report = write_partition(ds, part, popt, out, hidden, layers, overwrite);
-    });
+    if (is_dataset_dir(dataset) && !single_writer) {
+      // Distributed end to end: every rank reads its slice and writes its parts' shards.
+      report =
+          partition_dataset_distributed(dataset, popt, out, hidden, layers, overwrite, MPI_COMM_WORLD, collectively);
+    } else if (is_dataset_dir(dataset)) {
+      // The assignment from the slices, then rank 0 alone loads everything and writes (the
+      // single writer, kept to compare the distributed writer against).
+      const std::vector<int32_t> part = ptscotch_assignment_from_slices(dataset, popt, MPI_COMM_WORLD, collectively);
+      run_collectively(MPI_COMM_WORLD, "writing the shards", [&] {
+        if (mpi.rank() == 0)
+          report = write_partition(load_dataset(dataset), part, popt, out, hidden, layers, overwrite);
+      });
+    } else {
+      // Text input (e.g. the OGB raw layout) has no slices to read: every rank loads it whole.
+      if (mpi.rank() == 0) {
+        log::warn(
+            "'{}' is not a halogen binary dataset: every rank loads it whole; run halogen convert first so that "
+            "each rank reads only its slice",
+            dataset);
+      }
+      Dataset ds;
+      std::vector<int32_t> part;
+      run_collectively(MPI_COMM_WORLD, "loading the dataset", [&] { ds = load_dataset(dataset); });
+      run_collectively(MPI_COMM_WORLD, "PT-Scotch partitioning",
+                       [&] { part = partition_graph_distributed(ds, popt, MPI_COMM_WORLD); });
+      run_collectively(MPI_COMM_WORLD, "writing the shards", [&] {
+        if (mpi.rank() == 0) report = write_partition(ds, part, popt, out, hidden, layers, overwrite);
+      });
+    }
     if (mpi.rank() == 0) {
       std::cout << format_partition_report(report);
       std::printf("partitioned with ptscotch on %d ranks in %.2f s -> %s\n", mpi.size(), sw.seconds(), out.c_str());

@@ -1,10 +1,14 @@
 #include "halogen/partition/dataset_io.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -16,8 +20,8 @@
 #include <vector>
 
 #include "halogen/core/error.hpp"
-#include "halogen/core/progress.hpp"
 #include "halogen/core/io.hpp"
+#include "halogen/core/progress.hpp"
 
 namespace halogen {
 
@@ -200,41 +204,101 @@ struct MappedArray {
   std::string name;  // "features.bin", for messages
 };
 
+// Checks one array file's header against meta.json's entry `array` and the file length:
+// magic, version, element type, element count (expected from meta.json), file length, header
+// checksum vs meta.json's. The payload checksum itself is verified separately.
+template <typename T>
+void check_array_header(const fs::path& dir, const json& files, std::string_view array, const ArrayHeader& header,
+                        uint64_t file_size, uint64_t expected_count) {
+  const fs::path path = dir / file_name(array);
+  const json* entry = files.contains(std::string(array)) ? &files[std::string(array)] : nullptr;
+  HALOGEN_EXPECTS(entry != nullptr && entry->is_object(), "{}: meta.json lists no file \"{}\"",
+                  (dir / "meta.json").string(), array);
+  HALOGEN_EXPECTS(header.magic == kArrayMagic, "{}: not a halogen array file (bad magic)", path.string());
+  HALOGEN_EXPECTS(header.version == kFormatVersion, "{}: array format version {} not supported (expected {})",
+                  path.string(), header.version, kFormatVersion);
+  const uint32_t expected_type = static_cast<uint32_t>(element_type_of<T>());
+  HALOGEN_EXPECTS(header.element_type == expected_type && header.element_bytes == sizeof(T),
+                  "{}: element type {} ({} bytes), expected {} ({} bytes)", path.string(),
+                  type_name(header.element_type), header.element_bytes, type_name(expected_type), sizeof(T));
+  HALOGEN_EXPECTS(header.count == expected_count, "{}: {} elements, meta.json says {}", path.string(), header.count,
+                  expected_count);
+  // The payload must hold exactly count elements. Compared by division: count * sizeof(T)
+  // can wrap around for a corrupt count and then match a short file.
+  const uint64_t payload_bytes = file_size - kHeaderBytes;
+  const uint64_t payload_count = payload_bytes / sizeof(T);
+  HALOGEN_EXPECTS(payload_count == header.count && payload_bytes % sizeof(T) == 0,
+                  "{}: {}: {} bytes, expected the 64-byte header + {} x {} bytes", path.string(),
+                  payload_count < header.count ? "truncated" : "trailing bytes", file_size, header.count, sizeof(T));
+  const std::string meta_checksum =
+      entry->contains("xxh3") && (*entry)["xxh3"].is_string() ? (*entry)["xxh3"].get<std::string>() : "";
+  HALOGEN_EXPECTS(meta_checksum == hex64(header.checksum), "{}: checksum mismatch: header says {}, meta.json says {}",
+                  path.string(), hex64(header.checksum), meta_checksum);
+}
+
 template <typename T>
 MappedArray map_array(const fs::path& dir, const json& files, std::string_view array, uint64_t expected_count) {
   const std::string name = file_name(array);
   const fs::path path = dir / name;
-  const json* entry = files.contains(std::string(array)) ? &files[std::string(array)] : nullptr;
-  HALOGEN_EXPECTS(entry != nullptr && entry->is_object(), "{}: meta.json lists no file \"{}\"",
+  HALOGEN_EXPECTS(files.contains(std::string(array)), "{}: meta.json lists no file \"{}\"",
                   (dir / "meta.json").string(), array);
   HALOGEN_EXPECTS(fs::exists(path), "{}: missing (meta.json lists it)", path.string());
   auto file = std::make_shared<const MappedFile>(path);
   HALOGEN_EXPECTS(file->size() >= kHeaderBytes, "{}: truncated: {} bytes, shorter than the {}-byte header",
                   path.string(), file->size(), kHeaderBytes);
   const auto* header = reinterpret_cast<const ArrayHeader*>(file->data());
-  HALOGEN_EXPECTS(header->magic == kArrayMagic, "{}: not a halogen array file (bad magic)", path.string());
-  HALOGEN_EXPECTS(header->version == kFormatVersion, "{}: array format version {} not supported (expected {})",
-                  path.string(), header->version, kFormatVersion);
-  const uint32_t expected_type = static_cast<uint32_t>(element_type_of<T>());
-  HALOGEN_EXPECTS(header->element_type == expected_type && header->element_bytes == sizeof(T),
-                  "{}: element type {} ({} bytes), expected {} ({} bytes)", path.string(),
-                  type_name(header->element_type), header->element_bytes, type_name(expected_type), sizeof(T));
-  HALOGEN_EXPECTS(header->count == expected_count, "{}: {} elements, meta.json says {}", path.string(), header->count,
-                  expected_count);
-  // The payload must hold exactly count elements. Compared by division: count * sizeof(T)
-  // can wrap around for a corrupt count and then match a short file.
-  const uint64_t payload_bytes = file->size() - kHeaderBytes;
-  const uint64_t payload_count = payload_bytes / sizeof(T);
-  HALOGEN_EXPECTS(payload_count == header->count && payload_bytes % sizeof(T) == 0,
-                  "{}: {}: {} bytes, expected the 64-byte header + {} x {} bytes", path.string(),
-                  payload_count < header->count ? "truncated" : "trailing bytes", file->size(), header->count,
-                  sizeof(T));
-  const std::string meta_checksum =
-      entry->contains("xxh3") && (*entry)["xxh3"].is_string() ? (*entry)["xxh3"].get<std::string>() : "";
-  HALOGEN_EXPECTS(meta_checksum == hex64(header->checksum), "{}: checksum mismatch: header says {}, meta.json says {}",
-                  path.string(), hex64(header->checksum), meta_checksum);
+  check_array_header<T>(dir, files, array, *header, file->size(), expected_count);
   return MappedArray{std::move(file), header, name};
 }
+
+// An array file opened for positioned reads, its header checked (check_array_header).
+class ArrayReader {
+ public:
+  ArrayReader(const fs::path& dir, std::string_view array) : path_(dir / file_name(array)) {
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    HALOGEN_EXPECTS(fd_ >= 0, "{}: cannot open: {}", path_.string(), std::strerror(errno));
+    struct stat st {};
+    HALOGEN_EXPECTS(::fstat(fd_, &st) == 0, "{}: cannot stat: {}", path_.string(), std::strerror(errno));
+    size_ = static_cast<uint64_t>(st.st_size);
+    HALOGEN_EXPECTS(size_ >= kHeaderBytes, "{}: truncated: {} bytes, shorter than the {}-byte header", path_.string(),
+                    size_, kHeaderBytes);
+    read_bytes(&header_, kHeaderBytes, 0);
+  }
+  ~ArrayReader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ArrayReader(const ArrayReader&) = delete;
+  ArrayReader& operator=(const ArrayReader&) = delete;
+
+  const ArrayHeader& header() const noexcept { return header_; }
+  uint64_t size() const noexcept { return size_; }
+  const fs::path& path() const noexcept { return path_; }
+
+  /// Reads `bytes` bytes at file offset `offset` (loops over short reads).
+  void read_bytes(void* out, uint64_t bytes, uint64_t offset) const {
+    auto* p = static_cast<char*>(out);
+    while (bytes > 0) {
+      const ssize_t got = ::pread(fd_, p, std::min<uint64_t>(bytes, uint64_t{1} << 30), static_cast<off_t>(offset));
+      if (got < 0 && errno == EINTR) continue;
+      HALOGEN_EXPECTS(got > 0, "{}: read of {} bytes at offset {} failed: {}", path_.string(), bytes, offset,
+                      got == 0 ? "unexpected end of file" : std::strerror(errno));
+      p += got;
+      bytes -= static_cast<uint64_t>(got);
+      offset += static_cast<uint64_t>(got);
+    }
+  }
+  /// Elements [first, first + count) of the payload.
+  template <typename T>
+  void read_elements(T* out, uint64_t first, uint64_t count) const {
+    read_bytes(out, count * sizeof(T), kHeaderBytes + first * sizeof(T));
+  }
+
+ private:
+  fs::path path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  ArrayHeader header_{};
+};
 
 // The CSR structure that every consumer indexes by: offsets never decrease (their ends are
 // checked by CsrGraph) and every neighbour id lies in [0, num_nodes). Checksums only catch
@@ -343,19 +407,172 @@ void write_dataset(const Dataset& ds, const fs::path& dir, bool overwrite) {
   progress.line.finish();
 }
 
-Dataset read_dataset(const fs::path& dir, bool verify_checksums) {
-  const json meta = read_meta(dir);
-  const int64_t num_nodes = meta_int(meta, dir, "num_nodes", 0, INT32_MAX);
-  const int64_t num_edges = meta_int(meta, dir, "num_edges", 0, INT64_MAX);
-  const int64_t feature_dim = meta_int(meta, dir, "feature_dim", 0, INT64_MAX);
-  const auto num_classes = static_cast<int32_t>(meta_int(meta, dir, "num_classes", 0, INT32_MAX));
+namespace {
+
+// meta.json's counts and file list, checked.
+struct Meta {
+  json meta;
+  DatasetInfo info;
+  const json& files() const { return meta["files"]; }
+};
+
+Meta read_checked_meta(const fs::path& dir) {
+  Meta m;
+  m.meta = read_meta(dir);
+  const json& meta = m.meta;
+  DatasetInfo& info = m.info;
+  info.num_nodes = meta_int(meta, dir, "num_nodes", 0, INT32_MAX);
+  info.num_edges = meta_int(meta, dir, "num_edges", 0, INT64_MAX);
+  info.feature_dim = meta_int(meta, dir, "feature_dim", 0, INT64_MAX);
+  info.num_classes = static_cast<int32_t>(meta_int(meta, dir, "num_classes", 0, INT32_MAX));
   // num_nodes x feature_dim floats must be countable (and then match the file).
-  HALOGEN_EXPECTS(num_nodes == 0 || feature_dim <= INT64_MAX / num_nodes,
-                  "{}: {} nodes x {} features exceed 2^63 values", (dir / "meta.json").string(), num_nodes,
-                  feature_dim);
+  HALOGEN_EXPECTS(info.num_nodes == 0 || info.feature_dim <= INT64_MAX / info.num_nodes,
+                  "{}: {} nodes x {} features exceed 2^63 values", (dir / "meta.json").string(), info.num_nodes,
+                  info.feature_dim);
   HALOGEN_EXPECTS(meta.contains("files") && meta["files"].is_object(), "{}: no \"files\" object",
                   (dir / "meta.json").string());
-  const json& files = meta["files"];
+  info.name =
+      meta.contains("name") && meta["name"].is_string() ? meta["name"].get<std::string>() : dir.filename().string();
+  return m;
+}
+
+// Opens array `array` for positioned reads and checks its header (element type T).
+template <typename T>
+std::unique_ptr<ArrayReader> open_array(const fs::path& dir, const Meta& m, std::string_view array,
+                                        uint64_t expected_count) {
+  HALOGEN_EXPECTS(m.files().contains(std::string(array)), "{}: meta.json lists no file \"{}\"",
+                  (dir / "meta.json").string(), array);
+  HALOGEN_EXPECTS(fs::exists(dir / file_name(array)), "{}: missing (meta.json lists it)",
+                  (dir / file_name(array)).string());
+  auto reader = std::make_unique<ArrayReader>(dir, array);
+  check_array_header<T>(dir, m.files(), array, reader->header(), reader->size(), expected_count);
+  return reader;
+}
+
+}  // namespace
+
+DatasetInfo read_dataset_info(const fs::path& dir) { return read_checked_meta(dir).info; }
+
+DatasetSlice read_dataset_slice(const fs::path& dir, int64_t begin, int64_t end, bool with_features) {
+  const Meta m = read_checked_meta(dir);
+  const DatasetInfo& info = m.info;
+  const int64_t n = info.num_nodes, F = info.feature_dim;
+  HALOGEN_EXPECTS(0 <= begin && begin <= end && end <= n, "{}: node range [{}, {}) is not inside [0, {})", dir.string(),
+                  begin, end, n);
+  const auto nodes = static_cast<uint64_t>(n);
+  const auto offsets_file = open_array<int64_t>(dir, m, "offsets", nodes + 1);
+  const auto indices_file = open_array<int32_t>(dir, m, "indices", static_cast<uint64_t>(info.num_edges));
+  const auto features_file = open_array<float>(dir, m, "features", nodes * static_cast<uint64_t>(F));
+  const auto labels_file = open_array<int32_t>(dir, m, "labels", nodes);
+  const auto split_file = open_array<uint8_t>(dir, m, "split", nodes);
+
+  DatasetSlice s;
+  s.info = info;
+  s.begin = begin;
+  s.end = end;
+  const auto rows = static_cast<size_t>(end - begin);
+  s.offsets.resize(rows + 1);
+  offsets_file->read_elements(s.offsets.data(), static_cast<uint64_t>(begin), rows + 1);
+  const std::string offsets_name = offsets_file->path().string();
+  HALOGEN_EXPECTS(begin > 0 || s.offsets[0] == 0, "{}: offsets[0] is {}, expected 0", offsets_name, s.offsets[0]);
+  HALOGEN_EXPECTS(end < n || s.offsets[rows] == info.num_edges, "{}: offsets[{}] is {}, expected num_edges {}",
+                  offsets_name, n, s.offsets[rows], info.num_edges);
+  for (size_t i = 0; i <= rows; ++i) {
+    HALOGEN_EXPECTS(s.offsets[i] >= 0 && s.offsets[i] <= info.num_edges && (i == 0 || s.offsets[i - 1] <= s.offsets[i]),
+                    "{}: offsets[{}] = {} is outside [0, {}] or below offsets[{}]", offsets_name,
+                    begin + static_cast<int64_t>(i), s.offsets[i], info.num_edges, begin + static_cast<int64_t>(i) - 1);
+  }
+  const auto entries = static_cast<size_t>(s.offsets[rows] - s.offsets[0]);
+  s.indices.resize(entries);
+  indices_file->read_elements(s.indices.data(), static_cast<uint64_t>(s.offsets[0]), entries);
+  int64_t bad_row = end;
+#pragma omp parallel for schedule(dynamic, 4096) reduction(min : bad_row)
+  for (int64_t v = begin; v < end; ++v) {
+    for (NodeId u : s.neighbors(v)) {
+      if (u < 0 || u >= n) {
+        bad_row = std::min(bad_row, v);
+        break;
+      }
+    }
+  }
+  HALOGEN_EXPECTS(bad_row == end, "{}: row {} has a neighbour outside [0, {})", indices_file->path().string(), bad_row,
+                  n);
+
+  // Test hook: HALOGEN_SLICE_OFFSET_BASE=B adds B to every offset of the slice. Consumers only
+  // take differences, so tests drive offsets beyond 2^32 through every stage of the
+  // distributed partitioner without a graph that large (tests/partition/test_distributed.cpp).
+  if (const char* base = std::getenv("HALOGEN_SLICE_OFFSET_BASE"); base != nullptr) {
+    const int64_t b = std::atoll(base);
+    for (EdgeIdx& o : s.offsets) o += b;
+  }
+
+  if (with_features) {
+    s.features.resize(rows * static_cast<size_t>(F));
+    features_file->read_elements(s.features.data(), static_cast<uint64_t>(begin) * static_cast<uint64_t>(F),
+                                 rows * static_cast<uint64_t>(F));
+  }
+  s.labels.resize(rows);
+  labels_file->read_elements(s.labels.data(), static_cast<uint64_t>(begin), rows);
+  s.split.resize(rows);
+  split_file->read_elements(s.split.data(), static_cast<uint64_t>(begin), rows);
+  for (size_t i = 0; i < rows; ++i) {
+    HALOGEN_EXPECTS(s.labels[i] >= -1 && s.labels[i] < info.num_classes, "{}: node {} has label {} outside [-1, {})",
+                    labels_file->path().string(), begin + static_cast<int64_t>(i), s.labels[i], info.num_classes);
+    HALOGEN_EXPECTS(s.split[i] <= 3, "{}: node {} has split role {} (expected 0..3)", split_file->path().string(),
+                    begin + static_cast<int64_t>(i), s.split[i]);
+  }
+  return s;
+}
+
+void read_feature_rows(const fs::path& dir, int64_t first, int64_t count, float* out) {
+  const Meta m = read_checked_meta(dir);
+  const int64_t n = m.info.num_nodes, F = m.info.feature_dim;
+  HALOGEN_EXPECTS(0 <= first && 0 <= count && first + count <= n, "{}: feature rows [{}, {}) are not inside [0, {})",
+                  (dir / "features.bin").string(), first, first + count, n);
+  const auto file = open_array<float>(dir, m, "features", static_cast<uint64_t>(n) * static_cast<uint64_t>(F));
+  file->read_elements(out, static_cast<uint64_t>(first) * static_cast<uint64_t>(F),
+                      static_cast<uint64_t>(count) * static_cast<uint64_t>(F));
+}
+
+void stream_dataset_payloads(const fs::path& dir, const std::function<void(std::span<const std::byte>)>& consume,
+                             size_t chunk_bytes) {
+  HALOGEN_EXPECTS(chunk_bytes > 0, "stream_dataset_payloads needs a positive chunk size");
+  const Meta m = read_checked_meta(dir);
+  const auto nodes = static_cast<uint64_t>(m.info.num_nodes);
+  std::array<std::unique_ptr<ArrayReader>, kArrayNames.size()> files;
+  files[0] = open_array<int64_t>(dir, m, "offsets", nodes + 1);
+  files[1] = open_array<int32_t>(dir, m, "indices", static_cast<uint64_t>(m.info.num_edges));
+  files[2] = open_array<float>(dir, m, "features", nodes * static_cast<uint64_t>(m.info.feature_dim));
+  files[3] = open_array<int32_t>(dir, m, "labels", nodes);
+  files[4] = open_array<uint8_t>(dir, m, "split", nodes);
+  HostBuffer<std::byte> chunk(chunk_bytes);
+  XXH3_state_t* state = XXH3_createState();
+  HALOGEN_EXPECTS(state != nullptr, "out of memory creating an XXH3 state");
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state_guard(state, &XXH3_freeState);
+  for (const auto& file : files) {
+    XXH3_64bits_reset(state);
+    const uint64_t payload = file->size() - kHeaderBytes;
+    for (uint64_t done = 0; done < payload;) {
+      const uint64_t bytes = std::min<uint64_t>(chunk_bytes, payload - done);
+      file->read_bytes(chunk.data(), bytes, kHeaderBytes + done);
+      XXH3_64bits_update(state, chunk.data(), bytes);
+      consume({chunk.data(), static_cast<size_t>(bytes)});
+      done += bytes;
+    }
+    const uint64_t actual = XXH3_64bits_digest(state);
+    HALOGEN_EXPECTS(actual == file->header().checksum,
+                    "{}: checksum mismatch: payload hashes to {}, header says {} (file corrupted)",
+                    file->path().string(), hex64(actual), hex64(file->header().checksum));
+  }
+}
+
+Dataset read_dataset(const fs::path& dir, bool verify_checksums) {
+  const Meta m = read_checked_meta(dir);
+  const int64_t num_nodes = m.info.num_nodes;
+  const int64_t num_edges = m.info.num_edges;
+  const int64_t feature_dim = m.info.feature_dim;
+  const int32_t num_classes = m.info.num_classes;
+  const json& files = m.files();
   const auto nodes = static_cast<uint64_t>(num_nodes);
 
   std::array<MappedArray, kArrayNames.size()> arrays;
@@ -385,8 +602,7 @@ Dataset read_dataset(const fs::path& dir, bool verify_checksums) {
   if (verify_checksums) {
     check_csr_structure(dir, num_nodes, ds.graph.offsets().data(), ds.graph.indices().data());
   }
-  ds.name =
-      meta.contains("name") && meta["name"].is_string() ? meta["name"].get<std::string>() : dir.filename().string();
+  ds.name = m.info.name;
   ds.feature_dim = feature_dim;
   ds.features = as_array<float>(arrays[2]);
   ds.labels = as_array<int32_t>(arrays[3]);

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -126,47 +127,35 @@ class ScotchStrat {
 
 }  // namespace
 
-std::vector<int32_t> partition_graph_distributed(const Dataset& ds, const PartitionOptions& options, MPI_Comm comm) {
-  const CsrGraph& g = ds.graph;
-  const int64_t n = g.num_nodes();
-  HALOGEN_EXPECTS(options.num_parts >= 1, "number of parts must be at least 1, got {}", options.num_parts);
-  HALOGEN_EXPECTS(options.num_parts <= n, "cannot cut dataset '{}' with {} nodes into {} parts (at most one per node)",
-                  ds.name, n, options.num_parts);
-  HALOGEN_EXPECTS(options.imbalance >= 1.0, "partition imbalance must be >= 1.0 (max/avg), got {}", options.imbalance);
-  if (options.num_parts == 1) return std::vector<int32_t>(static_cast<size_t>(n), 0);
+std::vector<int64_t> slice_bounds(int64_t num_nodes, int size) {
+  std::vector<int64_t> vtxdist(static_cast<size_t>(size) + 1);
+  for (int r = 0; r <= size; ++r) vtxdist[static_cast<size_t>(r)] = num_nodes * r / size;
+  return vtxdist;
+}
 
+std::vector<int32_t> ptscotch_partition_rows(const std::string& name, int64_t n, const EdgeIdx* offsets,
+                                             const NodeId* indices, const PartitionOptions& options, MPI_Comm comm) {
   int rank = 0, size = 1;
   HALOGEN_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   HALOGEN_CHECK_MPI(MPI_Comm_size(comm, &size));
-  HALOGEN_EXPECTS(n >= size, "PT-Scotch needs at least one vertex per process: {} nodes on {} processes", n, size);
-
-  // Even split of the vertices over the processes; this rank builds only its slice.
-  std::vector<int64_t> vtxdist(static_cast<size_t>(size) + 1);
-  for (int r = 0; r <= size; ++r) vtxdist[static_cast<size_t>(r)] = n * r / size;
+  // Even split of the vertices over the processes; this rank holds only its slice.
+  const std::vector<int64_t> vtxdist = slice_bounds(n, size);
   const int64_t begin = vtxdist[static_cast<size_t>(rank)], end = vtxdist[static_cast<size_t>(rank) + 1];
   const int64_t local_nodes = end - begin;
-
-  // Scotch needs a symmetric graph (it checks nothing and may loop or crash otherwise). Each
-  // rank checks the rows of its slice; together they check the whole graph.
-  bool local_symmetric = true;
-#pragma omp parallel for schedule(dynamic, 1024) reduction(&& : local_symmetric)
-  for (int64_t v = begin; v < end; ++v) {
-    for (NodeId u : g.neighbors(static_cast<NodeId>(v))) {
-      const auto nu = g.neighbors(u);
-      if (!std::binary_search(nu.begin(), nu.end(), static_cast<NodeId>(v))) local_symmetric = false;
-    }
-  }
-  HALOGEN_EXPECTS(!on_any_rank(!local_symmetric, comm),
-                  "dataset '{}': PT-Scotch needs a symmetric graph, but some edge (u, v) has no (v, u); symmetrise it "
-                  "when building the dataset",
-                  ds.name);
+  // Row v's entries are indices[offsets[v - begin] - offsets[0] ...]: offsets keep their
+  // global (64-bit) values, only differences are taken.
+  const EdgeIdx base = offsets[0];
+  auto row = [&](int64_t v) {
+    const size_t i = static_cast<size_t>(v - begin);
+    return std::span<const NodeId>(indices + (offsets[i] - base), static_cast<size_t>(offsets[i + 1] - offsets[i]));
+  };
 
   // Local adjacency without self loops (Scotch rejects them); columns are global ids.
   HostBuffer<SCOTCH_Num> vertloc(static_cast<size_t>(local_nodes) + 1);
   vertloc[0] = 0;
   int64_t local_arcs = 0;
   for (int64_t v = begin; v < end; ++v) {
-    for (NodeId u : g.neighbors(static_cast<NodeId>(v))) local_arcs += (u != v);
+    for (NodeId u : row(v)) local_arcs += (u != v);
     // Checked here already so that the cast below cannot wrap; the global check follows.
     if (local_arcs > kScotchNumMax) break;
     vertloc[static_cast<size_t>(v - begin) + 1] = static_cast<SCOTCH_Num>(local_arcs);
@@ -177,13 +166,13 @@ std::vector<int32_t> partition_graph_distributed(const Dataset& ds, const Partit
   HALOGEN_CHECK_MPI(MPI_Allreduce(&local_arcs, &arcs, 1, MPI_INT64_T, MPI_SUM, comm));
   HALOGEN_EXPECTS(arcs <= kScotchNumMax,
                   "dataset '{}' has {} edges without self loops; PT-Scotch built with {}-bit SCOTCH_Num holds at most "
-                  "{} (use a 64-bit Scotch, e.g. Debian's scotch-int64 variant)",
-                  ds.name, arcs, 8 * sizeof(SCOTCH_Num), kScotchNumMax);
+                  "{} (build halogen against a 64-bit Scotch, e.g. Debian's scotch-int64 variant)",
+                  name, arcs, 8 * sizeof(SCOTCH_Num), kScotchNumMax);
   HostBuffer<SCOTCH_Num> edgeloc(static_cast<size_t>(std::max<int64_t>(local_arcs, 1)));
 #pragma omp parallel for schedule(dynamic, 4096)
   for (int64_t v = begin; v < end; ++v) {
     SCOTCH_Num* out = edgeloc.data() + vertloc[static_cast<size_t>(v - begin)];
-    for (NodeId u : g.neighbors(static_cast<NodeId>(v))) {
+    for (NodeId u : row(v)) {
       if (u != v) *out++ = static_cast<SCOTCH_Num>(u);
     }
   }
@@ -220,8 +209,8 @@ std::vector<int32_t> partition_graph_distributed(const Dataset& ds, const Partit
       /*edgegsttab=*/nullptr, /*edloloctab=*/nullptr);
   HALOGEN_EXPECTS(
       !on_any_rank(build_status != 0, comm),
-      "SCOTCH_dgraphBuild failed for dataset '{}' ({} nodes, {} arcs on {} processes; status {} on rank {})", ds.name,
-      n, arcs, size, build_status, rank);
+      "SCOTCH_dgraphBuild failed for dataset '{}' ({} nodes, {} arcs on {} processes; status {} on rank {})", name, n,
+      arcs, size, build_status, rank);
 
   ScotchStrat strat;
   const SCOTCH_Num nparts = options.num_parts;
@@ -250,7 +239,57 @@ std::vector<int32_t> partition_graph_distributed(const Dataset& ds, const Partit
   }
   HALOGEN_EXPECTS(!on_any_rank(local_bad, comm),
                   "SCOTCH_dgraphPart failed to partition '{}' into {} parts on {} processes (status {} on rank {})",
-                  ds.name, nparts, size, part_status, rank);
+                  name, nparts, size, part_status, rank);
+  return local_part32;
+}
+
+void check_ptscotch_options(const std::string& name, int64_t n, const PartitionOptions& options, MPI_Comm comm) {
+  HALOGEN_EXPECTS(options.num_parts >= 1, "number of parts must be at least 1, got {}", options.num_parts);
+  HALOGEN_EXPECTS(options.num_parts <= n, "cannot cut dataset '{}' with {} nodes into {} parts (at most one per node)",
+                  name, n, options.num_parts);
+  HALOGEN_EXPECTS(options.imbalance >= 1.0, "partition imbalance must be >= 1.0 (max/avg), got {}", options.imbalance);
+  int size = 1;
+  HALOGEN_CHECK_MPI(MPI_Comm_size(comm, &size));
+  HALOGEN_EXPECTS(n >= size, "PT-Scotch needs at least one vertex per process: {} nodes on {} processes", n, size);
+  // A library built for another SCOTCH_Num width than the header (e.g. the 32-bit
+  // libscotch found at run time under a binary compiled with scotch-int64 headers) would
+  // misread every array.
+  HALOGEN_EXPECTS(SCOTCH_numSizeof() == static_cast<int>(sizeof(SCOTCH_Num)),
+                  "the PT-Scotch library loaded at run time has {}-byte SCOTCH_Num, halogen was compiled for {} bytes "
+                  "(a 32-bit libscotch found before the 64-bit one? check ldd and the run path)",
+                  SCOTCH_numSizeof(), sizeof(SCOTCH_Num));
+}
+
+std::vector<int32_t> partition_graph_distributed(const Dataset& ds, const PartitionOptions& options, MPI_Comm comm) {
+  const CsrGraph& g = ds.graph;
+  const int64_t n = g.num_nodes();
+  check_ptscotch_options(ds.name, n, options, comm);
+  if (options.num_parts == 1) return std::vector<int32_t>(static_cast<size_t>(n), 0);
+
+  int rank = 0, size = 1;
+  HALOGEN_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  HALOGEN_CHECK_MPI(MPI_Comm_size(comm, &size));
+  const std::vector<int64_t> vtxdist = slice_bounds(n, size);
+  const int64_t begin = vtxdist[static_cast<size_t>(rank)], end = vtxdist[static_cast<size_t>(rank) + 1];
+  const int64_t local_nodes = end - begin;
+
+  // Scotch needs a symmetric graph (it checks nothing and may loop or crash otherwise). Each
+  // rank checks the rows of its slice; together they check the whole graph.
+  bool local_symmetric = true;
+#pragma omp parallel for schedule(dynamic, 1024) reduction(&& : local_symmetric)
+  for (int64_t v = begin; v < end; ++v) {
+    for (NodeId u : g.neighbors(static_cast<NodeId>(v))) {
+      const auto nu = g.neighbors(u);
+      if (!std::binary_search(nu.begin(), nu.end(), static_cast<NodeId>(v))) local_symmetric = false;
+    }
+  }
+  HALOGEN_EXPECTS(!on_any_rank(!local_symmetric, comm),
+                  "dataset '{}': PT-Scotch needs a symmetric graph, but some edge (u, v) has no (v, u); symmetrise it "
+                  "when building the dataset",
+                  ds.name);
+
+  const std::vector<int32_t> local_part32 = ptscotch_partition_rows(
+      ds.name, n, g.offsets().data() + begin, g.indices().data() + g.offsets()[begin], options, comm);
 
   std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
@@ -265,6 +304,23 @@ std::vector<int32_t> partition_graph_distributed(const Dataset& ds, const Partit
 }
 
 #else
+
+std::vector<int64_t> slice_bounds(int64_t num_nodes, int size) {
+  std::vector<int64_t> vtxdist(static_cast<size_t>(size) + 1);
+  for (int r = 0; r <= size; ++r) vtxdist[static_cast<size_t>(r)] = num_nodes * r / size;
+  return vtxdist;
+}
+
+void check_ptscotch_options(const std::string&, int64_t, const PartitionOptions&, MPI_Comm) {
+  HALOGEN_FAIL(
+      "this halogen build has no PT-Scotch (HALOGEN_HAVE_PTSCOTCH=0): install libptscotch-dev and reconfigure, or "
+      "use --method metis");
+}
+
+std::vector<int32_t> ptscotch_partition_rows(const std::string&, int64_t, const EdgeIdx*, const NodeId*,
+                                             const PartitionOptions&, MPI_Comm) {
+  HALOGEN_FAIL("this halogen build has no PT-Scotch (HALOGEN_HAVE_PTSCOTCH=0)");
+}
 
 std::vector<int32_t> partition_graph_distributed(const Dataset& ds, const PartitionOptions& options, MPI_Comm comm) {
   HALOGEN_FAIL(

@@ -1,6 +1,7 @@
 #include "halogen/partition/reorder.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 
 #include "halogen/core/error.hpp"
@@ -93,6 +94,13 @@ std::vector<int32_t> order_csr(int32_t n, const EdgeIdx* offsets, const int32_t*
 
 std::vector<NodeId> order_nodes(const CsrGraph& g, std::span<const NodeId> members, std::span<const int32_t> part_of,
                                 int32_t part, NodeOrder order) {
+  return order_nodes(
+      members, [&](int32_t i) { return g.neighbors(members[static_cast<size_t>(i)]); }, part_of, part, order);
+}
+
+std::vector<NodeId> order_nodes(std::span<const NodeId> members,
+                                const std::function<std::span<const NodeId>(int32_t)>& row_of,
+                                std::span<const int32_t> part_of, int32_t part, NodeOrder order) {
   const int32_t n = static_cast<int32_t>(members.size());
   std::vector<NodeId> out(members.begin(), members.end());
   if (order == NodeOrder::kGlobalId || n <= 1) return out;
@@ -105,18 +113,17 @@ std::vector<NodeId> order_nodes(const CsrGraph& g, std::span<const NodeId> membe
 #pragma omp parallel for schedule(dynamic, 4096)
   for (int32_t i = 0; i < n; ++i) {
     EdgeIdx d = 0;
-    for (NodeId u : g.neighbors(members[static_cast<size_t>(i)]))
-      d += part_of[static_cast<size_t>(u)] == part && u != members[static_cast<size_t>(i)];
+    for (NodeId u : row_of(i)) d += part_of[static_cast<size_t>(u)] == part && u != members[static_cast<size_t>(i)];
     offsets[static_cast<size_t>(i) + 1] = d;
   }
   for (int32_t i = 0; i < n; ++i) offsets[static_cast<size_t>(i) + 1] += offsets[static_cast<size_t>(i)];
   std::vector<int32_t> indices(order == NodeOrder::kRcm ? static_cast<size_t>(offsets[static_cast<size_t>(n)]) : 0);
   if (order == NodeOrder::kRcm) {
-    const bool all = static_cast<int64_t>(n) == g.num_nodes();  // one part: index = global id
+    const bool all = members.size() == part_of.size();  // one part: index = global id
 #pragma omp parallel for schedule(dynamic, 4096)
     for (int32_t i = 0; i < n; ++i) {
       int32_t* o = indices.data() + offsets[static_cast<size_t>(i)];
-      for (NodeId u : g.neighbors(members[static_cast<size_t>(i)]))
+      for (NodeId u : row_of(i))
         if (part_of[static_cast<size_t>(u)] == part && u != members[static_cast<size_t>(i)])
           *o++ = all ? u : index_of(u);
     }

@@ -9,6 +9,7 @@
 #include "halogen/core/error.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/quant/quantize.hpp"
+#include "partition_internal.hpp"
 
 namespace halogen {
 
@@ -117,6 +118,34 @@ nlohmann::json partition_report(const Dataset& ds, std::span<const int32_t> part
     }
   }
 
+  detail::PartitionCounts counts(P);
+  counts.owned = owned;
+  counts.train = train;
+  counts.edges = edges;
+  for (int p = 0; p < P; ++p) {
+    std::copy(halo_from[static_cast<size_t>(p)].begin(), halo_from[static_cast<size_t>(p)].end(),
+              counts.halo_from.begin() + static_cast<ptrdiff_t>(p) * P);
+  }
+  counts.cut = cut;
+  counts.cut_entries = cut_entries;
+  counts.undirected = undirected;
+  return detail::report_from_counts(ds.name, n, g.num_edges(), P, hidden, layers, counts);
+}
+
+namespace detail {
+
+nlohmann::json report_from_counts(const std::string& dataset_name, int64_t n, int64_t num_edges, int num_parts,
+                                  int hidden, int layers, const PartitionCounts& counts) {
+  const int P = num_parts;
+  const std::vector<int64_t>& owned = counts.owned;
+  const std::vector<int64_t>& train = counts.train;
+  const std::vector<int64_t>& edges = counts.edges;
+  const int64_t cut = counts.cut, cut_entries = counts.cut_entries, undirected = counts.undirected;
+  std::vector<std::vector<int64_t>> halo_from(static_cast<size_t>(P));
+  for (int p = 0; p < P; ++p) {
+    halo_from[static_cast<size_t>(p)].assign(counts.halo_from.begin() + static_cast<ptrdiff_t>(p) * P,
+                                             counts.halo_from.begin() + static_cast<ptrdiff_t>(p + 1) * P);
+  }
   nlohmann::json parts = nlohmann::json::array();
   int64_t total_halo = 0, messages = 0;
   for (int p = 0; p < P; ++p) {
@@ -168,9 +197,9 @@ nlohmann::json partition_report(const Dataset& ds, std::span<const int32_t> part
   }
 
   nlohmann::json report;
-  report["dataset"] = ds.name;
+  report["dataset"] = dataset_name;
   report["num_nodes"] = n;
-  report["num_edges"] = g.num_edges();
+  report["num_edges"] = num_edges;
   report["num_undirected_edges"] = undirected;
   report["num_parts"] = P;
   report["hidden"] = hidden;
@@ -189,9 +218,12 @@ nlohmann::json partition_report(const Dataset& ds, std::span<const int32_t> part
       "of owned rows. Exchange bytes: layer 0 input features are aggregated once before training and never exchanged "
       "per epoch, so each epoch exchanges layers 1..L-1 with `hidden` columns: forward embeddings and backward "
       "gradients, one message per (sender, receiver) pair with rows. Message size in 32-bit words: fp32 rows*cols, "
-      "fp16 1 exponent word + rows*ceil(cols/2), b in {1,2,4,8}: 1 exponent word + rows*(1 metadata word + ceil(cols*b/32)).";
+      "fp16 1 exponent word + rows*ceil(cols/2), b in {1,2,4,8}: 1 exponent word + rows*(1 metadata word + "
+      "ceil(cols*b/32)).";
   return report;
 }
+
+}  // namespace detail
 
 std::string format_partition_report(const nlohmann::json& r) {
   std::string out;

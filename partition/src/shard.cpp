@@ -32,6 +32,7 @@
 #include "halogen/core/log.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/partition/reorder.hpp"
+#include "partition_internal.hpp"
 
 namespace halogen {
 
@@ -261,30 +262,9 @@ Shard build_one(const Dataset& ds, std::span<const int32_t> part_of, const Parti
     }
   }
 
-  // Transposed structure by a counting sort over rows in ascending global id (the order the
-  // backward pass sums in, whatever the local order).
-  std::vector<int32_t> rows_by_global(static_cast<size_t>(num_owned));
-  for (int32_t r = 0; r < num_owned; ++r) rows_by_global[static_cast<size_t>(r)] = r;
-  if (L.order != NodeOrder::kGlobalId)
-    std::sort(rows_by_global.begin(), rows_by_global.end(), [&](int32_t a, int32_t b) { return owned[a] < owned[b]; });
-  HostBuffer<EdgeIdx> t_offsets(static_cast<size_t>(num_local) + 1);
-  t_offsets.zero();
-  for (EdgeIdx e = 0; e < num_entries; ++e) t_offsets[static_cast<size_t>(cols[static_cast<size_t>(e)]) + 1]++;
-  for (int32_t c = 0; c < num_local; ++c) t_offsets[static_cast<size_t>(c) + 1] += t_offsets[static_cast<size_t>(c)];
-  HostBuffer<int32_t> t_indices(static_cast<size_t>(num_entries));
-  {
-    HostBuffer<EdgeIdx> fill(static_cast<size_t>(num_local));
-    if (num_local > 0) std::memcpy(fill.data(), t_offsets.data(), static_cast<size_t>(num_local) * sizeof(EdgeIdx));
-    for (const int32_t r : rows_by_global) {
-      for (EdgeIdx e = row_offsets[static_cast<size_t>(r)]; e < row_offsets[static_cast<size_t>(r) + 1]; ++e) {
-        t_indices[static_cast<size_t>(fill[static_cast<size_t>(cols[static_cast<size_t>(e)])]++)] = r;
-      }
-    }
-  }
   s.row_offsets = ArrayRef<EdgeIdx>(std::move(row_offsets));
   s.col_indices = ArrayRef<int32_t>(std::move(cols));
-  s.t_offsets = ArrayRef<EdgeIdx>(std::move(t_offsets));
-  s.t_indices = ArrayRef<int32_t>(std::move(t_indices));
+  detail::build_transposed(s);
 
   // Send list to q = the p-owned segment of q's halo, which is in p's local order.
   HostBuffer<int32_t> send_offsets(static_cast<size_t>(P) + 1);
@@ -499,6 +479,71 @@ void emit_shard(ShardLayout& lay, Write&& write) {
 
 }  // namespace
 
+namespace detail {
+
+void build_transposed(Shard& s) {
+  // Counting sort over rows in ascending global id (the order the backward pass sums in,
+  // whatever the local order).
+  const int32_t num_owned = s.num_owned, num_local = s.num_local();
+  const EdgeIdx num_entries = static_cast<EdgeIdx>(s.col_indices.size());
+  const NodeId* owned = s.owned_global.data();
+  const EdgeIdx* row_offsets = s.row_offsets.data();
+  const int32_t* cols = s.col_indices.data();
+  std::vector<int32_t> rows_by_global(static_cast<size_t>(num_owned));
+  for (int32_t r = 0; r < num_owned; ++r) rows_by_global[static_cast<size_t>(r)] = r;
+  if (s.node_order != NodeOrder::kGlobalId)
+    std::sort(rows_by_global.begin(), rows_by_global.end(), [&](int32_t a, int32_t b) { return owned[a] < owned[b]; });
+  HostBuffer<EdgeIdx> t_offsets(static_cast<size_t>(num_local) + 1);
+  t_offsets.zero();
+  for (EdgeIdx e = 0; e < num_entries; ++e) t_offsets[static_cast<size_t>(cols[e]) + 1]++;
+  for (int32_t c = 0; c < num_local; ++c) t_offsets[static_cast<size_t>(c) + 1] += t_offsets[static_cast<size_t>(c)];
+  HostBuffer<int32_t> t_indices(static_cast<size_t>(num_entries));
+  {
+    HostBuffer<EdgeIdx> fill(static_cast<size_t>(num_local));
+    if (num_local > 0) std::memcpy(fill.data(), t_offsets.data(), static_cast<size_t>(num_local) * sizeof(EdgeIdx));
+    for (const int32_t r : rows_by_global) {
+      for (EdgeIdx e = row_offsets[r]; e < row_offsets[r + 1]; ++e) {
+        t_indices[static_cast<size_t>(fill[static_cast<size_t>(cols[e])]++)] = r;
+      }
+    }
+  }
+  s.t_offsets = ArrayRef<EdgeIdx>(std::move(t_offsets));
+  s.t_indices = ArrayRef<int32_t>(std::move(t_indices));
+}
+
+FingerprintBuilder::FingerprintBuilder(const std::string& name, int64_t num_nodes, int64_t num_edges,
+                                       int64_t feature_dim, int32_t num_classes, int32_t num_parts) {
+  // Dataset identity is its name, counts and content (structure, features, labels, split):
+  // two partitions with equal fingerprints have byte-identical shards.
+  XXH3_state_t* st = XXH3_createState();
+  HALOGEN_EXPECTS(st != nullptr, "out of memory creating an XXH3 state");
+  state_ = st;
+  XXH3_64bits_reset(st);
+  auto add_value = [&](auto v) { add(&v, sizeof(v)); };
+  static constexpr char kTag[] = "halogen-partition-v1";
+  add(kTag, sizeof(kTag));
+  add_value(static_cast<uint64_t>(name.size()));
+  add(name.data(), name.size());
+  add_value(num_nodes);
+  add_value(num_edges);
+  add_value(feature_dim);
+  add_value(num_classes);
+  add_value(num_parts);
+}
+
+FingerprintBuilder::~FingerprintBuilder() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+
+void FingerprintBuilder::add(const void* data, size_t bytes) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data, bytes);
+}
+
+uint64_t FingerprintBuilder::finish(std::span<const int32_t> part_of, NodeOrder order) {
+  add(part_of.data(), part_of.size_bytes());
+  return ordered_partition_id(XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_)), order);
+}
+
+}  // namespace detail
+
 // ---------------------------------------------------------------------------------------
 // Public API
 // ---------------------------------------------------------------------------------------
@@ -513,31 +558,14 @@ std::vector<Shard> build_shards(const Dataset& ds, std::span<const int32_t> part
 }
 
 uint64_t partition_fingerprint(const Dataset& ds, std::span<const int32_t> part_of, int num_parts, NodeOrder order) {
-  // Dataset identity is its name, counts and content (structure, features, labels, split):
-  // two partitions with equal fingerprints have byte-identical shards.
-  XXH3_state_t* st = XXH3_createState();
-  HALOGEN_EXPECTS(st != nullptr, "out of memory creating an XXH3 state");
-  XXH3_64bits_reset(st);
-  auto add = [&](const void* d, size_t n) { XXH3_64bits_update(st, d, n); };
-  auto add_value = [&](auto v) { add(&v, sizeof(v)); };
-  static constexpr char kTag[] = "halogen-partition-v1";
-  add(kTag, sizeof(kTag));
-  add_value(static_cast<uint64_t>(ds.name.size()));
-  add(ds.name.data(), ds.name.size());
-  add_value(static_cast<int64_t>(ds.num_nodes()));
-  add_value(static_cast<int64_t>(ds.graph.num_edges()));
-  add_value(static_cast<int64_t>(ds.feature_dim));
-  add_value(static_cast<int32_t>(ds.num_classes));
-  add_value(static_cast<int32_t>(num_parts));
-  add(ds.graph.offsets().data(), ds.graph.offsets().size() * sizeof(EdgeIdx));
-  add(ds.graph.indices().data(), ds.graph.indices().size() * sizeof(NodeId));
-  add(ds.features.data(), ds.features.size() * sizeof(float));
-  add(ds.labels.data(), ds.labels.size() * sizeof(int32_t));
-  add(ds.split.data(), ds.split.size());
-  add(part_of.data(), part_of.size_bytes());
-  const uint64_t d = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  return ordered_partition_id(d, order);
+  detail::FingerprintBuilder fp(ds.name, ds.num_nodes(), ds.graph.num_edges(), ds.feature_dim, ds.num_classes,
+                                num_parts);
+  fp.add(ds.graph.offsets().data(), ds.graph.offsets().size() * sizeof(EdgeIdx));
+  fp.add(ds.graph.indices().data(), ds.graph.indices().size() * sizeof(NodeId));
+  fp.add(ds.features.data(), ds.features.size() * sizeof(float));
+  fp.add(ds.labels.data(), ds.labels.size() * sizeof(int32_t));
+  fp.add(ds.split.data(), ds.split.size());
+  return fp.finish(part_of, order);
 }
 
 std::string serialize_shard(const Shard& shard) {
@@ -849,24 +877,6 @@ void fsync_directory(const fs::path& dir) {
   ::close(fd);
 }
 
-// Removes a temporary directory unless released.
-class TempDirGuard {
- public:
-  explicit TempDirGuard(fs::path p) : path_(std::move(p)) {}
-  ~TempDirGuard() {
-    if (!path_.empty()) {
-      std::error_code ec;
-      fs::remove_all(path_, ec);
-    }
-  }
-  void release() { path_.clear(); }
-  TempDirGuard(const TempDirGuard&) = delete;
-  TempDirGuard& operator=(const TempDirGuard&) = delete;
-
- private:
-  fs::path path_;
-};
-
 // Replaces `target` by `source` (both directories). With renameat2(RENAME_EXCHANGE) the
 // swap is atomic; the old content ends up under `source` and is removed.
 void install_directory(const fs::path& source, const fs::path& target) {
@@ -907,78 +917,115 @@ nlohmann::json read_existing_report(const fs::path& dir) {
 
 }  // namespace
 
+namespace detail {
+
+TempDirGuard::~TempDirGuard() {
+  if (!path_.empty()) {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+}
+
+nlohmann::json directory_report(nlohmann::json report, uint64_t id, const PartitionOptions& options) {
+  const int P = options.num_parts;
+  report["format"] = kPartitionFormat;
+  report["version"] = kPartitionFormatVersion;
+  report["partition_id"] = id_hex(id);
+  report["method"] = options.method == PartitionMethod::kMetis      ? "metis"
+                     : options.method == PartitionMethod::kPtScotch ? "ptscotch"
+                                                                    : "random";
+  report["objective"] = options.objective == PartitionObjective::kVolume ? "volume" : "cut";
+  report["node_order"] = to_string(options.node_order);
+  report["balance_train"] = options.balance_train;
+  report["balance_edges"] = options.balance_edges;
+  report["imbalance_target"] = options.imbalance;
+  report["seed"] = options.seed;
+  nlohmann::json files = nlohmann::json::array();
+  for (int p = 0; p < P; ++p) files.push_back(shard_path("", p, P).string());
+  report["shards"] = files;
+  return report;
+}
+
+PartitionDirPlan plan_partition_dir(const fs::path& out_dir, uint64_t id, int P, int hidden, int layers, bool overwrite,
+                                    const std::string& dataset_name) {
+  PartitionDirPlan plan;
+  fs::path dir = fs::absolute(out_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();
+  plan.dir = dir;
+  if (!fs::exists(dir)) return plan;
+  HALOGEN_EXPECTS(fs::is_directory(dir), "partition output '{}' exists and is not a directory", dir.string());
+  nlohmann::json existing = read_existing_report(dir);
+  if (!existing.is_null() && existing.value("partition_id", "") == id_hex(id) && existing.value("num_parts", 0) == P) {
+    bool complete = true;
+    for (int p = 0; p < P; ++p) complete = complete && fs::is_regular_file(shard_path(dir, p, P));
+    if (complete) {
+      if (existing.value("hidden", 0) == hidden && existing.value("layers", 0) == layers) {
+        plan.action = PartitionDirPlan::kUpToDate;
+        plan.existing = std::move(existing);
+        return plan;
+      }
+      // Same shards, other model shape: only the report changes.
+      plan.action = PartitionDirPlan::kReportOnly;
+      return plan;
+    }
+  }
+  // A copy of this very partition with shards missing is rebuilt; anything else needs
+  // `overwrite`.
+  const bool same_partition = !existing.is_null() && existing.value("partition_id", "") == id_hex(id);
+  if (!overwrite && !same_partition && !fs::is_empty(dir)) {
+    if (existing.is_null()) {
+      HALOGEN_FAIL("partition output '{}' exists and is not a halogen partition directory; remove it or pass overwrite",
+                   dir.string());
+    }
+    HALOGEN_FAIL(
+        "partition output '{}' already holds a different partition (id {}, {} parts of '{}'; this one is "
+        "id {}, {} parts of '{}'); pass overwrite to replace it",
+        dir.string(), existing.value("partition_id", "?"), existing.value("num_parts", 0),
+        existing.value("dataset", "?"), id_hex(id), P, dataset_name);
+  }
+  return plan;
+}
+
+fs::path make_temp_dir(const fs::path& dir) {
+  const fs::path parent = dir.parent_path();
+  fs::create_directories(parent);
+  std::random_device rd;
+  const fs::path tmp = parent / fmt::format(".{}.tmp.{}.{:08x}", dir.filename().string(), ::getpid(), rd());
+  std::error_code ec;
+  fs::create_directory(tmp, ec);
+  HALOGEN_EXPECTS(!ec, "cannot create '{}': {}", tmp.string(), ec.message());
+  return tmp;
+}
+
+void install_partition_dir(const fs::path& tmp, const fs::path& dir) {
+  fsync_directory(tmp);
+  install_directory(tmp, dir);
+  fsync_directory(dir.parent_path());
+}
+
+}  // namespace detail
+
 nlohmann::json write_partition(const Dataset& ds, std::span<const int32_t> part_of, const PartitionOptions& options,
                                const fs::path& out_dir, int hidden, int layers, bool overwrite) {
   const int P = options.num_parts;
   check_assignment(ds, part_of, P);
   HALOGEN_EXPECTS(hidden >= 1 && layers >= 1, "report needs hidden >= 1 and layers >= 1, got hidden {} layers {}",
                   hidden, layers);
-  fs::path dir = fs::absolute(out_dir).lexically_normal();
-  if (dir.filename().empty()) dir = dir.parent_path();
   const uint64_t id = partition_fingerprint(ds, part_of, P, options.node_order);
-
   auto make_report = [&]() {
-    nlohmann::json report = partition_report(ds, part_of, P, hidden, layers);
-    report["format"] = kPartitionFormat;
-    report["version"] = kPartitionFormatVersion;
-    report["partition_id"] = id_hex(id);
-    report["method"] = options.method == PartitionMethod::kMetis      ? "metis"
-                       : options.method == PartitionMethod::kPtScotch ? "ptscotch"
-                                                                      : "random";
-    report["objective"] = options.objective == PartitionObjective::kVolume ? "volume" : "cut";
-    report["node_order"] = to_string(options.node_order);
-    report["balance_train"] = options.balance_train;
-    report["balance_edges"] = options.balance_edges;
-    report["imbalance_target"] = options.imbalance;
-    report["seed"] = options.seed;
-    nlohmann::json files = nlohmann::json::array();
-    for (int p = 0; p < P; ++p) files.push_back(shard_path("", p, P).string());
-    report["shards"] = files;
-    return report;
+    return detail::directory_report(partition_report(ds, part_of, P, hidden, layers), id, options);
   };
-
-  if (fs::exists(dir)) {
-    HALOGEN_EXPECTS(fs::is_directory(dir), "partition output '{}' exists and is not a directory", dir.string());
-    nlohmann::json existing = read_existing_report(dir);
-    if (!existing.is_null() && existing.value("partition_id", "") == id_hex(id) &&
-        existing.value("num_parts", 0) == P) {
-      bool complete = true;
-      for (int p = 0; p < P; ++p) complete = complete && fs::is_regular_file(shard_path(dir, p, P));
-      if (complete) {
-        if (existing.value("hidden", 0) == hidden && existing.value("layers", 0) == layers) return existing;
-        // Same shards, other model shape: only the report changes.
-        nlohmann::json report = make_report();
-        write_file_atomic(dir / "partition.json", report.dump(2) + "\n");
-        return report;
-      }
-    }
-    // A copy of this very partition with shards missing is rebuilt; anything else needs
-    // `overwrite`.
-    const bool same_partition = !existing.is_null() && existing.value("partition_id", "") == id_hex(id);
-    if (!overwrite && !same_partition && !fs::is_empty(dir)) {
-      if (existing.is_null()) {
-        HALOGEN_FAIL(
-            "partition output '{}' exists and is not a halogen partition directory; remove it or pass overwrite",
-            dir.string());
-      }
-      HALOGEN_FAIL(
-          "partition output '{}' already holds a different partition (id {}, {} parts of '{}'; this one is "
-          "id {}, {} parts of '{}'); pass overwrite to replace it",
-          dir.string(), existing.value("partition_id", "?"), existing.value("num_parts", 0),
-          existing.value("dataset", "?"), id_hex(id), P, ds.name);
-    }
+  const detail::PartitionDirPlan plan = detail::plan_partition_dir(out_dir, id, P, hidden, layers, overwrite, ds.name);
+  if (plan.action == detail::PartitionDirPlan::kUpToDate) return plan.existing;
+  if (plan.action == detail::PartitionDirPlan::kReportOnly) {
+    nlohmann::json report = make_report();
+    write_file_atomic(plan.dir / "partition.json", report.dump(2) + "\n");
+    return report;
   }
 
   // Build everything in a temporary sibling directory, then rename it into place.
-  const fs::path parent = dir.parent_path();
-  fs::create_directories(parent);
-  std::random_device rd;
-  const fs::path tmp = parent / fmt::format(".{}.tmp.{}.{:08x}", dir.filename().string(), ::getpid(), rd());
-  TempDirGuard guard(tmp);
-  std::error_code ec;
-  fs::create_directory(tmp, ec);
-  HALOGEN_EXPECTS(!ec, "cannot create '{}': {}", tmp.string(), ec.message());
-
+  const fs::path tmp = detail::make_temp_dir(plan.dir);
+  detail::TempDirGuard guard(tmp);
   {
     const PartitionLayout layout = make_layout(ds, part_of, P, options.node_order);
     HostBuffer<int32_t> halo_slot(static_cast<size_t>(ds.num_nodes()));
@@ -989,10 +1036,8 @@ nlohmann::json write_partition(const Dataset& ds, std::span<const int32_t> part_
   }
   nlohmann::json report = make_report();
   write_file_atomic(tmp / "partition.json", report.dump(2) + "\n");
-  fsync_directory(tmp);
-  install_directory(tmp, dir);
+  detail::install_partition_dir(tmp, plan.dir);
   guard.release();
-  fsync_directory(parent);
   return report;
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -181,6 +182,32 @@ TEST(Partitioner, BadPartCountsAreClearErrors) {
   EXPECT_EQ(parse_partition_objective("cut"), PartitionObjective::kCut);
   EXPECT_THROW(build_shards(ds, std::vector<int32_t>{0, 0, 1, 1, 2, 2, 1, 3}, 3), Error);
   EXPECT_THROW(build_shards(ds, std::vector<int32_t>{0, 0, 1}, 3), Error);
+}
+
+TEST(Partitioner, MetisRefusesMoreThanInt32EdgesNamingPtScotch) {
+  // Two nodes whose offsets claim 2^31 entries: the indices are a view of that length over
+  // one real element (never read; the check comes first), so nothing near 8 GiB is allocated.
+  const EdgeIdx entries = EdgeIdx{1} << 31;
+  HostBuffer<EdgeIdx> offsets(3);
+  offsets[0] = 0;
+  offsets[1] = entries / 2;
+  offsets[2] = entries;
+  auto one = std::make_shared<HostBuffer<NodeId>>(1, 0);
+  Dataset ds;
+  ds.name = "huge";
+  ds.graph = CsrGraph(2, ArrayRef<EdgeIdx>(std::move(offsets)),
+                      ArrayRef<NodeId>(one->data(), static_cast<size_t>(entries), one));
+  PartitionOptions o;
+  o.method = PartitionMethod::kMetis;
+  o.num_parts = 2;
+  try {
+    partition_graph(ds, o);
+    ADD_FAILURE() << "METIS accepted 2^31 stored edges";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("2147483648 stored edges"), std::string::npos) << what;
+    EXPECT_NE(what.find("--method ptscotch"), std::string::npos) << what;
+  }
 }
 
 TEST(Partitioner, RandomIsBalancedAndDeterministic) {

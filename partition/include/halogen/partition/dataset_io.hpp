@@ -24,8 +24,13 @@
 //    version 7 not supported (expected 1)", "DIR/indices.bin: truncated: ...".
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
+#include <functional>
+#include <span>
+#include <string>
 
+#include "halogen/core/buffer.hpp"
 #include "halogen/partition/dataset.hpp"
 
 namespace halogen {
@@ -48,6 +53,57 @@ void write_dataset(const Dataset& ds, const std::filesystem::path& dir, bool ove
 /// Without it, corrupted payload bytes are not detected (the CSR structure is not
 /// re-validated). Row order (sorted, unique) is checked by the consumers that rely on it.
 Dataset read_dataset(const std::filesystem::path& dir, bool verify_checksums = true);
+
+/// What meta.json says about a dataset (checked as read_dataset checks it).
+struct DatasetInfo {
+  std::string name;  // meta.json "name", else the directory name (as read_dataset)
+  int64_t num_nodes = 0;
+  int64_t num_edges = 0;  // stored (directed) entries
+  int64_t feature_dim = 0;
+  int32_t num_classes = 0;
+};
+DatasetInfo read_dataset_info(const std::filesystem::path& dir);
+
+/// The rows [begin, end) of a dataset: offsets (global values, end - begin + 1 of them), the
+/// adjacency of those rows, and their feature, label and split rows.
+struct DatasetSlice {
+  DatasetInfo info;
+  int64_t begin = 0, end = 0;
+  HostBuffer<EdgeIdx> offsets;  // offsets[i] = global offset of row begin + i
+  HostBuffer<NodeId> indices;   // offsets[end - begin] - offsets[0] entries
+  HostBuffer<float> features;   // (end - begin) x feature_dim, unless read without them
+  HostBuffer<int32_t> labels;
+  HostBuffer<uint8_t> split;
+
+  int64_t num_rows() const noexcept { return end - begin; }
+  /// Neighbours of global node v, begin <= v < end.
+  std::span<const NodeId> neighbors(int64_t v) const noexcept {
+    const size_t i = static_cast<size_t>(v - begin);
+    return {indices.data() + (offsets[i] - offsets[0]), static_cast<size_t>(offsets[i + 1] - offsets[i])};
+  }
+};
+
+/// Reads only the rows [begin, end) of the dataset in `dir` with positioned reads (pread):
+/// no file is mapped or read whole, so memory is the slice's own size. Checks meta.json and
+/// every array header as read_dataset does, and the slice's content: offsets in [0,
+/// num_edges] and non-decreasing (starting at 0 for row 0, ending at num_edges for the last
+/// row), neighbour ids in range, labels in [-1, num_classes), split roles 0..3. Payload
+/// checksums cover whole files and are not verified here (stream_dataset_payloads does).
+/// Errors name the file and the rows.
+/// `with_features` false leaves `features` empty (read them later with read_feature_rows).
+DatasetSlice read_dataset_slice(const std::filesystem::path& dir, int64_t begin, int64_t end,
+                                bool with_features = true);
+
+/// Feature rows [first, first + count) of the dataset in `dir` into `out` (count x
+/// feature_dim floats), with one positioned read; the header is checked as read_dataset does.
+void read_feature_rows(const std::filesystem::path& dir, int64_t first, int64_t count, float* out);
+
+/// Streams every payload of the dataset in `dir` in file order (offsets, indices, features,
+/// labels, split) through `consume` in chunks of at most `chunk_bytes`, and verifies each
+/// file's XXH3 checksum against its header (an error names the file). Memory: one chunk.
+void stream_dataset_payloads(const std::filesystem::path& dir,
+                             const std::function<void(std::span<const std::byte>)>& consume,
+                             size_t chunk_bytes = size_t{16} << 20);
 
 /// True if `dir` looks like a halogen dataset directory (has meta.json of the right format).
 bool is_dataset_dir(const std::filesystem::path& dir);

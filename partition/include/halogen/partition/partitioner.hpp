@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -39,10 +40,62 @@ PartitionObjective parse_partition_objective(const std::string& s);
 /// than the node count.
 std::vector<int32_t> partition_graph(const Dataset& ds, const PartitionOptions& options);
 
-/// PT-Scotch (ParMETIS v3 interface) over `comm`: every rank passes the full dataset's
-/// graph but contributes only its own slice of vertices (vtxdist); all ranks get the full
-/// assignment back.
+/// PT-Scotch over `comm`: every rank passes the full dataset's graph but contributes only its
+/// own slice of vertices (slice_bounds); all ranks get the full assignment back.
 std::vector<int32_t> partition_graph_distributed(const Dataset& ds, const PartitionOptions& options, MPI_Comm comm);
+
+/// The node slices PT-Scotch and the distributed writer use: rank r holds the rows
+/// [result[r], result[r + 1]) (an even split, size + 1 entries).
+std::vector<int64_t> slice_bounds(int64_t num_nodes, int size);
+
+/// Checks what PT-Scotch needs before any collective call (part count, imbalance, one node per
+/// process, the run-time library's SCOTCH_Num width); throws the same error on every rank.
+void check_ptscotch_options(const std::string& name, int64_t num_nodes, const PartitionOptions& options, MPI_Comm comm);
+
+/// PT-Scotch on rows that only this rank holds: the rows slice_bounds(num_nodes, size) gives
+/// this rank, as `offsets` (end - begin + 1 values, global and 64-bit: only differences are
+/// used, so a slice may start at any offset) and `indices` (the entries of those rows, global
+/// ids). The graph must be symmetric (not checked here). Returns the part of each of this
+/// rank's rows. Collective over `comm`; errors are thrown on every rank.
+std::vector<int32_t> ptscotch_partition_rows(const std::string& name, int64_t num_nodes, const EdgeIdx* offsets,
+                                             const NodeId* indices, const PartitionOptions& options, MPI_Comm comm);
+
+/// Runs one step on every rank and, if it failed on any, throws on every rank (the launcher
+/// and the tests pass halogen::run_collectively of halogen::comm, which the partition library
+/// cannot depend on). A step either makes no collective call or cannot fail between two.
+using CollectiveStep = std::function<void(const std::string& what, const std::function<void()>& step)>;
+
+/// Distributed partitioning of a binary dataset directory (dataset_io.hpp) over `comm`, in
+/// which no rank holds the whole graph or all features:
+///  1. every rank reads only its slice of nodes (slice_bounds) with positioned reads;
+///  2. the graph is checked for symmetry (a hash of every entry against its reverse, summed
+///     over ranks), PT-Scotch partitions the slices and every rank gets the assignment
+///     (4 bytes per node);
+///  3. part p is written by rank p % size: the rows, labels and split of its nodes move from
+///     the slice owners to that rank (all-to-all), halo nodes' local ids and degrees are asked
+///     from the ranks writing their parts, feature rows are read in rounds of at most 32 MiB
+///     and sent straight to their part's buffer, and every rank writes its parts' shards
+///     into a temporary directory that rank 0 renames into place after the report (counts
+///     summed over ranks) is written, as write_partition does. Rank 0 computes the partition
+///     id by streaming the dataset files once (one 16 MiB buffer), which also verifies their
+///     checksums.
+/// Shards and partition.json are byte-identical to write_partition's for the same assignment.
+/// Returns the report on every rank. `options.method` must be kPtScotch.
+nlohmann::json partition_dataset_distributed(const std::filesystem::path& dataset_dir, const PartitionOptions& options,
+                                             const std::filesystem::path& out_dir, int hidden, int layers,
+                                             bool overwrite, MPI_Comm comm, const CollectiveStep& collectively);
+
+/// Step 3 alone, for an assignment every rank passes whole (the same on every rank): the
+/// distributed writer for any method's assignment (the graph must be symmetric).
+nlohmann::json write_partition_distributed(const std::filesystem::path& dataset_dir, std::span<const int32_t> part_of,
+                                           const PartitionOptions& options, const std::filesystem::path& out_dir,
+                                           int hidden, int layers, bool overwrite, MPI_Comm comm,
+                                           const CollectiveStep& collectively);
+
+/// The assignment of steps 1-2 only (every rank gets it), for `--single-writer` comparisons.
+std::vector<int32_t> ptscotch_assignment_from_slices(const std::filesystem::path& dataset_dir,
+                                                     const PartitionOptions& options, MPI_Comm comm,
+                                                     const CollectiveStep& collectively);
 
 /// Partition report (JSON): per part owned/train/local edges/halo/peers, edge cut,
 /// imbalance per constraint, halo bytes per epoch per layer at 32/16/8/4/2/1 bits.

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,6 +35,12 @@ std::string to_string(NodeOrder order);
 /// assignment and the order.
 std::vector<NodeId> order_nodes(const CsrGraph& g, std::span<const NodeId> members, std::span<const int32_t> part_of,
                                 int32_t part, NodeOrder order);
+
+/// The same where the rows come from elsewhere (a rank holding only these members' rows):
+/// `row_of(i)` is the row of members[i] (global ids, as in the CsrGraph). Same result.
+std::vector<NodeId> order_nodes(std::span<const NodeId> members,
+                                const std::function<std::span<const NodeId>(int32_t)>& row_of,
+                                std::span<const int32_t> part_of, int32_t part, NodeOrder order);
 
 /// The same on a plain CSR of n nodes whose indices are all in [0, n): returns new -> old.
 std::vector<int32_t> order_csr(int32_t n, const EdgeIdx* offsets, const int32_t* indices, NodeOrder order);

@@ -1,0 +1,758 @@
+// The distributed partition writer: every rank reads only its slice of a binary dataset,
+// PT-Scotch partitions the slices, and every rank writes the shards of the parts it is
+// responsible for (part p: rank p % size). No rank holds the whole graph or all features; each
+// holds the assignment (4 bytes per node). See partitioner.hpp for the steps and
+// docs/partition.md for the measurements.
+//
+// The shards are the bytes write_partition writes (tests/partition/test_distributed.cpp compares
+// them). What the single writer takes from the whole graph comes from elsewhere here:
+//  - a part's owned rows, features, labels and split: from the slice owners (all-to-all);
+//  - node order: the same order_nodes, on the part's rows;
+//  - a halo node's local id (its owner's node order) and degree: asked from the rank writing
+//    the owner's part (all-to-all of requests, then of replies);
+//  - out-degrees and send lists: from the part's own rows, because the graph is symmetric
+//    (checked first): a node's out-degree is its in-degree, and node v of part p is in part
+//    q's halo exactly when v has a neighbour in q;
+//  - the partition id: rank 0 streams the dataset files once through the same hash
+//    (detail::FingerprintBuilder), in a thread, while the rows move;
+//  - the report: each rank counts its parts (partition_report's quantities, summed over
+//    ranks with one all-reduce), detail::report_from_counts formats it.
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "halogen/core/buffer.hpp"
+#include "halogen/core/error.hpp"
+#include "halogen/core/io.hpp"
+#include "halogen/partition/dataset_io.hpp"
+#include "halogen/partition/partitioner.hpp"
+#include "halogen/partition/shard.hpp"
+#include "partition_internal.hpp"
+
+namespace halogen {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Ranks {
+  int rank = 0, size = 1;
+  explicit Ranks(MPI_Comm comm) {
+    HALOGEN_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+    HALOGEN_CHECK_MPI(MPI_Comm_size(comm, &size));
+  }
+};
+
+int writer_of(int32_t part, int size) { return part % size; }
+
+// An MPI datatype of `bytes` contiguous bytes, freed on scope exit.
+class BlockType {
+ public:
+  explicit BlockType(size_t bytes) {
+    HALOGEN_CHECK_MPI(MPI_Type_contiguous(static_cast<int>(bytes), MPI_BYTE, &type_));
+    HALOGEN_CHECK_MPI(MPI_Type_commit(&type_));
+  }
+  ~BlockType() { MPI_Type_free(&type_); }
+  BlockType(const BlockType&) = delete;
+  BlockType& operator=(const BlockType&) = delete;
+  MPI_Datatype get() const noexcept { return type_; }
+
+ private:
+  MPI_Datatype type_ = MPI_DATATYPE_NULL;
+};
+
+// HALOGEN_EXCHANGE_CHUNK=N (elements) forces the point-to-point path with N-element messages
+// (tests use it; a billion-edge run takes it by itself once a buffer passes 2^31 elements).
+int64_t forced_chunk() {
+  const char* e = std::getenv("HALOGEN_EXCHANGE_CHUNK");
+  return e != nullptr ? std::atoll(e) : 0;
+}
+
+// All-to-all of variable-size blocks: `send` holds the block for rank 0, then rank 1, ...
+// (`send_counts` elements each). Returns the received blocks in rank order, their sizes in
+// `recv_counts`. MPI_Alltoallv when every count and displacement fits its int arguments on
+// every rank; otherwise (or forced) non-blocking sends and receives of at most 2^30 bytes.
+template <typename T>
+HostBuffer<T> exchange(const T* send, const std::vector<int64_t>& send_counts, std::vector<int64_t>& recv_counts,
+                       MPI_Comm comm) {
+  const Ranks ranks(comm);
+  const auto size = static_cast<size_t>(ranks.size);
+  recv_counts.assign(size, 0);
+  HALOGEN_CHECK_MPI(MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, recv_counts.data(), 1, MPI_INT64_T, comm));
+  std::vector<int64_t> sdispl(size + 1, 0), rdispl(size + 1, 0);
+  for (size_t r = 0; r < size; ++r) {
+    sdispl[r + 1] = sdispl[r] + send_counts[r];
+    rdispl[r + 1] = rdispl[r] + recv_counts[r];
+  }
+  HostBuffer<T> recv(static_cast<size_t>(rdispl[size]));
+  const BlockType type(sizeof(T));
+  const int64_t forced = forced_chunk();
+  int fits = forced <= 0 && sdispl[size] <= INT_MAX && rdispl[size] <= INT_MAX ? 1 : 0;
+  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &fits, 1, MPI_INT, MPI_MIN, comm));
+  if (fits != 0) {
+    std::vector<int> sc(size), sd(size), rc(size), rd(size);
+    for (size_t r = 0; r < size; ++r) {
+      sc[r] = static_cast<int>(send_counts[r]);
+      sd[r] = static_cast<int>(sdispl[r]);
+      rc[r] = static_cast<int>(recv_counts[r]);
+      rd[r] = static_cast<int>(rdispl[r]);
+    }
+    HALOGEN_CHECK_MPI(
+        MPI_Alltoallv(send, sc.data(), sd.data(), type.get(), recv.data(), rc.data(), rd.data(), type.get(), comm));
+    return recv;
+  }
+  // Messages between two ranks with one tag arrive in order, so the pieces need no numbering.
+  const int64_t chunk =
+      forced > 0 ? forced : std::max<int64_t>(1, std::min<int64_t>(INT_MAX, (int64_t{1} << 30) / sizeof(T)));
+  std::vector<MPI_Request> requests;
+  for (size_t r = 0; r < size; ++r) {
+    for (int64_t off = 0; off < recv_counts[r]; off += chunk) {
+      requests.emplace_back();
+      HALOGEN_CHECK_MPI(MPI_Irecv(recv.data() + rdispl[r] + off,
+                                  static_cast<int>(std::min(chunk, recv_counts[r] - off)), type.get(),
+                                  static_cast<int>(r), 0, comm, &requests.back()));
+    }
+  }
+  for (size_t r = 0; r < size; ++r) {
+    for (int64_t off = 0; off < send_counts[r]; off += chunk) {
+      requests.emplace_back();
+      HALOGEN_CHECK_MPI(MPI_Isend(send + sdispl[r] + off, static_cast<int>(std::min(chunk, send_counts[r] - off)),
+                                  type.get(), static_cast<int>(r), 0, comm, &requests.back()));
+    }
+  }
+  HALOGEN_CHECK_MPI(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+  return recv;
+}
+
+// SplitMix64's finaliser: a bijection of 64-bit words that mixes every bit.
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+DatasetSlice read_my_slice(const fs::path& dir, MPI_Comm comm, const CollectiveStep& collectively) {
+  const Ranks ranks(comm);
+  DatasetSlice s;
+  collectively(fmt::format("reading this rank's slice of '{}'", dir.string()), [&] {
+    const DatasetInfo info = read_dataset_info(dir);
+    const std::vector<int64_t> bounds = slice_bounds(info.num_nodes, ranks.size);
+    // Features are read later, in bounded rounds, once their rows' places are known.
+    s = read_dataset_slice(dir, bounds[static_cast<size_t>(ranks.rank)], bounds[static_cast<size_t>(ranks.rank) + 1],
+                           /*with_features=*/false);
+    // Rows must be sorted and unique: a row's order is the aggregation order (make_layout
+    // checks the same on the whole graph).
+    int64_t unsorted_row = s.end;
+#pragma omp parallel for schedule(dynamic, 4096) reduction(min : unsorted_row)
+    for (int64_t v = s.begin; v < s.end; ++v) {
+      const auto nb = s.neighbors(v);
+      for (size_t i = 1; i < nb.size(); ++i) {
+        if (nb[i - 1] >= nb[i]) {
+          unsorted_row = std::min(unsorted_row, v);
+          break;
+        }
+      }
+    }
+    HALOGEN_EXPECTS(unsorted_row == s.end,
+                    "{}: CSR row {} is not sorted and unique (build the dataset with halogen convert/generate)",
+                    (dir / "indices.bin").string(), unsorted_row);
+  });
+  return s;
+}
+
+// Symmetry without any rank seeing the whole graph: the multiset of entries (v, u) equals
+// that of (u, v) exactly when the graph is symmetric (rows are unique). Both multisets are
+// compared by sums of two independent 64-bit hashes of their pairs, summed over ranks; a
+// non-symmetric graph passes only if both 64-bit sums collide.
+void check_symmetric(const DatasetSlice& s, MPI_Comm comm, const CollectiveStep& collectively) {
+  uint64_t f1 = 0, b1 = 0, f2 = 0, b2 = 0;
+#pragma omp parallel for schedule(dynamic, 4096) reduction(+ : f1, b1, f2, b2)
+  for (int64_t v = s.begin; v < s.end; ++v) {
+    for (NodeId u : s.neighbors(v)) {
+      const uint64_t fwd = (static_cast<uint64_t>(v) << 32) | static_cast<uint32_t>(u);
+      const uint64_t bwd = (static_cast<uint64_t>(static_cast<uint32_t>(u)) << 32) | static_cast<uint64_t>(v);
+      f1 += mix64(fwd);
+      b1 += mix64(bwd);
+      f2 += mix64(fwd ^ 0x6a09e667f3bcc909ull);
+      b2 += mix64(bwd ^ 0x6a09e667f3bcc909ull);
+    }
+  }
+  uint64_t sums[4] = {f1, b1, f2, b2};
+  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_UINT64_T, MPI_SUM, comm));
+  collectively("checking that the graph is symmetric", [&] {
+    HALOGEN_EXPECTS(sums[0] == sums[1] && sums[2] == sums[3],
+                    "dataset '{}': the distributed partitioner needs a symmetric graph, but some edge (u, v) has no "
+                    "(v, u); symmetrise it when building the dataset",
+                    s.info.name);
+  });
+}
+
+std::vector<int32_t> assign_with_ptscotch(const DatasetSlice& s, const PartitionOptions& options, MPI_Comm comm,
+                                          const CollectiveStep& collectively) {
+  const Ranks ranks(comm);
+  const int64_t n = s.info.num_nodes;
+  collectively("checking the PT-Scotch options", [&] { check_ptscotch_options(s.info.name, n, options, comm); });
+  check_symmetric(s, comm, collectively);
+  std::vector<int32_t> local(static_cast<size_t>(s.num_rows()), 0);
+  if (options.num_parts > 1) {
+    collectively("PT-Scotch partitioning", [&] {
+      local = ptscotch_partition_rows(s.info.name, n, s.offsets.data(), s.indices.data(), options, comm);
+    });
+  }
+  const std::vector<int64_t> bounds = slice_bounds(n, ranks.size);
+  std::vector<int> counts(static_cast<size_t>(ranks.size)), displs(static_cast<size_t>(ranks.size));
+  for (size_t r = 0; r < counts.size(); ++r) {
+    displs[r] = static_cast<int>(bounds[r]);
+    counts[r] = static_cast<int>(bounds[r + 1] - bounds[r]);
+  }
+  std::vector<int32_t> part_of(static_cast<size_t>(n));
+  HALOGEN_CHECK_MPI(MPI_Allgatherv(local.data(), static_cast<int>(local.size()), MPI_INT32_T, part_of.data(),
+                                   counts.data(), displs.data(), MPI_INT32_T, comm));
+  return part_of;
+}
+
+// A part this rank writes: its nodes (ascending global id) with their rows, in the received
+// arrays, and what the writer derives from them.
+struct LocalPart {
+  int32_t part = 0;
+  std::vector<int64_t> received;  // positions in the received arrays, ascending global id
+  std::vector<NodeId> members;    // the same nodes' global ids (ascending)
+  std::vector<NodeId> owned;      // members in the node order
+  std::vector<int32_t> local_of;  // member index -> local id
+  std::vector<int32_t> degree;    // member index -> degree without self loop
+  std::vector<NodeId> halo_ids;   // distinct neighbours in other parts, ascending global id
+  HostBuffer<float> features;     // owned x feature_dim, in the node order (fetch_features)
+  int32_t member_index(NodeId v) const {
+    return static_cast<int32_t>(std::lower_bound(members.begin(), members.end(), v) - members.begin());
+  }
+};
+
+// What moved to this rank: the rows of the nodes of its parts (ascending global id, since
+// every slice sends its nodes in order and slices are ordered by rank).
+struct Received {
+  std::vector<int64_t> from;  // nodes received from each rank (consecutive in `ids`)
+  HostBuffer<NodeId> ids;
+  HostBuffer<EdgeIdx> degree;   // row length with self loops
+  HostBuffer<EdgeIdx> offsets;  // prefix sums of degree
+  HostBuffer<NodeId> cols;
+  HostBuffer<int32_t> labels;
+  HostBuffer<uint8_t> split;
+  std::span<const NodeId> row(int64_t k) const {
+    return {cols.data() + offsets[static_cast<size_t>(k)], static_cast<size_t>(degree[static_cast<size_t>(k)])};
+  }
+};
+
+// Moves every node's row, label and split from its slice owner to the rank that writes its
+// part, freeing the slice's adjacency on the way (the peak is about twice the slice's).
+Received redistribute(DatasetSlice& s, std::span<const int32_t> part_of, MPI_Comm comm) {
+  const Ranks ranks(comm);
+  const auto size = static_cast<size_t>(ranks.size);
+  const auto rows = static_cast<size_t>(s.num_rows());
+  // Stable grouping by destination rank: the nodes of one destination stay ascending.
+  std::vector<int64_t> node_counts(size, 0), edge_counts(size, 0);
+  std::vector<int32_t> dest(rows);
+  for (size_t i = 0; i < rows; ++i) {
+    dest[i] = writer_of(part_of[static_cast<size_t>(s.begin) + i], ranks.size);
+    node_counts[static_cast<size_t>(dest[i])]++;
+    edge_counts[static_cast<size_t>(dest[i])] += s.offsets[i + 1] - s.offsets[i];
+  }
+  std::vector<int64_t> cursor(size, 0);
+  for (size_t r = 1; r < size; ++r) cursor[r] = cursor[r - 1] + node_counts[r - 1];
+  std::vector<int64_t> slot(rows);  // slice row -> position in the send order
+  for (size_t i = 0; i < rows; ++i) slot[i] = cursor[static_cast<size_t>(dest[i])]++;
+  std::vector<int64_t> recv_edges, ignored;
+
+  Received in;
+  {
+    HostBuffer<NodeId> ids(rows);
+    HostBuffer<EdgeIdx> degree(rows);
+    HostBuffer<int32_t> labels(rows);
+    HostBuffer<uint8_t> split(rows);
+    for (size_t i = 0; i < rows; ++i) {
+      const auto k = static_cast<size_t>(slot[i]);
+      ids[k] = static_cast<NodeId>(s.begin + static_cast<int64_t>(i));
+      degree[k] = s.offsets[i + 1] - s.offsets[i];
+      labels[k] = s.labels[i];
+      split[k] = s.split[i];
+    }
+    s.labels = {};
+    s.split = {};
+    in.ids = exchange(ids.data(), node_counts, in.from, comm);
+    in.degree = exchange(degree.data(), node_counts, ignored, comm);
+    in.labels = exchange(labels.data(), node_counts, ignored, comm);
+    in.split = exchange(split.data(), node_counts, ignored, comm);
+  }
+  {
+    std::vector<int64_t> edge_cursor(size, 0);
+    for (size_t r = 1; r < size; ++r) edge_cursor[r] = edge_cursor[r - 1] + edge_counts[r - 1];
+    std::vector<int64_t> row_start(rows);  // in the send order
+    std::vector<size_t> row_of_slot(rows);
+    for (size_t i = 0; i < rows; ++i) row_of_slot[static_cast<size_t>(slot[i])] = i;
+    for (size_t k = 0; k < rows; ++k) {
+      const size_t i = row_of_slot[k];
+      row_start[i] = edge_cursor[static_cast<size_t>(dest[i])];
+      edge_cursor[static_cast<size_t>(dest[i])] += s.offsets[i + 1] - s.offsets[i];
+    }
+    HostBuffer<NodeId> cols(s.indices.size());
+#pragma omp parallel for schedule(dynamic, 4096)
+    for (size_t i = 0; i < rows; ++i) {
+      const auto nb = s.neighbors(s.begin + static_cast<int64_t>(i));
+      if (!nb.empty()) std::memcpy(cols.data() + row_start[i], nb.data(), nb.size_bytes());
+    }
+    s.indices = {};
+    in.cols = exchange(cols.data(), edge_counts, recv_edges, comm);
+  }
+  in.offsets.resize(in.ids.size() + 1);
+  in.offsets[0] = 0;
+  for (size_t k = 0; k < in.ids.size(); ++k) in.offsets[k + 1] = in.offsets[k] + in.degree[k];
+  return in;
+}
+
+// Every part's feature rows, straight into its owned-order buffer: the slice owners read
+// their rows in rounds of at most kFeatureRoundBytes and send each row to its part's writer,
+// which knows from `in` which node each arriving row is. Peak: the parts' buffers plus two
+// rounds, never the slice's features as a whole.
+constexpr size_t kFeatureRoundBytes = size_t{32} << 20;
+
+void fetch_features(const fs::path& dir, const DatasetSlice& s, std::span<const int32_t> part_of,
+                    std::vector<LocalPart>& parts, const Received& in, MPI_Comm comm,
+                    const CollectiveStep& collectively) {
+  const Ranks ranks(comm);
+  const auto size = static_cast<size_t>(ranks.size);
+  const auto F = static_cast<size_t>(s.info.feature_dim);
+  for (LocalPart& lp : parts) lp.features.resize(lp.owned.size() * F);
+  if (F == 0) return;
+  int32_t max_part = 0;
+  for (const LocalPart& lp : parts) max_part = std::max(max_part, lp.part);
+  std::vector<int32_t> index_of_part(static_cast<size_t>(max_part) + 1, -1);
+  for (size_t i = 0; i < parts.size(); ++i) index_of_part[static_cast<size_t>(parts[i].part)] = static_cast<int32_t>(i);
+  // HALOGEN_FEATURE_ROUND_BYTES overrides the round size (tests make it a few rows).
+  const char* round_env = std::getenv("HALOGEN_FEATURE_ROUND_BYTES");
+  const size_t round_bytes = round_env != nullptr ? std::strtoull(round_env, nullptr, 10) : kFeatureRoundBytes;
+  const auto round_rows = static_cast<int64_t>(std::max<size_t>(1, round_bytes / (F * sizeof(float))));
+  int64_t rounds = (s.num_rows() + round_rows - 1) / round_rows;
+  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &rounds, 1, MPI_INT64_T, MPI_MAX, comm));
+  std::vector<int64_t> cursor(size, 0);  // rows taken so far from each rank's block of `in.ids`
+  std::vector<int64_t> block(size + 1, 0);
+  for (size_t r = 0; r < size; ++r) block[r + 1] = block[r] + in.from[r];
+  HostBuffer<float> rows_read(static_cast<size_t>(round_rows) * F), send(static_cast<size_t>(round_rows) * F);
+  for (int64_t k = 0; k < rounds; ++k) {
+    const int64_t first = std::min(s.end, s.begin + k * round_rows), last = std::min(s.end, first + round_rows);
+    collectively("reading feature rows", [&] {
+      if (last > first) read_feature_rows(dir, first, last - first, rows_read.data());
+    });
+    // Rows grouped by destination, ascending within one.
+    std::vector<int64_t> counts(size, 0);
+    for (int64_t v = first; v < last; ++v)
+      counts[static_cast<size_t>(writer_of(part_of[static_cast<size_t>(v)], ranks.size))] += static_cast<int64_t>(F);
+    std::vector<int64_t> at(size, 0);
+    for (size_t r = 1; r < size; ++r) at[r] = at[r - 1] + counts[r - 1];
+    for (int64_t v = first; v < last; ++v) {
+      const auto r = static_cast<size_t>(writer_of(part_of[static_cast<size_t>(v)], ranks.size));
+      std::memcpy(send.data() + at[r], rows_read.data() + static_cast<size_t>(v - first) * F, F * sizeof(float));
+      at[r] += static_cast<int64_t>(F);
+    }
+    std::vector<int64_t> got;
+    const HostBuffer<float> arrived = exchange(send.data(), counts, got, comm);
+    size_t pos = 0;
+    for (size_t r = 0; r < size; ++r) {
+      for (int64_t j = 0; j < got[r] / static_cast<int64_t>(F); ++j) {
+        const NodeId v = in.ids[static_cast<size_t>(block[r] + cursor[r]++)];
+        LocalPart& lp = parts[static_cast<size_t>(index_of_part[static_cast<size_t>(part_of[static_cast<size_t>(v)])])];
+        const auto local = static_cast<size_t>(lp.local_of[static_cast<size_t>(lp.member_index(v))]);
+        std::memcpy(lp.features.data() + local * F, arrived.data() + pos, F * sizeof(float));
+        pos += F;
+      }
+    }
+  }
+}
+
+// Halo nodes' local ids (in their owner's order) and degrees, from the ranks writing their
+// parts. `wanted` is ascending and distinct; returns {local id, degree} for each.
+std::vector<std::pair<int32_t, int32_t>> ask_halo(const std::vector<NodeId>& wanted, std::span<const int32_t> part_of,
+                                                  const std::vector<LocalPart>& parts, MPI_Comm comm) {
+  const Ranks ranks(comm);
+  const auto size = static_cast<size_t>(ranks.size);
+  std::vector<int64_t> counts(size, 0);
+  for (NodeId u : wanted) counts[static_cast<size_t>(writer_of(part_of[static_cast<size_t>(u)], ranks.size))]++;
+  std::vector<int64_t> cursor(size, 0);
+  for (size_t r = 1; r < size; ++r) cursor[r] = cursor[r - 1] + counts[r - 1];
+  std::vector<int64_t> position(wanted.size());  // index in `wanted` -> position in the request order
+  HostBuffer<NodeId> requests(wanted.size());
+  for (size_t j = 0; j < wanted.size(); ++j) {
+    const auto r = static_cast<size_t>(writer_of(part_of[static_cast<size_t>(wanted[j])], ranks.size));
+    position[j] = cursor[r]++;
+    requests[static_cast<size_t>(position[j])] = wanted[j];
+  }
+  std::vector<int64_t> incoming_counts, ignored;
+  const HostBuffer<NodeId> incoming = exchange(requests.data(), counts, incoming_counts, comm);
+  // Parts this rank writes, by part id.
+  int32_t max_part = 0;
+  for (const LocalPart& lp : parts) max_part = std::max(max_part, lp.part);
+  std::vector<int32_t> index_of_part(static_cast<size_t>(max_part) + 1, -1);
+  for (size_t i = 0; i < parts.size(); ++i) index_of_part[static_cast<size_t>(parts[i].part)] = static_cast<int32_t>(i);
+  HostBuffer<std::pair<int32_t, int32_t>> replies(incoming.size());
+#pragma omp parallel for schedule(static)
+  for (size_t k = 0; k < incoming.size(); ++k) {
+    const NodeId u = incoming[k];
+    const LocalPart& lp =
+        parts[static_cast<size_t>(index_of_part[static_cast<size_t>(part_of[static_cast<size_t>(u)])])];
+    const int32_t i = lp.member_index(u);
+    replies[k] = {lp.local_of[static_cast<size_t>(i)], lp.degree[static_cast<size_t>(i)]};
+  }
+  const HostBuffer<std::pair<int32_t, int32_t>> answers = exchange(replies.data(), incoming_counts, ignored, comm);
+  std::vector<std::pair<int32_t, int32_t>> out(wanted.size());
+  for (size_t j = 0; j < wanted.size(); ++j) out[j] = answers[static_cast<size_t>(position[j])];
+  return out;
+}
+
+template <typename T>
+ArrayRef<T> to_array(const std::vector<T>& v) {
+  HostBuffer<T> b(v.size());
+  if (!v.empty()) std::memcpy(b.data(), v.data(), v.size() * sizeof(T));
+  return ArrayRef<T>(std::move(b));
+}
+
+nlohmann::json write_slices(const fs::path& dataset_dir, DatasetSlice s, std::span<const int32_t> part_of,
+                            const PartitionOptions& options, const fs::path& out_dir, int hidden, int layers,
+                            bool overwrite, MPI_Comm comm, const CollectiveStep& collectively) {
+  const Ranks ranks(comm);
+  const DatasetInfo info = s.info;
+  const int64_t n = info.num_nodes;
+  const int P = options.num_parts;
+  collectively("checking the assignment", [&] {
+    HALOGEN_EXPECTS(P >= 1 && P <= std::max<int64_t>(n, 1),
+                    "cannot cut dataset '{}' with {} nodes into {} parts (at least 1, at most one per node)", info.name,
+                    n, P);
+    HALOGEN_EXPECTS(static_cast<int64_t>(part_of.size()) == n, "assignment has {} entries, dataset '{}' has {} nodes",
+                    part_of.size(), info.name, n);
+    for (size_t v = 0; v < part_of.size(); ++v) {
+      HALOGEN_EXPECTS(part_of[v] >= 0 && part_of[v] < P, "node {} is assigned to part {}, expected [0, {})", v,
+                      part_of[v], P);
+    }
+    HALOGEN_EXPECTS(hidden >= 1 && layers >= 1, "report needs hidden >= 1 and layers >= 1, got hidden {} layers {}",
+                    hidden, layers);
+  });
+
+  // Rank 0 hashes the dataset files for the partition id while the rows move.
+  std::future<uint64_t> id_future;
+  if (ranks.rank == 0) {
+    id_future = std::async(std::launch::async, [&dataset_dir, &info, part_of, P, &options] {
+      detail::FingerprintBuilder fp(info.name, info.num_nodes, info.num_edges, info.feature_dim, info.num_classes, P);
+      stream_dataset_payloads(dataset_dir, [&](std::span<const std::byte> b) { fp.add(b.data(), b.size()); });
+      return fp.finish(part_of, options.node_order);
+    });
+  }
+
+  int64_t split_counts[3] = {0, 0, 0};  // train, valid, test over all nodes
+  for (uint8_t r : s.split.span()) {
+    if (r >= 1 && r <= 3) split_counts[r - 1]++;
+  }
+  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, split_counts, 3, MPI_INT64_T, MPI_SUM, comm));
+
+  Received in = redistribute(s, part_of, comm);
+
+  // This rank's parts, their node order and their halo.
+  std::vector<LocalPart> parts;
+  for (int p = ranks.rank; p < P; p += ranks.size) {
+    parts.emplace_back();
+    parts.back().part = p;
+  }
+  {
+    std::vector<int32_t> index_of_part(static_cast<size_t>(P), -1);
+    for (size_t i = 0; i < parts.size(); ++i)
+      index_of_part[static_cast<size_t>(parts[i].part)] = static_cast<int32_t>(i);
+    for (size_t k = 0; k < in.ids.size(); ++k) {
+      LocalPart& lp =
+          parts[static_cast<size_t>(index_of_part[static_cast<size_t>(part_of[static_cast<size_t>(in.ids[k])])])];
+      lp.received.push_back(static_cast<int64_t>(k));
+      lp.members.push_back(in.ids[k]);
+    }
+  }
+  for (LocalPart& lp : parts) {
+    const auto m = static_cast<int32_t>(lp.members.size());
+    lp.owned = order_nodes(
+        lp.members, [&](int32_t i) { return in.row(lp.received[static_cast<size_t>(i)]); }, part_of, lp.part,
+        options.node_order);
+    lp.local_of.resize(static_cast<size_t>(m));
+    for (int32_t j = 0; j < m; ++j)
+      lp.local_of[static_cast<size_t>(lp.member_index(lp.owned[static_cast<size_t>(j)]))] = j;
+    lp.degree.resize(static_cast<size_t>(m));
+#pragma omp parallel for schedule(dynamic, 1024)
+    for (int32_t i = 0; i < m; ++i) {
+      int32_t d = 0;
+      for (NodeId u : in.row(lp.received[static_cast<size_t>(i)])) d += (u != lp.members[static_cast<size_t>(i)]);
+      lp.degree[static_cast<size_t>(i)] = d;
+    }
+    for (int32_t i = 0; i < m; ++i) {
+      for (NodeId u : in.row(lp.received[static_cast<size_t>(i)])) {
+        if (part_of[static_cast<size_t>(u)] != lp.part) lp.halo_ids.push_back(u);
+      }
+    }
+    std::sort(lp.halo_ids.begin(), lp.halo_ids.end());
+    lp.halo_ids.erase(std::unique(lp.halo_ids.begin(), lp.halo_ids.end()), lp.halo_ids.end());
+  }
+  collectively("laying out the parts", [&] {
+    for (const LocalPart& lp : parts) {
+      const int64_t local = static_cast<int64_t>(lp.members.size()) + static_cast<int64_t>(lp.halo_ids.size());
+      HALOGEN_EXPECTS(local <= INT32_MAX, "part {} would hold {} local nodes; local ids are 32-bit", lp.part, local);
+    }
+  });
+  std::vector<NodeId> wanted;
+  for (const LocalPart& lp : parts) wanted.insert(wanted.end(), lp.halo_ids.begin(), lp.halo_ids.end());
+  std::sort(wanted.begin(), wanted.end());
+  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  const std::vector<std::pair<int32_t, int32_t>> halo_info = ask_halo(wanted, part_of, parts, comm);
+  fetch_features(dataset_dir, s, part_of, parts, in, comm, collectively);
+  auto info_of = [&](NodeId u) {
+    return halo_info[static_cast<size_t>(std::lower_bound(wanted.begin(), wanted.end(), u) - wanted.begin())];
+  };
+
+  // The report's counts of this rank's parts, summed over ranks.
+  detail::PartitionCounts counts(P);
+  for (const LocalPart& lp : parts) {
+    const auto p = static_cast<size_t>(lp.part);
+    counts.owned[p] = static_cast<int64_t>(lp.members.size());
+    for (size_t i = 0; i < lp.members.size(); ++i) {
+      const auto k = static_cast<size_t>(lp.received[i]);
+      counts.train[p] += in.split[k] == static_cast<uint8_t>(SplitRole::kTrain);
+      counts.edges[p] += in.degree[k];
+      const NodeId v = lp.members[i];
+      for (NodeId u : in.row(static_cast<int64_t>(k))) {
+        if (u == v) continue;
+        // The graph is symmetric: every pair is counted from its smaller end.
+        const bool counted = u < v;
+        counts.undirected += counted;
+        if (part_of[static_cast<size_t>(u)] != lp.part) {
+          counts.cut_entries++;
+          counts.cut += counted;
+        }
+      }
+    }
+    for (NodeId u : lp.halo_ids)
+      counts.halo_from[p * static_cast<size_t>(P) + static_cast<size_t>(part_of[static_cast<size_t>(u)])]++;
+  }
+  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, counts.owned.data(), P, MPI_INT64_T, MPI_SUM, comm));
+  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, counts.train.data(), P, MPI_INT64_T, MPI_SUM, comm));
+  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, counts.edges.data(), P, MPI_INT64_T, MPI_SUM, comm));
+  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, counts.halo_from.data(), static_cast<int>(counts.halo_from.size()),
+                                  MPI_INT64_T, MPI_SUM, comm));
+  int64_t cut_counts[3] = {counts.cut, counts.cut_entries, counts.undirected};
+  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, cut_counts, 3, MPI_INT64_T, MPI_SUM, comm));
+  counts.cut = cut_counts[0];
+  counts.cut_entries = cut_counts[1];
+  counts.undirected = cut_counts[2];
+
+  // The id, and what the output directory needs (rank 0 decides; the others follow).
+  uint64_t id = 0;
+  int action = detail::PartitionDirPlan::kWrite;
+  detail::PartitionDirPlan plan;
+  fs::path tmp;
+  detail::TempDirGuard guard;
+  collectively("preparing the partition directory", [&] {
+    if (ranks.rank != 0) return;
+    id = id_future.get();
+    plan = detail::plan_partition_dir(out_dir, id, P, hidden, layers, overwrite, info.name);
+    action = plan.action;
+    if (action == detail::PartitionDirPlan::kWrite) {
+      tmp = detail::make_temp_dir(plan.dir);
+      guard.reset(tmp);
+    }
+  });
+  HALOGEN_CHECK_MPI(MPI_Bcast(&id, 1, MPI_UINT64_T, 0, comm));
+  HALOGEN_CHECK_MPI(MPI_Bcast(&action, 1, MPI_INT, 0, comm));
+  std::string tmp_name = tmp.string();
+  int tmp_len = static_cast<int>(tmp_name.size());
+  HALOGEN_CHECK_MPI(MPI_Bcast(&tmp_len, 1, MPI_INT, 0, comm));
+  tmp_name.resize(static_cast<size_t>(tmp_len));
+  HALOGEN_CHECK_MPI(MPI_Bcast(tmp_name.data(), tmp_len, MPI_CHAR, 0, comm));
+  tmp = tmp_name;
+
+  const nlohmann::json report = detail::directory_report(
+      detail::report_from_counts(info.name, n, info.num_edges, P, hidden, layers, counts), id, options);
+  if (action == detail::PartitionDirPlan::kUpToDate) {
+    std::string text = ranks.rank == 0 ? plan.existing.dump() : std::string();
+    int len = static_cast<int>(text.size());
+    HALOGEN_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, comm));
+    text.resize(static_cast<size_t>(len));
+    HALOGEN_CHECK_MPI(MPI_Bcast(text.data(), len, MPI_CHAR, 0, comm));
+    return nlohmann::json::parse(text);
+  }
+  if (action == detail::PartitionDirPlan::kReportOnly) {
+    collectively("writing partition.json", [&] {
+      if (ranks.rank == 0) write_file_atomic(plan.dir / "partition.json", report.dump(2) + "\n");
+    });
+    return report;
+  }
+
+  collectively("writing the shards", [&] {
+    for (LocalPart& lp : parts) {
+      const int32_t p = lp.part;
+      const auto num_owned = static_cast<int32_t>(lp.owned.size());
+      Shard sh;
+      sh.part = p;
+      sh.num_parts = P;
+      sh.partition_id = id;
+      sh.node_order = options.node_order;
+      sh.dataset_name = info.name;
+      sh.global_num_nodes = n;
+      sh.global_num_edges = info.num_edges;
+      sh.feature_dim = info.feature_dim;
+      sh.num_classes = info.num_classes;
+      sh.global_train_count = split_counts[0];
+      sh.global_valid_count = split_counts[1];
+      sh.global_test_count = split_counts[2];
+
+      // Halo grouped by owner, then in the owner's local order.
+      std::vector<std::pair<uint64_t, NodeId>> keyed(lp.halo_ids.size());
+      for (size_t j = 0; j < lp.halo_ids.size(); ++j) {
+        const NodeId u = lp.halo_ids[j];
+        keyed[j] = {
+            (static_cast<uint64_t>(part_of[static_cast<size_t>(u)]) << 32) | static_cast<uint32_t>(info_of(u).first),
+            u};
+      }
+      std::sort(keyed.begin(), keyed.end());
+      const auto num_halo = static_cast<int32_t>(keyed.size());
+      std::vector<NodeId> halo(keyed.size());
+      std::vector<int32_t> slot_of(keyed.size());  // index in halo_ids -> local id
+      std::vector<int32_t> halo_offsets(static_cast<size_t>(P) + 1, 0);
+      for (int32_t j = 0; j < num_halo; ++j) {
+        const NodeId u = keyed[static_cast<size_t>(j)].second;
+        halo[static_cast<size_t>(j)] = u;
+        slot_of[static_cast<size_t>(std::lower_bound(lp.halo_ids.begin(), lp.halo_ids.end(), u) -
+                                    lp.halo_ids.begin())] = num_owned + j;
+        halo_offsets[static_cast<size_t>(part_of[static_cast<size_t>(u)]) + 1]++;
+      }
+      for (int q = 0; q < P; ++q) halo_offsets[static_cast<size_t>(q) + 1] += halo_offsets[static_cast<size_t>(q)];
+      sh.num_owned = num_owned;
+      sh.num_halo = num_halo;
+      sh.owned_global = to_array(lp.owned);
+      sh.halo_global = to_array(halo);
+      sh.halo_offsets = to_array(halo_offsets);
+
+      // Degrees: in = out (symmetric), without self loops.
+      const int32_t num_local = num_owned + num_halo;
+      std::vector<int32_t> member_of_row(static_cast<size_t>(num_owned));
+      for (int32_t r = 0; r < num_owned; ++r)
+        member_of_row[static_cast<size_t>(r)] = lp.member_index(lp.owned[static_cast<size_t>(r)]);
+      HostBuffer<int32_t> degree(static_cast<size_t>(num_local));
+      for (int32_t r = 0; r < num_owned; ++r)
+        degree[static_cast<size_t>(r)] = lp.degree[static_cast<size_t>(member_of_row[static_cast<size_t>(r)])];
+      for (int32_t j = 0; j < num_halo; ++j)
+        degree[static_cast<size_t>(num_owned + j)] = info_of(halo[static_cast<size_t>(j)]).second;
+      sh.in_degree = ArrayRef<int32_t>(HostBuffer<int32_t>(degree));
+      sh.out_degree = ArrayRef<int32_t>(std::move(degree));
+
+      // Local CSR: each global row as it is, columns mapped to local ids.
+      auto row_of = [&](int32_t r) {
+        return in.row(lp.received[static_cast<size_t>(member_of_row[static_cast<size_t>(r)])]);
+      };
+      HostBuffer<EdgeIdx> row_offsets(static_cast<size_t>(num_owned) + 1);
+      row_offsets[0] = 0;
+      for (int32_t r = 0; r < num_owned; ++r)
+        row_offsets[static_cast<size_t>(r) + 1] =
+            row_offsets[static_cast<size_t>(r)] + static_cast<EdgeIdx>(row_of(r).size());
+      HostBuffer<int32_t> cols(static_cast<size_t>(row_offsets[static_cast<size_t>(num_owned)]));
+#pragma omp parallel for schedule(dynamic, 1024)
+      for (int32_t r = 0; r < num_owned; ++r) {
+        int32_t* out = cols.data() + row_offsets[static_cast<size_t>(r)];
+        for (NodeId u : row_of(r)) {
+          *out++ = part_of[static_cast<size_t>(u)] == p
+                       ? lp.local_of[static_cast<size_t>(lp.member_index(u))]
+                       : slot_of[static_cast<size_t>(std::lower_bound(lp.halo_ids.begin(), lp.halo_ids.end(), u) -
+                                                     lp.halo_ids.begin())];
+        }
+      }
+      sh.row_offsets = ArrayRef<EdgeIdx>(std::move(row_offsets));
+      sh.col_indices = ArrayRef<int32_t>(std::move(cols));
+      detail::build_transposed(sh);
+
+      // Send lists: row r goes to every other part among its neighbours' (symmetric graph),
+      // in ascending local id.
+      std::vector<int32_t> send_offsets(static_cast<size_t>(P) + 1, 0);
+      std::vector<int32_t> last(static_cast<size_t>(P), -1);
+      for (int32_t r = 0; r < num_owned; ++r) {
+        for (NodeId u : row_of(r)) {
+          const int32_t q = part_of[static_cast<size_t>(u)];
+          if (q != p && last[static_cast<size_t>(q)] != r) {
+            last[static_cast<size_t>(q)] = r;
+            send_offsets[static_cast<size_t>(q) + 1]++;
+          }
+        }
+      }
+      for (int q = 0; q < P; ++q) send_offsets[static_cast<size_t>(q) + 1] += send_offsets[static_cast<size_t>(q)];
+      std::vector<int32_t> send_indices(static_cast<size_t>(send_offsets[static_cast<size_t>(P)]));
+      std::vector<int32_t> fill(send_offsets.begin(), send_offsets.end() - 1);
+      std::fill(last.begin(), last.end(), -1);
+      for (int32_t r = 0; r < num_owned; ++r) {
+        for (NodeId u : row_of(r)) {
+          const int32_t q = part_of[static_cast<size_t>(u)];
+          if (q != p && last[static_cast<size_t>(q)] != r) {
+            last[static_cast<size_t>(q)] = r;
+            send_indices[static_cast<size_t>(fill[static_cast<size_t>(q)]++)] = r;
+          }
+        }
+      }
+      sh.send_offsets = to_array(send_offsets);
+      sh.send_indices = to_array(send_indices);
+
+      // Owned nodes' features (already in the node order), labels and split.
+      HostBuffer<int32_t> labels(static_cast<size_t>(num_owned));
+      HostBuffer<uint8_t> split(static_cast<size_t>(num_owned));
+      for (int32_t r = 0; r < num_owned; ++r) {
+        const auto k = static_cast<size_t>(lp.received[static_cast<size_t>(member_of_row[static_cast<size_t>(r)])]);
+        labels[static_cast<size_t>(r)] = in.labels[k];
+        split[static_cast<size_t>(r)] = in.split[k];
+      }
+      sh.features = ArrayRef<float>(std::move(lp.features));
+      sh.labels = ArrayRef<int32_t>(std::move(labels));
+      sh.split = ArrayRef<uint8_t>(std::move(split));
+      write_shard(sh, tmp);
+    }
+  });
+
+  collectively("installing the partition directory", [&] {
+    if (ranks.rank != 0) return;
+    write_file_atomic(tmp / "partition.json", report.dump(2) + "\n");
+    detail::install_partition_dir(tmp, plan.dir);
+    guard.release();
+  });
+  return report;
+}
+
+}  // namespace
+
+nlohmann::json partition_dataset_distributed(const fs::path& dataset_dir, const PartitionOptions& options,
+                                             const fs::path& out_dir, int hidden, int layers, bool overwrite,
+                                             MPI_Comm comm, const CollectiveStep& collectively) {
+  DatasetSlice s = read_my_slice(dataset_dir, comm, collectively);
+  const std::vector<int32_t> part_of = assign_with_ptscotch(s, options, comm, collectively);
+  return write_slices(dataset_dir, std::move(s), part_of, options, out_dir, hidden, layers, overwrite, comm,
+                      collectively);
+}
+
+nlohmann::json write_partition_distributed(const fs::path& dataset_dir, std::span<const int32_t> part_of,
+                                           const PartitionOptions& options, const fs::path& out_dir, int hidden,
+                                           int layers, bool overwrite, MPI_Comm comm,
+                                           const CollectiveStep& collectively) {
+  DatasetSlice s = read_my_slice(dataset_dir, comm, collectively);
+  check_symmetric(s, comm, collectively);
+  return write_slices(dataset_dir, std::move(s), part_of, options, out_dir, hidden, layers, overwrite, comm,
+                      collectively);
+}
+
+std::vector<int32_t> ptscotch_assignment_from_slices(const fs::path& dataset_dir, const PartitionOptions& options,
+                                                     MPI_Comm comm, const CollectiveStep& collectively) {
+  const DatasetSlice s = read_my_slice(dataset_dir, comm, collectively);
+  return assign_with_ptscotch(s, options, comm, collectively);
+}
+
+}  // namespace halogen

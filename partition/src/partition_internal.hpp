@@ -1,0 +1,80 @@
+// Pieces shared by the single-process partition writer (shard.cpp, report.cpp) and the
+// distributed one (distributed.cpp), so that both write the same bytes.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "halogen/partition/partitioner.hpp"
+#include "halogen/partition/shard.hpp"
+
+namespace halogen::detail {
+
+/// partition_fingerprint, fed piece by piece: the dataset's identity first, then its payloads
+/// in file order (offsets, indices, features, labels, split), then the assignment.
+class FingerprintBuilder {
+ public:
+  FingerprintBuilder(const std::string& name, int64_t num_nodes, int64_t num_edges, int64_t feature_dim,
+                     int32_t num_classes, int32_t num_parts);
+  ~FingerprintBuilder();
+  FingerprintBuilder(const FingerprintBuilder&) = delete;
+  FingerprintBuilder& operator=(const FingerprintBuilder&) = delete;
+  void add(const void* data, size_t bytes);
+  /// Adds the assignment and returns the partition id for `order`.
+  uint64_t finish(std::span<const int32_t> part_of, NodeOrder order);
+
+ private:
+  void* state_;
+};
+
+/// Fills t_offsets / t_indices of `s` from its CSR (row_offsets, col_indices, owned_global).
+void build_transposed(Shard& s);
+
+/// What a partition directory needs for this partition (decided before writing anything).
+struct PartitionDirPlan {
+  enum Action { kUpToDate, kReportOnly, kWrite } action = kWrite;
+  nlohmann::json existing;  // the directory's report when kUpToDate
+  std::filesystem::path dir;
+};
+PartitionDirPlan plan_partition_dir(const std::filesystem::path& out_dir, uint64_t id, int num_parts, int hidden,
+                                    int layers, bool overwrite, const std::string& dataset_name);
+/// A fresh temporary sibling of `dir` (created).
+std::filesystem::path make_temp_dir(const std::filesystem::path& dir);
+/// fsyncs `tmp`, swaps it into `dir` and fsyncs the parent.
+void install_partition_dir(const std::filesystem::path& tmp, const std::filesystem::path& dir);
+/// Removes a directory tree unless released.
+class TempDirGuard {
+ public:
+  explicit TempDirGuard(std::filesystem::path p = {}) : path_(std::move(p)) {}
+  ~TempDirGuard();
+  void reset(std::filesystem::path p) { path_ = std::move(p); }
+  void release() { path_.clear(); }
+  TempDirGuard(const TempDirGuard&) = delete;
+  TempDirGuard& operator=(const TempDirGuard&) = delete;
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// The report's own fields plus the partition directory's (format, id, options, shard names).
+nlohmann::json directory_report(nlohmann::json report, uint64_t id, const PartitionOptions& options);
+
+/// Everything partition_report counts, as sums over parts (so ranks can add theirs up).
+struct PartitionCounts {
+  std::vector<int64_t> owned, train, edges;  // per part
+  std::vector<int64_t> halo_from;            // P x P, row p: nodes of q in p's halo
+  int64_t cut = 0, cut_entries = 0, undirected = 0;
+  explicit PartitionCounts(int num_parts)
+      : owned(static_cast<size_t>(num_parts)),
+        train(static_cast<size_t>(num_parts)),
+        edges(static_cast<size_t>(num_parts)),
+        halo_from(static_cast<size_t>(num_parts) * static_cast<size_t>(num_parts)) {}
+};
+nlohmann::json report_from_counts(const std::string& dataset_name, int64_t num_nodes, int64_t num_edges, int num_parts,
+                                  int hidden, int layers, const PartitionCounts& counts);
+
+}  // namespace halogen::detail
