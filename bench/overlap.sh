@@ -11,11 +11,14 @@
 # policy measures how fast the embeddings move). The limit is removed on every exit path.
 #
 # With --pairs N it then runs 1-bit stale and the floor alternately N more times and prints
-# each pair's ratio (the floor moves between runs, so one table is one sample).
+# each pair's ratio (the floor moves between runs, so one table is one sample). With
+# --policy-rounds N it runs 1-bit sync, always-stale and the adaptive policy in turn N more
+# times and prints each round's epoch times and the adaptive run's synchronous share.
+# --only-policy skips the table (only the rounds).
 #
 # usage: sudo bench/overlap.sh [--dataset DIR] [--ranks 4] [--hidden 256] [--layers 3]
 #                              [--epochs 40] [--eval-every 5] [--rate 1gbit] [--pairs 0]
-#                              [--build build]
+#                              [--policy-rounds 0] [--only-policy] [--build build]
 # Needs root (tc) and no other qdisc on lo.
 #
 # Default graph: a generated SBM (50 000 nodes, mean degree 16, 32 features, seed 1). Its
@@ -26,13 +29,14 @@
 # limited link instead; the compute-only floor below includes it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd); root=$(dirname "$here")
-dataset=; ranks=4; hidden=256; layers=3; epochs=40; eval_every=5; rate=1gbit; pairs=0
+dataset=; ranks=4; hidden=256; layers=3; epochs=40; eval_every=5; rate=1gbit; pairs=0; rounds=0; only_policy=0
 build=$root/build
 while [ $# -gt 0 ]; do
   case $1 in
     --dataset) dataset=$2; shift 2 ;; --ranks) ranks=$2; shift 2 ;; --hidden) hidden=$2; shift 2 ;;
     --layers) layers=$2; shift 2 ;; --epochs) epochs=$2; shift 2 ;; --rate) rate=$2; shift 2 ;;
-    --pairs) pairs=$2; shift 2 ;; --build) build=$2; shift 2 ;; --eval-every) eval_every=$2; shift 2 ;; *) echo "unknown option $1" >&2; exit 2 ;;
+    --pairs) pairs=$2; shift 2 ;; --build) build=$2; shift 2 ;; --eval-every) eval_every=$2; shift 2 ;;
+    --policy-rounds) rounds=$2; shift 2 ;; --only-policy) only_policy=1; shift ;; *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 halogen=$build/halogen
@@ -56,13 +60,20 @@ run() {  # name, extra train args...
   "${mpi[@]}" "$halogen" train --parts "$work/parts" --hidden "$hidden" --layers "$layers" --epochs "$epochs" \
     --eval-every "$eval_every" --patience 0 --timeout 600 -q --metrics "$work/$name.jsonl" "$@" >/dev/null
 }
-run fp32-sync
-run fp32-overlap --mode overlap
-run 1bit-sync --bits-fwd 1 --bits-bwd 1
-run 1bit-overlap --bits-fwd 1 --bits-bwd 1 --mode overlap
-run 1bit-stale --bits-fwd 1 --bits-bwd 1 --mode stale --staleness 1 --stale-policy fixed
-run 1bit-adaptive --bits-fwd 1 --bits-bwd 1 --mode stale --staleness 1
-run compute-only --skip-exchange
+if [ "$only_policy" = 0 ]; then
+  run fp32-sync
+  run fp32-overlap --mode overlap
+  run 1bit-sync --bits-fwd 1 --bits-bwd 1
+  run 1bit-overlap --bits-fwd 1 --bits-bwd 1 --mode overlap
+  run 1bit-stale --bits-fwd 1 --bits-bwd 1 --mode stale --staleness 1 --stale-policy fixed
+  run 1bit-adaptive --bits-fwd 1 --bits-bwd 1 --mode stale --staleness 1
+  run compute-only --skip-exchange
+fi
+for i in $(seq 1 "$rounds"); do
+  run "round$i-sync" --bits-fwd 1 --bits-bwd 1
+  run "round$i-stale" --bits-fwd 1 --bits-bwd 1 --mode stale --staleness 1 --stale-policy fixed
+  run "round$i-adaptive" --bits-fwd 1 --bits-bwd 1 --mode stale --staleness 1
+done
 for i in $(seq 1 "$pairs"); do
   run "pair$i-stale" --bits-fwd 1 --bits-bwd 1 --mode stale --staleness 1 --stale-policy fixed
   run "pair$i-floor" --skip-exchange
@@ -70,9 +81,22 @@ done
 tc qdisc del dev lo root
 echo "$ranks ranks, $(basename "$dataset"), $layers layers, hidden $hidden, loopback limited to $rate;" \
   "epochs 2..$epochs averaged, evaluation every $eval_every"
-python3 - "$work" <<'PY'
+python3 - "$work" "$only_policy" <<'PY'
 import json, os, sys
 work = sys.argv[1]
+def summary(n):
+    recs = [json.loads(l) for l in open(os.path.join(work, n + ".jsonl"))]
+    ep = [r for r in recs if "summary" not in r][2:]
+    return (sum(r["epoch_s"] for r in ep) / len(ep), sum(r["sync"] for r in ep) / len(ep),
+            [r for r in recs if "summary" in r][0]["test_acc_at_best_val"])
+i = 1
+while os.path.exists(os.path.join(work, f"round{i}-adaptive.jsonl")):
+    (a, _, aa), (b, _, ba), (c, share, ca) = (summary(f"round{i}-{k}") for k in ("sync", "stale", "adaptive"))
+    print(f"round {i}: 1-bit sync {a:.3f} s ({100*aa:.1f}%), always stale {b:.3f} s ({100*ba:.1f}%), "
+          f"adaptive {c:.3f} s ({100*ca:.1f}%, {100*share:.0f}% synchronous epochs)")
+    i += 1
+if sys.argv[2] == "1":
+    sys.exit(0)
 names = ["fp32-sync", "fp32-overlap", "1bit-sync", "1bit-overlap", "1bit-stale", "1bit-adaptive", "compute-only"]
 rows = {}
 for n in names:
