@@ -131,11 +131,9 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     // The fixed rules are what a user asks for by giving one of them.
     const bool fixed_rule =
         !vm["sync-every"].defaulted() || vm.count("drift-threshold") || !vm["stale-smoothing"].defaulted();
+    // The adapter refuses fixed rules under an explicit --stale-policy adaptive.
     if (vm.count("stale-policy")) {
       t.staleness.policy = parse_stale_policy(vm["stale-policy"].as<std::string>());
-      HALOGEN_EXPECTS(!(t.staleness.policy == StalePolicy::kAdaptive && fixed_rule),
-                      "--sync-every, --drift-threshold and --stale-smoothing are rules of --stale-policy fixed, not "
-                      "adaptive");
     } else if (fixed_rule) {
       t.staleness.policy = StalePolicy::kFixed;
     }

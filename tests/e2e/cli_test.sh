@@ -5,17 +5,7 @@
 set -uo pipefail
 halogen=$1; mpiexec=$2; shift 2; mpi_flags=("$@")
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-failures=0
-pass() { echo "ok: $1"; }
-fail() { echo "FAILED: $1"; failures=$((failures + 1)); }
-# expect_error NAME PATTERN CMD...: CMD must exit non-zero within 120 s, its output matching PATTERN
-expect_error() {
-  local name=$1 pattern=$2; shift 2
-  timeout 120 "$@" >"$work/out" 2>&1; local rc=$?
-  if [ $rc -eq 124 ]; then fail "$name: hung (timeout)"; return; fi
-  if [ $rc -eq 0 ]; then fail "$name: exited 0"; cat "$work/out"; return; fi
-  if grep -qE -- "$pattern" "$work/out"; then pass "$name"; else fail "$name: output lacks /$pattern/"; cat "$work/out"; fi
-}
+source "$(dirname "$0")/lib.sh"
 
 # --help shows numeric defaults as a user writes them (not a float's 0.00999999978).
 help=$("$halogen" train --help)

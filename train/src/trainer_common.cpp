@@ -202,10 +202,13 @@ EvalCounts evaluate_logits(const float* logits, const Shard& s) {
 }
 
 bool EpochLog::add_accuracy(nlohmann::json& rec, int epoch, const EvalCounts& eval) {
-  std::vector<int64_t> counts(eval.correct.begin(), eval.correct.end());
-  comm_.allreduce_sum(std::span<int64_t>(counts));
-  std::vector<double> val_loss = {eval.val_loss_sum};
-  comm_.allreduce_sum(std::span<double>(val_loss));
+  // One collective: the counts travel as doubles (exact below 2^53) beside the loss sum.
+  std::vector<double> sums = {static_cast<double>(eval.correct[0]), static_cast<double>(eval.correct[1]),
+                              static_cast<double>(eval.correct[2]), eval.val_loss_sum};
+  comm_.allreduce_sum(std::span<double>(sums));
+  const std::array<int64_t, 3> counts = {static_cast<int64_t>(sums[0]), static_cast<int64_t>(sums[1]),
+                                         static_cast<int64_t>(sums[2])};
+  const std::vector<double> val_loss = {sums[3]};
   auto acc = [](int64_t c, int64_t n) { return n > 0 ? static_cast<double>(c) / static_cast<double>(n) : 0.0; };
   const double val_acc = acc(counts[1], s_.global_valid_count);
   const double test_acc = acc(counts[2], s_.global_test_count);
