@@ -32,23 +32,15 @@ while [ $# -gt 0 ]; do
   esac
 done
 halogen=$build/halogen
-if tc qdisc show dev lo | grep -qE 'tbf|netem|htb'; then
-  echo "another qdisc is installed on lo; refusing to change it: $(tc qdisc show dev lo)" >&2; exit 1
-fi
-work=$(mktemp -d)
-cleanup() { tc qdisc del dev lo root 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT INT TERM HUP
+source "$here/lib.sh"
+limited_link_setup "$ranks"
 
 "$halogen" partition "$dataset" --parts "$ranks" --out "$work/parts" --hidden "$hidden" --layers "$layers" >/dev/null
-tc qdisc add dev lo root tbf rate "$rate" burst 1mb latency 100ms
-mpi=(mpirun -np "$ranks" --oversubscribe --mca btl tcp,self --mca btl_tcp_if_include lo)
-[ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
-run() {  # name, extra train args...
-  local name=$1; shift
-  "${mpi[@]}" "$halogen" train --parts "$work/parts" --hidden "$hidden" --layers "$layers" --epochs "$epochs" \
-    --eval-every "$epochs" --timeout 600 -q --metrics "$work/$name.jsonl" "$@" >/dev/null
-}
-stale=(--bits-fwd 1 --bits-bwd 1 --mode stale --staleness 1)
+limited_link_on "$rate"
+train_args=(--hidden "$hidden" --layers "$layers" --epochs "$epochs" --eval-every "$epochs" --patience 0)
+run() { limited_link_run "$@"; }  # name, extra train args...
+# Always stale (the fixed policy): this benchmark measures the gradients' floor.
+stale=(--bits-fwd 1 --bits-bwd 1 --mode stale --staleness 1 --stale-policy fixed)
 powersgd=(--grad-compression powersgd --grad-rank "$rank")
 run fp32-sync-packed --grad-allreduce packed
 run fp32-sync
@@ -60,7 +52,7 @@ for i in $(seq 1 "$pairs"); do
   run "pair$i-slow" --grad-allreduce packed
   run "pair$i-floor" --skip-comm
 done
-tc qdisc del dev lo root
+limited_link_off
 echo "$ranks ranks, $(basename "$dataset"), $layers layers, hidden $hidden, loopback limited to $rate," \
   "PowerSGD rank $rank; epochs 3..$epochs averaged"
 python3 - "$work" "$pairs" <<'PY'

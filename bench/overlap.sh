@@ -40,26 +40,17 @@ while [ $# -gt 0 ]; do
   esac
 done
 halogen=$build/halogen
-if tc qdisc show dev lo | grep -qE 'tbf|netem|htb'; then
-  echo "another qdisc is installed on lo; refusing to change it: $(tc qdisc show dev lo)" >&2; exit 1
-fi
-work=$(mktemp -d)
-cleanup() { tc qdisc del dev lo root 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT INT TERM HUP
+source "$here/lib.sh"
+limited_link_setup "$ranks"
 
 if [ -z "$dataset" ]; then
   dataset=$work/sbm-50k
   "$halogen" generate sbm --nodes 50000 --avg-degree 16 --feature-dim 32 --seed 1 --out "$dataset" >/dev/null
 fi
 "$halogen" partition "$dataset" --parts "$ranks" --out "$work/parts" --hidden "$hidden" --layers "$layers" >/dev/null
-tc qdisc add dev lo root tbf rate "$rate" burst 1mb latency 100ms
-mpi=(mpirun -np "$ranks" --oversubscribe --mca btl tcp,self --mca btl_tcp_if_include lo)
-[ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
-run() {  # name, extra train args...
-  local name=$1; shift
-  "${mpi[@]}" "$halogen" train --parts "$work/parts" --hidden "$hidden" --layers "$layers" --epochs "$epochs" \
-    --eval-every "$eval_every" --patience 0 --timeout 600 -q --metrics "$work/$name.jsonl" "$@" >/dev/null
-}
+limited_link_on "$rate"
+train_args=(--hidden "$hidden" --layers "$layers" --epochs "$epochs" --eval-every "$eval_every" --patience 0)
+run() { limited_link_run "$@"; }  # name, extra train args...
 if [ "$only_policy" = 0 ]; then
   run fp32-sync
   run fp32-overlap --mode overlap
@@ -78,7 +69,7 @@ for i in $(seq 1 "$pairs"); do
   run "pair$i-stale" --bits-fwd 1 --bits-bwd 1 --mode stale --staleness 1 --stale-policy fixed
   run "pair$i-floor" --skip-exchange
 done
-tc qdisc del dev lo root
+limited_link_off
 echo "$ranks ranks, $(basename "$dataset"), $layers layers, hidden $hidden, loopback limited to $rate;" \
   "epochs 2..$epochs averaged, evaluation every $eval_every"
 python3 - "$work" "$only_policy" <<'PY'

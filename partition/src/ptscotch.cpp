@@ -133,15 +133,35 @@ std::vector<int64_t> slice_bounds(int64_t num_nodes, int size) {
   return vtxdist;
 }
 
+namespace {
+
+// This process's place in `comm` and its slice [begin, end) of the n vertices; vtxdist holds
+// every process's slice bounds (PT-Scotch's own name for them).
+struct RankSlice {
+  int rank = 0, size = 1;
+  std::vector<int64_t> vtxdist;
+  int64_t begin = 0, end = 0;
+  int64_t nodes() const { return end - begin; }
+};
+
+RankSlice rank_slice(int64_t n, MPI_Comm comm) {
+  RankSlice r;
+  HALOGEN_CHECK_MPI(MPI_Comm_rank(comm, &r.rank));
+  HALOGEN_CHECK_MPI(MPI_Comm_size(comm, &r.size));
+  r.vtxdist = slice_bounds(n, r.size);
+  r.begin = r.vtxdist[static_cast<size_t>(r.rank)];
+  r.end = r.vtxdist[static_cast<size_t>(r.rank) + 1];
+  return r;
+}
+
+}  // namespace
+
 std::vector<int32_t> ptscotch_partition_rows(const std::string& name, int64_t n, const EdgeIdx* offsets,
                                              const NodeId* indices, const PartitionOptions& options, MPI_Comm comm) {
-  int rank = 0, size = 1;
-  HALOGEN_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  HALOGEN_CHECK_MPI(MPI_Comm_size(comm, &size));
   // Even split of the vertices over the processes; this rank holds only its slice.
-  const std::vector<int64_t> vtxdist = slice_bounds(n, size);
-  const int64_t begin = vtxdist[static_cast<size_t>(rank)], end = vtxdist[static_cast<size_t>(rank) + 1];
-  const int64_t local_nodes = end - begin;
+  const RankSlice slice = rank_slice(n, comm);
+  const int rank = slice.rank, size = slice.size;
+  const int64_t begin = slice.begin, end = slice.end, local_nodes = slice.nodes();
   // Row v's entries are indices[offsets[v - begin] - offsets[0] ...]: offsets keep their
   // global (64-bit) values, only differences are taken.
   const EdgeIdx base = offsets[0];
@@ -266,12 +286,10 @@ std::vector<int32_t> partition_graph_distributed(const Dataset& ds, const Partit
   check_ptscotch_options(ds.name, n, options, comm);
   if (options.num_parts == 1) return std::vector<int32_t>(static_cast<size_t>(n), 0);
 
-  int rank = 0, size = 1;
-  HALOGEN_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  HALOGEN_CHECK_MPI(MPI_Comm_size(comm, &size));
-  const std::vector<int64_t> vtxdist = slice_bounds(n, size);
-  const int64_t begin = vtxdist[static_cast<size_t>(rank)], end = vtxdist[static_cast<size_t>(rank) + 1];
-  const int64_t local_nodes = end - begin;
+  const RankSlice slice = rank_slice(n, comm);
+  const int size = slice.size;
+  const std::vector<int64_t>& vtxdist = slice.vtxdist;
+  const int64_t begin = slice.begin, end = slice.end, local_nodes = slice.nodes();
 
   // Scotch needs a symmetric graph (it checks nothing and may loop or crash otherwise). Each
   // rank checks the rows of its slice; together they check the whole graph.
