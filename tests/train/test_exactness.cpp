@@ -137,6 +137,32 @@ TEST_P(Exactness, SbmSageOverlap) { check_exactness("sbm", ModelKind::kSage, Exc
 TEST_P(Exactness, SbmGat) { check_exactness("sbm", ModelKind::kGat, ExchangeMode::kSync, device(), false); }
 TEST_P(Exactness, PowerLawSbmGcn) { check_exactness("sbm-powerlaw", ModelKind::kGcn, ExchangeMode::kSync, device()); }
 
+// GAT's layer 0 projects its halo rows itself, from their input features (received once, in
+// fp32) with the weights and keyed dropout their owners use, instead of exchanging them. So a
+// 1-layer GAT sends no halo bytes, its 1-bit stale run is its exact run bit for bit, and P
+// ranks reproduce 1 rank (the halo rows' dropout masks and weight gradients included).
+TEST_P(Exactness, GatLayerZeroProjectsHaloRowsItself) {
+  const Dataset ds = dataset("sbm");
+  auto t = exactness_options(ModelKind::kGat, ExchangeMode::kSync, device());
+  t.layers = 1;
+  TrainResult reference;
+  if (world_rank() == 0) reference = train_on(ds, 1, MPI_COMM_SELF, t);
+  const TrainResult exact = train_on(ds, world_size(), MPI_COMM_WORLD, t);
+  t.mode = ExchangeMode::kStale;
+  t.staleness.policy = StalePolicy::kFixed;
+  t.bits_fwd = {1};
+  t.bits_bwd = {1};
+  const TrainResult quantized = train_on(ds, world_size(), MPI_COMM_WORLD, t);
+  ASSERT_EQ(exact.epochs.size(), quantized.epochs.size());
+  for (size_t e = 0; e < exact.epochs.size(); ++e) {
+    EXPECT_EQ(exact.epochs[e]["bytes_sent"].get<uint64_t>(), 0u) << "epoch " << e;
+    EXPECT_EQ(quantized.epochs[e]["bytes_sent"].get<uint64_t>(), 0u) << "epoch " << e;
+    EXPECT_EQ(quantized.epochs[e]["loss"].get<double>(), exact.epochs[e]["loss"].get<double>()) << "epoch " << e;
+    if (world_rank() == 0) expect_close(reference.epochs[e], exact.epochs[e], "loss", static_cast<int>(e));
+  }
+  EXPECT_LT(exact.epochs.back()["loss"].get<double>(), exact.epochs.front()["loss"].get<double>());
+}
+
 // sync and overlap perform the same arithmetic: identical results, bit for bit.
 void check_overlap_equals_sync(const std::string& name, ModelKind model, Device device) {
   if (!available(name)) GTEST_SKIP();

@@ -32,11 +32,13 @@ constexpr uint64_t kRuntimeBytes = uint64_t{48} << 20;
 // sum of its neighbours' nonzeros, estimated from this rank's feature density.
 // With dropout, each also keeps a masked copy of its values for the epoch (dense: the whole
 // matrix again; sparse: 4 bytes a nonzero).
-// GAT stores only the raw features (it projects before aggregating).
-uint64_t input_matrix_bytes(const Shard& s, bool aggregated, bool raw, bool dropout) {
+// GAT stores only the raw features (it projects before aggregating), of its halo rows too
+// (`raw_halo`), at the owned rows' density.
+uint64_t input_matrix_bytes(const Shard& s, bool aggregated, bool raw, bool raw_halo, bool dropout) {
   const int64_t owned = s.num_owned, F = s.feature_dim;
   const double cells = static_cast<double>(std::max<int64_t>(owned * F, 1));
   const double density = static_cast<double>(InputMatrix::count_nonzeros(s.features.data(), owned * F)) / cells;
+  const double halo_scale = static_cast<double>(s.num_halo) / static_cast<double>(std::max<int64_t>(owned, 1));
   const double mean_row_entries = static_cast<double>(s.num_local_edges()) / std::max<double>(owned, 1) + 1.0;
   const double aggregated_density = std::min(1.0, density * mean_row_entries);
   const double copies = dropout ? 1.0 : 0.0;
@@ -45,7 +47,8 @@ uint64_t input_matrix_bytes(const Shard& s, bool aggregated, bool raw, bool drop
                ? static_cast<uint64_t>(d * cells * (8 + 4 * copies)) + static_cast<uint64_t>(owned + 1) * 8
                : static_cast<uint64_t>(cells * 4 * (1 + copies));
   };
-  return (aggregated ? stored(aggregated_density) : 0) + (raw ? stored(density) : 0);
+  return (aggregated ? stored(aggregated_density) : 0) + (raw ? stored(density) : 0) +
+         (raw_halo ? static_cast<uint64_t>(static_cast<double>(stored(density)) * halo_scale) : 0);
 }
 
 uint64_t f32(int64_t rows, int64_t cols) { return static_cast<uint64_t>(std::max<int64_t>(rows, 0) * cols) * 4; }
@@ -153,12 +156,18 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
   // packed), and an fp16 copy of the weights in fp16 mode.
   const uint64_t optimizer = num_params * (4 * 4 + (opt.grad_allreduce == GradAllreduce::kPacked ? 8 : 0)) +
                              (act_size == 2 ? num_params * 2 : 0);
-  // On a GPU the layer-0 inputs are dense, in the activation dtype, with a dropped copy.
+  // On a GPU the layer-0 inputs are dense, in the activation dtype, with a dropped copy. GAT
+  // keeps its halo rows' features too (layer 0 projects them itself), and their weight
+  // gradient's scratch.
   const int input_count = (!gat ? 1 : 0) + (sage || gat ? 1 : 0);
+  const int64_t input_rows = gat ? local : owned;
   const uint64_t input_matrices =
-      on_gpu ? input_count * act(owned, F) : input_matrix_bytes(s, !gat, sage || gat, /*dropout=*/false);
-  const uint64_t input_matrices_training = on_gpu ? input_count * act(owned, F) * (opt.dropout > 0.0f ? 2 : 1)
-                                                  : input_matrix_bytes(s, !gat, sage || gat, opt.dropout > 0.0f);
+      (on_gpu ? input_count * act(input_rows, F) : input_matrix_bytes(s, !gat, sage || gat, gat, /*dropout=*/false)) +
+      (gat ? f32(F, shapes[0].proj()) : 0);
+  const uint64_t input_matrices_training =
+      (on_gpu ? input_count * act(input_rows, F) * (opt.dropout > 0.0f ? 2 : 1)
+              : input_matrix_bytes(s, !gat, sage || gat, gat, opt.dropout > 0.0f)) +
+      (gat ? f32(F, shapes[0].proj()) : 0);
 
   // Set-up: local input features, their aggregation, the layer-0 exchange, and the stored
   // input matrix (dense bound; sparse storage is only chosen when smaller).
@@ -172,11 +181,11 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
                  {"shard", shard_bytes},
                  {"structure", structure + device_arrays},
                  {"optimizer", optimizer},
-                 // GCN/SAGE: the local features and their dense aggregation; GAT aggregates
-                 // after projecting, so it holds only the owned features.
-                 {"input features (set-up)", gat ? f32(owned, F) : f32(local, F) + f32(owned, F)},
+                 // The local features (received once) and, for GCN/SAGE, their dense
+                 // aggregation; GAT aggregates after projecting.
+                 {"input features (set-up)", gat ? f32(local, F) : f32(local, F) + f32(owned, F)},
                  {"input aggregation", input_matrices},
-                 {"exchange buffers", gat ? 0 : f32(sends, F) + words_bytes(32, sends, F) + words_bytes(32, halo, F)}};
+                 {"exchange buffers", f32(sends, F) + words_bytes(32, sends, F) + words_bytes(32, halo, F)}};
 
   // Training: per-layer activations, the backward work matrices, and the halo exchanges: one
   // per layer and direction at a time, S + 1 in stale mode (S in flight plus the one being
@@ -189,7 +198,8 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
   const int in_flight = opt.mode == ExchangeMode::kStale ? opt.staleness.staleness + 1 : 1;
   if (gat) {
     // Per layer: input (owned), output, [h | el] on local rows, er, alpha per edge and head;
-    // every layer exchanges pw + heads columns forward and pw backward.
+    // every layer but the first (which projects its halo rows itself) exchanges pw + heads
+    // columns forward and pw backward.
     int64_t max_proj = 0, max_heads = 0;
     for (int l = 0; l < opt.layers; ++l) {
       const int64_t pw = shapes[static_cast<size_t>(l)].proj(), H = shapes[static_cast<size_t>(l)].heads;
@@ -198,12 +208,13 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
       activations += (l + 1 == opt.layers ? f32(owned, dims[l + 1]) : act(owned, dims[l + 1])) + act(local, pw + H) +
                      f32(owned, H) + f32(edges + owned, H);
       const int fwd = opt.bits_fwd_at(l), bwd = opt.bits_bwd_at(l);
-      exchange += static_cast<uint64_t>(in_flight) *
-                  (message_bytes(fwd, sends, pw + H, tail) + message_bytes(fwd, halo, pw + H, tail) +
-                   words_bytes(bwd, halo, pw) + words_bytes(bwd, sends, pw));
+      if (l >= 1)
+        exchange += static_cast<uint64_t>(in_flight) *
+                    (message_bytes(fwd, sends, pw + H, tail) + message_bytes(fwd, halo, pw + H, tail) +
+                     words_bytes(bwd, halo, pw) + words_bytes(bwd, sends, pw));
       if (l >= 1 && opt.mode == ExchangeMode::kStale && std::isfinite(opt.staleness.drift_threshold))
         drift += f32(owned, dims[l]);
-      if (smoothing) smoothed += f32(sends, pw);
+      if (l >= 1 && smoothing) smoothed += f32(sends, pw);
       max_proj = std::max(max_proj, pw);
       max_heads = std::max(max_heads, H);
     }

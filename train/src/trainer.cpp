@@ -311,7 +311,7 @@ class Trainer {
   // Arrays of the shard on the device (views of the shard's own arrays on the CPU).
   std::deque<Tensor> placed_;
   LocalStructure ls_;
-  TensorView gid_, labels_, train_mask_, send_indices_;
+  TensorView gid_, halo_gid_, labels_, train_mask_, send_indices_;
   ops::CsrAggregation own_, halo_, t_own_, t_halo_;
   ops::HalfPlan own_plan_, halo_plan_, t_own_plan_, t_halo_plan_;
   GatStructure gat_host_;
@@ -323,8 +323,12 @@ class Trainer {
   int64_t adam_step_ = 0;
   Tensor packed_;  // f64: gradients, loss, drift sums, overflow flag (one all-reduce)
 
-  LayerInput agg0_;         // precomputed aggregation of the input features (layer 0)
-  LayerInput x0_;           // SAGE and GAT: the (normalised) input features of layer 0
+  LayerInput agg0_;  // precomputed aggregation of the input features (layer 0)
+  LayerInput x0_;    // SAGE and GAT: the (normalised) input features of layer 0
+  // GAT: the halo rows' input features (received once, fp32), so that layer 0 projects its
+  // halo rows itself instead of exchanging them; and the scratch of their weight gradient.
+  LayerInput x0_halo_;
+  Tensor gw_halo_;
   std::vector<Tensor> in_;  // in_[l]: input of layer l (GCN/SAGE: local rows, exchanged; GAT: owned)
   std::vector<Tensor> z_;   // z_[l]: aggregation of in_[l] (GCN/SAGE), owned rows
   std::vector<Tensor> y_;   // y_[l]: output of layer l (activation applied for hidden layers); last: fp32 logits
@@ -404,6 +408,7 @@ TensorView Trainer::place(const T* host, int64_t n) {
 
 void Trainer::place_structure() {
   gid_ = place(s_.owned_global.data(), owned());
+  halo_gid_ = place(s_.halo_global.data(), s_.num_halo);
   labels_ = place(s_.labels.data(), owned());
   send_indices_ = place(s_.send_indices.data(), sends());
   {
@@ -538,10 +543,10 @@ void Trainer::allocate() {
 }
 
 void Trainer::precompute_input_aggregation() {
-  // Layer-0 input features never change: exchange them once (fp32) and aggregate once.
+  // Layer-0 input features never change: exchange them once (fp32) and aggregate once (GCN,
+  // SAGE), or keep the halo rows to project them locally every epoch (GAT).
   const int64_t F = dims_[0];
-  // GAT projects before it aggregates: layer 0 needs only the owned input rows.
-  const Matrix<float> host = train_detail::input_features(s_, opt_, gat() ? owned() : local());
+  const Matrix<float> host = train_detail::input_features(s_, opt_, local());
   const TensorView x_host = TensorView::of(host.data(), host.rows(), F);
   Tensor x_device;
   TensorView x = x_host;
@@ -549,11 +554,6 @@ void Trainer::precompute_input_aggregation() {
     x_device.reset(device_, DType::kF32, host.rows(), F);
     copy(ctx(), x_host, x_device);
     x = x_device.view();
-  }
-  if (gat()) {
-    x0_.assign(ctx(), comm_, x, act_);
-    synchronize(ctx());
-    return;
   }
   {
     // The exchanger of the activations may hold fp16; the input features travel as fp32.
@@ -563,6 +563,18 @@ void Trainer::precompute_input_aggregation() {
     const quant::QuantKey key{opt_.seed, 0, 0, quant::Direction::kForward, 0, 0};
     Exchange pending = exchange.start_forward(x, 32, key, 0);
     exchange.finish_forward(pending, x);
+  }
+  if (gat()) {
+    // GAT projects before it aggregates. With the halo rows' features at hand, layer 0
+    // computes its halo rows' projections itself: the same keyed dropout and weights as
+    // their owners use, so the same rows, without a quantized (or stale) exchange and with
+    // exact layer-0 weight gradients.
+    x0_.assign(ctx(), comm_, x.row_range(0, owned()), act_);
+    x0_halo_.assign(ctx(), comm_, x.row_range(owned(), local()), act_);
+    gw_halo_.reset(device_, DType::kF32, F, lp_[0].proj());
+    synchronize(ctx());
+    exch_->stats().reset();
+    return;
   }
   Tensor agg(device_, DType::kF32, owned(), F);
   ops::CsrAggregation own = own_, halo = halo_;
@@ -869,16 +881,25 @@ void Trainer::forward_gat_layer(int l, int epoch, bool training) {
   const Tensor& hl = hl_[l];
   const TensorView h_owned = hl.view().row_range(0, owned()).col_range(0, pw);
   const TensorView w = weight(lp.w_self, fin, pw);
-  // The projection straight into the exchanged rows; el beside it.
+  // The projection straight into the exchanged rows; el beside it. Layer 0 projects its halo
+  // rows too (from their input features), so it exchanges nothing.
+  const bool local_halo = l == 0 && s_.num_halo > 0;
+  const int64_t projected = local_halo ? local() : owned();
+  const TensorView el = gat_el(l);
+  const TensorView el_sent = hl.view().col_range(pw, pw + H);
   if (l == 0) {
-    x0_.prepare(ctx(), p, {opt_.seed, static_cast<uint32_t>(epoch), 1}, gid_);
+    const DropoutKey key{opt_.seed, static_cast<uint32_t>(epoch), 1};
+    x0_.prepare(ctx(), p, key, gid_);
     x0_.multiply(ctx(), w, 0.0f, h_owned);
+    if (local_halo) {
+      x0_halo_.prepare(ctx(), p, key, halo_gid_);
+      x0_halo_.multiply(ctx(), w, 0.0f, hl.view().row_range(owned(), local()).col_range(0, pw));
+    }
   } else {
     ops::gemm(ctx(), false, false, 1.0f, in_[l].view(), w, 0.0f, h_owned);
   }
-  const TensorView el = gat_el(l);
-  const TensorView el_sent = hl.view().col_range(pw, pw + H);
-  ops::gat_attention_terms(ctx(), h_owned, H, lp.head_dim, param(lp.att_src, 1, pw), el.row_range(0, owned()));
+  ops::gat_attention_terms(ctx(), hl.view().row_range(0, projected).col_range(0, pw), H, lp.head_dim,
+                           param(lp.att_src, 1, pw), el.row_range(0, projected));
   ops::gat_attention_terms(ctx(), h_owned, H, lp.head_dim, param(lp.att_dst, 1, pw), er_[l].view());
   const bool separate_el = el.data != el_sent.data;  // fp16: el travels in the rows' last columns
   if (separate_el) copy(ctx(), el.row_range(0, owned()), el_sent.row_range(0, owned()));
@@ -908,10 +929,13 @@ void Trainer::forward_gat_layer(int l, int epoch, bool training) {
   const Work interior = [&] { rows(interior_rows_); };
   const Work boundary = [&] {
     // The halo rows' el as they arrived (fp16) for the kernels (fp32).
-    if (separate_el) copy(ctx(), el_sent.row_range(owned(), local()), el.row_range(owned(), local()));
+    if (separate_el && l > 0) copy(ctx(), el_sent.row_range(owned(), local()), el.row_range(owned(), local()));
     rows(boundary_rows_);
   };
-  if (training) {
+  if (l == 0) {
+    interior();
+    boundary();
+  } else if (training) {
     exchange_forward(l, epoch, hl, l > 0 ? output(l - 1) : TensorView{}, interior, boundary);
   } else {
     exchange_forward_eval(l, epoch, hl, interior, boundary);
@@ -983,19 +1007,28 @@ void Trainer::backward_gat_layer(int l, int epoch) {
   // The attention terms' share of dh (halo rows go back to their owners with the rest).
   ops::gat_attention_terms_backward(ctx(), dh, H, lp.head_dim, del, der, param(lp.att_src, 1, pw),
                                     param(lp.att_dst, 1, pw));
-  exchange_backward(l, epoch, dh, [&] {
-    // Attention vectors while the halo gradients travel: sums over this rank's edges (halo
-    // sources included, with the h this rank received), all-reduced with the rest.
+  // Attention vectors: sums over this rank's edges (halo sources included, with the h this
+  // rank received or projected), all-reduced with the rest.
+  const Work attention_vector_grads = [&] {
     ops::gat_attention_vector_grads(ctx(), hl.view().col_range(0, pw), H, lp.head_dim, del, der,
                                     grad(lp.att_src, 1, pw), grad(lp.att_dst, 1, pw));
-  });
-  // dW = x^T dh on owned rows (halo gradients added by now).
+  };
   const TensorView gw = grad(lp.w_self, fin, pw);
   const TensorView dh_owned = dh.row_range(0, owned());
   if (l == 0) {
+    // Layer 0 projected its halo rows itself: their gradients stay here and reach W through
+    // their input features (the owners' own rows reach it on the owners).
+    attention_vector_grads();
     x0_.multiply_transposed(ctx(), dh_owned, gw);
+    if (s_.num_halo > 0) {
+      x0_halo_.multiply_transposed(ctx(), dh.row_range(owned(), local()), gw_halo_);
+      ops::axpy(ctx(), 1.0f, gw_halo_, gw);
+    }
     return;  // input features need no gradient
   }
+  // Halo gradients go back to their owners while the attention vectors' gradients compute.
+  exchange_backward(l, epoch, dh, attention_vector_grads);
+  // dW = x^T dh on owned rows (halo gradients added by now).
   ops::gemm(ctx(), true, false, 1.0f, in_[l].view(), dh_owned, 0.0f, gw);
   // dx = dh W^T (+ the residual's share), then through dropout and the ELU of layer l-1.
   const TensorView dx = dz_.view().reshaped(owned(), fin);

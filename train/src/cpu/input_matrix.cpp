@@ -24,7 +24,7 @@ void InputMatrix::assign(const float* values, int64_t rows, int64_t cols, bool s
   sparse_ = sparse;
   if (!sparse) {
     dense_.resize(static_cast<size_t>(rows * cols));
-    std::memcpy(dense_.data(), values, dense_.size() * sizeof(float));
+    if (!dense_.empty()) std::memcpy(dense_.data(), values, dense_.size() * sizeof(float));
     return;
   }
   off_.resize(static_cast<size_t>(rows) + 1);
