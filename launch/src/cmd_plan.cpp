@@ -23,10 +23,18 @@ int cmd_plan(const std::vector<std::string>& args) {
   double compute_s = 0.0;
   int calib_ranks = 0, hidden = 0, layers = 0;
   int64_t features = 0, classes = 0;
+  plan::GraphDescription described;
+  double feature_density = 1.0;
   plan::CostOptions co;
   // clang-format off
   opts.add_options()
-      ("report", po::value(&report_arg)->required(), "partition.json of `halogen partition` (or its directory)")
+      ("report", po::value(&report_arg), "partition.json of `halogen partition` (or its directory)")
+      ("nodes", po::value(&described.nodes), "instead of a report: a graph described by its node count (with --edges, --parts, --halo-ratio, --features, --classes, --hidden, --layers)")
+      ("edges", po::value(&described.undirected_edges), "described graph: undirected edges")
+      ("parts", po::value(&described.parts), "described graph: ranks (equal parts)")
+      ("halo-ratio", po::value(&described.halo_ratio), "described graph: halo nodes per owned node of a part (from a partition of a smaller graph of the kind, or a paper)")
+      ("name", po::value(&described.name), "described graph: its name in the output")
+      ("feature-density", po::value(&feature_density)->default_value(feature_density), "described graph: non-zero share of the input features")
       ("cluster,c", po::value(&cluster_name)->required(), "cluster config: a YAML file or a name in cluster_configs/")
       ("metrics", po::value(&metrics), "calibrate from a metrics file of a real run (compute_s and comm_s per epoch)")
       ("compute-rate", po::value(&metrics), "same as --metrics")
@@ -54,18 +62,31 @@ int cmd_plan(const std::vector<std::string>& args) {
   po::positional_options_description pos;
   pos.add("report", 1);
   po::variables_map vm;
-  if (!parse("plan", "PARTITION_REPORT --cluster CONFIG (--metrics FILE | --compute-s S --calib-ranks P | --gflops G)",
+  if (!parse("plan",
+             "(PARTITION_REPORT | --nodes N --edges E --parts P --halo-ratio R --features F --classes C --hidden H "
+             "--layers L) --cluster CONFIG (--metrics FILE | --compute-s S --calib-ranks P | --gflops G)",
              opts, pos, args, vm)) {
     return 0;
   }
+  const bool is_described = vm.count("nodes") > 0;
+  HALOGEN_EXPECTS(is_described != !report_arg.empty(),
+                  "give either a partition report or a graph described by --nodes, --edges, --parts and --halo-ratio");
   std::filesystem::path report_path(report_arg);
-  if (std::filesystem::is_directory(report_path)) report_path /= "partition.json";
-  HALOGEN_EXPECTS(std::filesystem::exists(report_path), "partition report '{}' does not exist", report_path.string());
   nlohmann::json report;
-  try {
-    report = nlohmann::json::parse(read_text_file(report_path));
-  } catch (const nlohmann::json::exception& e) {
-    HALOGEN_FAIL("{}: not valid JSON: {}", report_path.string(), e.what());
+  if (is_described) {
+    for (const char* needed : {"edges", "parts", "halo-ratio", "features", "classes", "hidden", "layers"})
+      HALOGEN_EXPECTS(vm.count(needed), "a graph described by --nodes also needs --{}", needed);
+    HALOGEN_EXPECTS(feature_density > 0.0 && feature_density <= 1.0, "--feature-density must be in (0, 1], got {}",
+                    feature_density);
+    report = plan::described_partition(described);
+  } else {
+    if (std::filesystem::is_directory(report_path)) report_path /= "partition.json";
+    HALOGEN_EXPECTS(std::filesystem::exists(report_path), "partition report '{}' does not exist", report_path.string());
+    try {
+      report = nlohmann::json::parse(read_text_file(report_path));
+    } catch (const nlohmann::json::exception& e) {
+      HALOGEN_FAIL("{}: not valid JSON: {}", report_path.string(), e.what());
+    }
   }
   const cluster::ClusterConfig cluster = cluster::load_cluster_config(cluster_name);
 
@@ -121,12 +142,27 @@ int cmd_plan(const std::vector<std::string>& args) {
   // cluster's device, when the shards are beside the report.
   nlohmann::json memory;
   const int parts = report.value("num_parts", 0);
-  if (parts > 0 && std::filesystem::exists(shard_path(report_path.parent_path(), 0, parts))) {
-    TrainOptions t;
-    t.model = shape.sage ? ModelKind::kSage : ModelKind::kGcn;
-    t.layers = shape.layers;
-    t.hidden = static_cast<int>(shape.hidden);
-    t.device = cluster.has_gpus() ? Device::kCuda : Device::kCpu;
+  TrainOptions t;
+  t.model = shape.sage ? ModelKind::kSage : ModelKind::kGcn;
+  t.layers = shape.layers;
+  t.hidden = static_cast<int>(shape.hidden);
+  t.device = cluster.has_gpus() ? Device::kCuda : Device::kCpu;
+  if (is_described) {
+    // Every part alike: the largest (the first) stands for all.
+    const auto& first = report.at("parts").at(0);
+    ShardCounts c;
+    c.owned = first.at("owned").get<int64_t>();
+    for (const int64_t rows : first.at("halo_from").get<std::vector<int64_t>>()) c.halo += rows;
+    c.sends = c.halo;  // on average a part sends as many rows as it receives
+    c.local_edges = first.at("local_edges").get<int64_t>();
+    c.feature_dim = shape.feature_dim;
+    c.classes = shape.num_classes;
+    c.feature_density = feature_density;
+    const MemoryEstimate e = estimate_training_memory(c, t);
+    std::cout << fmt::format("memory per rank ({} memory, fp32, sync): {} ({} phase: {})\n",
+                             cluster.has_gpus() ? "GPU" : "host", format_bytes(e.total()), e.phase, e.breakdown());
+    memory = {{"device", to_string(t.device)}, {"max_bytes", e.total()}};
+  } else if (parts > 0 && std::filesystem::exists(shard_path(report_path.parent_path(), 0, parts))) {
     uint64_t worst = 0;
     int worst_rank = 0;
     std::vector<uint64_t> per_rank;
@@ -146,7 +182,7 @@ int cmd_plan(const std::vector<std::string>& args) {
   if (!json_out.empty()) {
     nlohmann::json j = plan::plan_to_json(p);
     if (!memory.is_null()) j["memory"] = memory;
-    j["report"] = report_path.string();
+    j["report"] = is_described ? nlohmann::json(report) : nlohmann::json(report_path.string());
     j["cluster"] = cluster.name;
     j["calibration"] = {{"source", calib.source},
                         {"compute_s", calib.compute_s},

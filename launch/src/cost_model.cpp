@@ -84,6 +84,40 @@ std::vector<Message> forward_messages(const std::vector<std::vector<int64_t>>& h
   return out;
 }
 
+nlohmann::json described_partition(const GraphDescription& graph) {
+  const int64_t P = graph.parts;
+  HALOGEN_EXPECTS(graph.nodes >= 1 && graph.undirected_edges >= 0,
+                  "--nodes must be at least 1 and --edges "
+                  "non-negative, got {} and {}",
+                  graph.nodes, graph.undirected_edges);
+  HALOGEN_EXPECTS(P >= 1 && P <= graph.nodes, "--parts must be between 1 and the node count {}, got {}", graph.nodes,
+                  P);
+  HALOGEN_EXPECTS(graph.halo_ratio >= 0.0 && std::isfinite(graph.halo_ratio),
+                  "--halo-ratio must be a non-negative number of halo nodes per owned node, got {}", graph.halo_ratio);
+  nlohmann::json parts = nlohmann::json::array();
+  for (int64_t p = 0; p < P; ++p) {
+    // The same split as an even partition: the first nodes % P parts hold one more node.
+    const int64_t owned = graph.nodes / P + (p < graph.nodes % P ? 1 : 0);
+    const int64_t entries = 2 * graph.undirected_edges / P + (p < (2 * graph.undirected_edges) % P ? 1 : 0);
+    // No part can receive more rows than the other parts own.
+    const double halo =
+        P == 1 ? 0.0
+               : std::min(graph.halo_ratio * static_cast<double>(owned), static_cast<double>(graph.nodes - owned));
+    std::vector<int64_t> halo_from(static_cast<size_t>(P), 0);
+    const int64_t rows = std::llround(halo), peers = P - 1;
+    for (int64_t q = 0, k = 0; q < P; ++q)
+      if (q != p) halo_from[static_cast<size_t>(q)] = rows / peers + (k++ < rows % peers ? 1 : 0);
+    parts.push_back({{"owned", owned}, {"local_edges", entries}, {"halo_from", halo_from}});
+  }
+  return {{"dataset", graph.name},
+          {"num_nodes", graph.nodes},
+          {"num_undirected_edges", graph.undirected_edges},
+          {"num_parts", P},
+          {"parts", parts},
+          {"described", true},
+          {"halo_ratio", graph.halo_ratio}};
+}
+
 std::vector<std::vector<int64_t>> halo_matrix(const nlohmann::json& report) {
   const int P = static_cast<int>(get_int(report, "num_parts", "the report"));
   HALOGEN_EXPECTS(

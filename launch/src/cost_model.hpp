@@ -138,6 +138,24 @@ double exchange_seconds(const std::vector<Message>& messages, const cluster::Clu
 /// The forward exchange of one layer with `cols` columns: halo_from[p][q] rows go q -> p.
 std::vector<Message> forward_messages(const std::vector<std::vector<int64_t>>& halo_from, int bits, int64_t cols);
 
+/// A graph described by its counts rather than partitioned: what `halogen plan --nodes` plans
+/// for (a graph too large to partition before knowing whether it is worth it, such as a
+/// published benchmark's).
+struct GraphDescription {
+  std::string name = "described graph";
+  int64_t nodes = 0;
+  int64_t undirected_edges = 0;  // each stored twice, as halogen stores a symmetric graph
+  int parts = 0;
+  /// Halo nodes per owned node of a part (the partitioner's cut): measure it on a partition of
+  /// a smaller graph of the same kind (`halogen partition` prints it) or take it from a paper.
+  double halo_ratio = 0.0;
+};
+
+/// A partition report of P equal parts: each owns nodes / P nodes and 2 edges / P stored
+/// entries, and receives halo_ratio x owned rows spread evenly over the other parts. Throws
+/// on counts that describe no graph.
+nlohmann::json described_partition(const GraphDescription& graph);
+
 /// Reads halo_from of every part from a partition report.
 std::vector<std::vector<int64_t>> halo_matrix(const nlohmann::json& report);
 

@@ -109,6 +109,21 @@ PY
 "$halogen" plan "$parts" --cluster local-cpu > "$work/nocal.out" 2>&1
 [ $? -ne 0 ] && grep -q "needs a compute calibration" "$work/nocal.out" && pass "plan without calibration" \
   || { fail "plan without calibration"; cat "$work/nocal.out"; }
+# A graph described by its counts instead of a partition (as for a published graph too large to
+# partition first): memory per rank and a prediction per bit width; missing counts are named.
+described=(--nodes 111059956 --edges 1615685872 --parts 4 --halo-ratio 0.8 --features 128 --classes 172
+  --hidden 256 --layers 3 --model sage --name ogbn-papers100M --cluster local-cpu-1gbit --gflops 20)
+"$halogen" plan "${described[@]}" --json "$work/described.json" > "$work/described.out" 2>&1 \
+  && grep -q "plan for 'ogbn-papers100M' (111059956 nodes" "$work/described.out" \
+  && grep -q "memory per rank (host memory" "$work/described.out" && grep -q "expected fastest" "$work/described.out" \
+  && python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['memory']['max_bytes'] > 10**10, j['memory']" \
+    "$work/described.json" && pass "plan for a described graph" || { fail "plan for a described graph"; cat "$work/described.out"; }
+"$halogen" plan --nodes 1000 --edges 5000 --parts 4 --cluster local-cpu --gflops 1 > "$work/missing.out" 2>&1
+[ $? -ne 0 ] && grep -q "also needs --halo-ratio" "$work/missing.out" && pass "plan names a missing count" \
+  || { fail "plan names a missing count"; cat "$work/missing.out"; }
+"$halogen" plan "$parts" "${described[@]}" > "$work/both.out" 2>&1
+[ $? -ne 0 ] && grep -q "either a partition report or a graph described" "$work/both.out" \
+  && pass "plan refuses a report and a description together" || { fail "plan: report and description"; cat "$work/both.out"; }
 
 echo "$failures failed"
 [ $failures -eq 0 ]

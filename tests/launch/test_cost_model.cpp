@@ -138,6 +138,54 @@ TEST(CostModel, PredictionsAreConsistent) {
   EXPECT_EQ(half.find(32, "sync")->halo_bytes_per_epoch, report_total_32 + report_fwd_32 / 2);
 }
 
+// A graph described by its counts (`halogen plan --nodes`) becomes a report of equal parts that
+// holds the same nodes, edges and halo rows; on the SBM it predicts the real partition's epoch
+// within the real partition's imbalance. Counts that describe no graph are refused.
+TEST(CostModel, DescribedGraphPlansLikeItsPartition) {
+  const auto& r = report();
+  int64_t owned = 0, halo = 0;
+  for (const auto& part : r.at("parts")) {
+    owned += part.at("owned").get<int64_t>();
+    for (int64_t rows : part.at("halo_from").get<std::vector<int64_t>>()) halo += rows;
+  }
+  GraphDescription g;
+  g.nodes = r.at("num_nodes").get<int64_t>();
+  g.undirected_edges = r.at("num_undirected_edges").get<int64_t>();
+  g.parts = 4;
+  g.halo_ratio = static_cast<double>(halo) / static_cast<double>(owned);
+  const nlohmann::json d = described_partition(g);
+  int64_t d_owned = 0, d_entries = 0, d_halo = 0;
+  for (int p = 0; p < 4; ++p) {
+    const auto& part = d.at("parts").at(static_cast<size_t>(p));
+    d_owned += part.at("owned").get<int64_t>();
+    d_entries += part.at("local_edges").get<int64_t>();
+    const auto from = part.at("halo_from").get<std::vector<int64_t>>();
+    EXPECT_EQ(from[static_cast<size_t>(p)], 0) << "part " << p << " receives from itself";
+    for (int64_t rows : from) d_halo += rows;
+  }
+  EXPECT_EQ(d_owned, g.nodes);
+  EXPECT_EQ(d_entries, 2 * g.undirected_edges);
+  EXPECT_NEAR(static_cast<double>(d_halo), static_cast<double>(halo), 4.0);  // rounding per part
+  Calibration calib;
+  calib.compute_s = 0.2;
+  calib.ranks = 4;
+  const auto slow = two_level(1, 4, 0.001, 0.001, true, false, 50.0);
+  const Plan real = predict(r, shape(), slow, calib, CostOptions{});
+  const Plan described = predict(d, shape(), slow, calib, CostOptions{});
+  for (int bits : {32, 1}) {
+    const double a = real.find(bits, "sync")->epoch_s, b = described.find(bits, "sync")->epoch_s;
+    EXPECT_NEAR(b, a, 0.15 * a) << bits << " bits: described " << b << " s, partitioned " << a << " s";
+  }
+  g.parts = 0;
+  EXPECT_THROW(described_partition(g), Error);
+  g.parts = 4;
+  g.halo_ratio = -1.0;
+  EXPECT_THROW(described_partition(g), Error);
+  g.halo_ratio = 1.0;
+  g.nodes = 3;
+  EXPECT_THROW(described_partition(g), Error);  // 4 parts of 3 nodes
+}
+
 TEST(CostModel, CalibrationOnOtherRankCountScalesByWork) {
   const auto& r = report();
   auto c = two_level(1, 4, 1.0, 1.0, true, false);

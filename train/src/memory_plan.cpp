@@ -34,12 +34,12 @@ constexpr uint64_t kRuntimeBytes = uint64_t{48} << 20;
 // matrix again; sparse: 4 bytes a nonzero).
 // GAT stores only the raw features (it projects before aggregating), of its halo rows too
 // (`raw_halo`), at the owned rows' density.
-uint64_t input_matrix_bytes(const Shard& s, bool aggregated, bool raw, bool raw_halo, bool dropout) {
-  const int64_t owned = s.num_owned, F = s.feature_dim;
+uint64_t input_matrix_bytes(const ShardCounts& s, bool aggregated, bool raw, bool raw_halo, bool dropout) {
+  const int64_t owned = s.owned, F = s.feature_dim;
   const double cells = static_cast<double>(std::max<int64_t>(owned * F, 1));
-  const double density = static_cast<double>(InputMatrix::count_nonzeros(s.features.data(), owned * F)) / cells;
-  const double halo_scale = static_cast<double>(s.num_halo) / static_cast<double>(std::max<int64_t>(owned, 1));
-  const double mean_row_entries = static_cast<double>(s.num_local_edges()) / std::max<double>(owned, 1) + 1.0;
+  const double density = s.feature_density;
+  const double halo_scale = static_cast<double>(s.halo) / static_cast<double>(std::max<int64_t>(owned, 1));
+  const double mean_row_entries = static_cast<double>(s.local_edges) / std::max<double>(owned, 1) + 1.0;
   const double aggregated_density = std::min(1.0, density * mean_row_entries);
   const double copies = dropout ? 1.0 : 0.0;
   const auto stored = [&](double d) {
@@ -114,17 +114,36 @@ std::string format_bytes(uint64_t bytes) {
   return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.{}f} {}", value, value < 10 ? 2 : 1, units[unit]);
 }
 
+ShardCounts ShardCounts::of(const Shard& s) {
+  ShardCounts c;
+  c.owned = s.num_owned;
+  c.halo = s.num_halo;
+  c.local_edges = s.num_local_edges();
+  c.sends = s.send_offsets.empty() ? 0 : s.send_offsets[s.num_parts];
+  c.feature_dim = s.feature_dim;
+  c.classes = s.num_classes;
+  const int64_t cells = s.num_owned * s.feature_dim;
+  c.feature_density = cells > 0 ? static_cast<double>(InputMatrix::count_nonzeros(s.features.data(), cells)) /
+                                      static_cast<double>(cells)
+                                : 0.0;
+  return c;
+}
+
 MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt) {
-  const int64_t owned = s.num_owned, local = s.num_local(), halo = s.num_halo;
-  const int64_t edges = s.num_local_edges();
+  return estimate_training_memory(ShardCounts::of(s), opt);
+}
+
+MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions& opt) {
+  const int64_t owned = s.owned, local = s.owned + s.halo, halo = s.halo;
+  const int64_t edges = s.local_edges;
   const int64_t F = s.feature_dim;
-  const int64_t sends = s.send_offsets.empty() ? 0 : s.send_offsets[s.num_parts];
+  const int64_t sends = s.sends;
   const bool sage = opt.model == ModelKind::kSage;
   const bool gat = opt.model == ModelKind::kGat;
-  const std::vector<LayerShape> shapes = layer_shapes(opt, F, s.num_classes);
+  const std::vector<LayerShape> shapes = layer_shapes(opt, F, s.classes);
   std::vector<int64_t> dims;  // dims[l]: input width of layer l; dims[L]: classes
   for (const LayerShape& shape : shapes) dims.push_back(shape.in);
-  dims.push_back(s.num_classes);
+  dims.push_back(s.classes);
   const int64_t max_dim = *std::max_element(dims.begin() + 1, dims.end());  // as Trainer::allocate
   // The device holds what the trainer allocates as tensors (trainer.cpp): activations in the
   // activation dtype (fp16 on a GPU in fp16 mode), everything else in fp32 or fp64. On a GPU
@@ -239,7 +258,7 @@ MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt)
   }
   if (!gat) {
     activations += 2 * act(owned, max_dim) + act(local, max_dim);          // dy, dz, dlocal
-    if (act_size != 4) activations += f32(owned, s.num_classes);           // fp32 dL/dlogits
+    if (act_size != 4) activations += f32(owned, s.classes);               // fp32 dL/dlogits
     exchange += f32(std::max(sends, halo), max_dim);                       // gather/staging rows
     if (opt.mode == ExchangeMode::kStale) exchange += f32(halo, max_dim);  // halo kept aside during evaluation
   }

@@ -30,11 +30,27 @@ struct MemoryEstimate {
   uint64_t total() const;
   std::string breakdown() const;  // "activations 1.2 GiB, shard 300 MiB, ..."
 };
+/// What the memory model needs of one rank's shard: its counts and its feature density. From a
+/// real shard (`of`), or described, for a graph not partitioned yet (`halogen plan --nodes`).
+struct ShardCounts {
+  int64_t owned = 0;        // nodes this rank owns
+  int64_t halo = 0;         // remote neighbours it receives
+  int64_t local_edges = 0;  // stored adjacency entries of its owned rows
+  int64_t sends = 0;        // rows it sends per exchange (to all peers together)
+  int64_t feature_dim = 0;
+  int64_t classes = 0;
+  double feature_density = 1.0;  // non-zero share of the input features (sparse storage below 0.3)
+  static ShardCounts of(const Shard& shard);
+};
+
 /// The device is the options' (TrainOptions::device): on the CPU the peak host bytes of the
 /// rank; on a GPU the peak device bytes of the tensors the trainer allocates there (fp16
 /// activations with --precision fp16). One model for the trainer's pre-flight check and for
 /// `halogen plan`.
 MemoryEstimate estimate_training_memory(const Shard& shard, const TrainOptions& options);
+/// The same model from counts alone; estimate_training_memory(shard) is this of
+/// ShardCounts::of(shard).
+MemoryEstimate estimate_training_memory(const ShardCounts& counts, const TrainOptions& options);
 
 /// What one rank may use. Automatic: the node's available memory (MemAvailable, lowered to
 /// the cgroup's remaining limit when one is set) plus what the node's ranks already hold,
