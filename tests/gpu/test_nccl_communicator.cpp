@@ -193,6 +193,38 @@ TEST_F(Nccl, AllReduceBroadcastAndBarrier) {
   comm_->allreduce_sum(d_f.data(), 0, ReduceDtype::kFloat32);  // empty: a no-op
 }
 
+// The layer-wise gradient all-reduce: started on device memory written on the compute stream
+// (not synchronised), two in flight at once (one long, one odd-sized), then waited for in
+// reverse order; a host buffer falls back to the blocking all-reduce.
+TEST_F(Nccl, StartAllReduceInFlightOnDeviceMemory) {
+  cuda::CudaStream compute;
+  comm_->set_compute_stream(compute.handle());
+  const size_t big = (size_t{1} << 22) + 3, small = 37;
+  DeviceBuffer<float> a(big), b(small);
+  std::vector<float> a_host(big), b_host(small);
+  for (size_t i = 0; i < big; ++i) a_host[i] = static_cast<float>((i % 7) + rank_);
+  for (size_t i = 0; i < small; ++i) b_host[i] = 0.5f * static_cast<float>(i) * static_cast<float>(rank_ + 1);
+  HALOGEN_CHECK_CUDA(
+      cudaMemcpyAsync(a.data(), a_host.data(), big * sizeof(float), cudaMemcpyHostToDevice, compute.get()));
+  HALOGEN_CHECK_CUDA(
+      cudaMemcpyAsync(b.data(), b_host.data(), small * sizeof(float), cudaMemcpyHostToDevice, compute.get()));
+  auto ra = comm_->start_allreduce_sum(a.data(), big, ReduceDtype::kFloat32);
+  auto rb = comm_->start_allreduce_sum(b.data(), small, ReduceDtype::kFloat32);
+  rb->wait();
+  ra->wait();
+  const double ranks_sum = 0.5 * size_ * (size_ - 1);
+  const std::vector<float> got_a = a.to_host(), got_b = b.to_host();
+  for (size_t i = 0; i < big; i += 4099)
+    ASSERT_EQ(got_a[i], static_cast<float>(size_ * static_cast<double>(i % 7) + ranks_sum)) << i;
+  ASSERT_EQ(got_a[big - 1], static_cast<float>(size_ * static_cast<double>((big - 1) % 7) + ranks_sum));
+  for (size_t i = 0; i < small; ++i)
+    ASSERT_EQ(got_b[i], static_cast<float>(0.5 * static_cast<double>(i) * (ranks_sum + size_))) << i;
+  std::vector<double> h = {1.0 + rank_};
+  comm_->start_allreduce_sum(h.data(), 1, ReduceDtype::kFloat64)->wait();
+  EXPECT_EQ(h[0], size_ + ranks_sum);
+  comm_->set_compute_stream(nullptr);
+}
+
 TEST_F(Nccl, HostBuffersInAnExchangeAreAnError) {
   std::vector<int32_t> host(4, rank_);
   const std::vector<PeerBuffer> sends = {{0, host.data(), host.size() * sizeof(int32_t)}};

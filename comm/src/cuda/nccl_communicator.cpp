@@ -246,6 +246,19 @@ void NcclCommunicator::allreduce_sum(void* data, size_t count, ReduceDtype dtype
   });
 }
 
+std::unique_ptr<CommRequest> NcclCommunicator::start_allreduce_sum(void* data, size_t count, ReduceDtype dtype) {
+  if (count == 0 || !is_device_accessible(data)) return Communicator::start_allreduce_sum(data, count, dtype);
+  std::lock_guard lock(mutex_);
+  check_usable();
+  cuda::DeviceGuard guard(device_);
+  wait_for_compute();
+  HALOGEN_CHECK_NCCL(ncclAllReduce(data, data, count, to_nccl(dtype), ncclSum, comm_, stream_.get()));
+  cuda::CudaEvent event(false);
+  event.record(stream_);
+  return std::make_unique<NcclRequest>(*this, std::move(event),
+                                       fmt::format("an all-reduce of {} values over all {} ranks", count, size_));
+}
+
 void NcclCommunicator::allreduce_max(double* data, size_t count) {
   collective(data, count * sizeof(double), [&](void* buf) {
     HALOGEN_CHECK_NCCL(ncclAllReduce(buf, buf, count, ncclFloat64, ncclMax, comm_, stream_.get()));

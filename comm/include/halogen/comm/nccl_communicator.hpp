@@ -7,8 +7,9 @@
 // that it overlaps computation. Before each call the communication stream waits for the work
 // queued so far on the compute stream (set_compute_stream; by default the legacy default
 // stream), so a buffer written by a kernel queued before the call is complete when NCCL reads
-// it. start_exchange returns a request whose wait() blocks the host until the transfer is done
-// (an event recorded after the group); the other calls return when their operation is done.
+// it. start_exchange and start_allreduce_sum return a request whose wait() blocks the host until
+// the operation is done (an event recorded after it); the other calls return when their
+// operation is done.
 //
 // Ordering. NCCL has no tags: operations on one communicator are matched in the order they
 // are issued. Every rank must therefore start its exchanges (and collectives) in the same
@@ -64,6 +65,11 @@ class NcclCommunicator final : public Communicator {
   /// In place; `data` may be device memory (reduced directly) or host memory (staged through
   /// the device). Returns when the result is in `data`.
   void allreduce_sum(void* data, size_t count, ReduceDtype dtype) override;
+  /// Non-blocking on device memory: the ncclAllReduce is queued on the communication stream
+  /// (after the compute stream's queued work) and the request's wait() blocks until it is done,
+  /// so the caller's later kernels overlap it. NCCL runs the operations of one stream in order:
+  /// an exchange started afterwards waits for the all-reduce. Host memory: as allreduce_sum.
+  std::unique_ptr<CommRequest> start_allreduce_sum(void* data, size_t count, ReduceDtype dtype) override;
   bool takes_device_buffers() const noexcept override { return true; }
   using Communicator::allreduce_sum;
   void allreduce_max(double* data, size_t count) override;
