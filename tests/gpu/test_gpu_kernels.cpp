@@ -1128,26 +1128,27 @@ TEST_F(GpuKernels, DriftRowsFp32AndHalf) {
   const auto d_index = DeviceBuffer<int32_t>::from_host(index);
   for (int64_t cols : {1, 31, 33, 100}) {
     SCOPED_TRACE(testing::Message() << "cols " << cols);
-    const int64_t ldx = cols + 3;
+    // last is a column range of a wider matrix: its padding must stay as it was.
+    const int64_t ldx = cols + 3, ld_last = cols + 2;
     const std::vector<float> x = grid_values(static_cast<size_t>(x_rows * ldx), 401 + cols);
-    const std::vector<float> last0 = grid_values(static_cast<size_t>(n * cols), 402 + cols);
+    const std::vector<float> last0 = grid_values(static_cast<size_t>(n * ld_last), 402 + cols);
     std::vector<double> want(static_cast<size_t>(2 * n));
-    std::vector<float> want_last(last0.size());
+    std::vector<float> want_last = last0;
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t j = 0; j < cols; ++j) {
         const float v = x[static_cast<size_t>(index[static_cast<size_t>(i)] * ldx + j)];
-        const double d = static_cast<double>(v) - last0[static_cast<size_t>(i * cols + j)];
+        const double d = static_cast<double>(v) - last0[static_cast<size_t>(i * ld_last + j)];
         want[static_cast<size_t>(2 * i)] += d * d;  // exact
         want[static_cast<size_t>(2 * i + 1)] += static_cast<double>(v) * v;
-        want_last[static_cast<size_t>(i * cols + j)] = v;
+        want_last[static_cast<size_t>(i * ld_last + j)] = v;
       }
     }
     const auto d_x = DeviceBuffer<float>::from_host(x);
     const auto d_xh = DeviceBuffer<__half>::from_host(to_half(x));
     auto d_last = DeviceBuffer<float>::from_host(last0), d_last_h = DeviceBuffer<float>::from_host(last0);
     DeviceBuffer<double> per_row(want.size()), per_row_h(want.size());
-    cuda::drift_rows(d_x.data(), ldx, d_index.data(), n, cols, d_last.data(), per_row.data());
-    cuda::drift_rows(d_xh.data(), ldx, d_index.data(), n, cols, d_last_h.data(), per_row_h.data());
+    cuda::drift_rows(d_x.data(), ldx, d_index.data(), n, cols, d_last.data(), ld_last, per_row.data());
+    cuda::drift_rows(d_xh.data(), ldx, d_index.data(), n, cols, d_last_h.data(), ld_last, per_row_h.data());
     EXPECT_EQ(per_row.to_host(), want) << "fp32";
     EXPECT_EQ(per_row_h.to_host(), want) << "fp16";
     EXPECT_EQ(d_last.to_host(), want_last) << "fp32";
@@ -1270,15 +1271,18 @@ TEST_F(GpuKernels, OpsAgreeOnCpuAndCudaTensors) {
       ASSERT_EQ(got_h[i], __half2float(__float2half_rn(y[i]))) << "ops::add_row_vector f16, value " << i;
 
     std::vector<int32_t> index = {5, 2999, 0, 17, 17, 1234};
-    std::vector<float> last = grid_values(index.size() * static_cast<size_t>(cols), 522), last_cpu = last;
-    const auto want_drift = ops::drift(cpu, on_cpu(x, rows, cols + 2).col_range(2, 2 + cols),
-                                       TensorView::of(index.data(), 1, static_cast<int64_t>(index.size())),
-                                       on_cpu(last_cpu, static_cast<int64_t>(index.size()), cols));
-    const Tensor x_again = upload(x, rows, cols + 2), last_gpu = upload(last, static_cast<int64_t>(index.size()), cols);
+    // The reference rows as a column range of a wider matrix (the GAT path measures [h | el]
+    // in two ranges of one).
+    const int64_t sent = static_cast<int64_t>(index.size());
+    std::vector<float> last = grid_values(index.size() * static_cast<size_t>(cols + 1), 522), last_cpu = last;
+    const auto want_drift =
+        ops::drift(cpu, on_cpu(x, rows, cols + 2).col_range(2, 2 + cols), TensorView::of(index.data(), 1, sent),
+                   on_cpu(last_cpu, sent, cols + 1).col_range(1, 1 + cols));
+    const Tensor x_again = upload(x, rows, cols + 2), last_gpu = upload(last, sent, cols + 1);
     const auto d_index = DeviceBuffer<int32_t>::from_host(index);
     const auto got_drift =
-        ops::drift(gpu, x_again.col_range(2, 2 + cols),
-                   TensorView::of(d_index.data(), 1, static_cast<int64_t>(index.size()), kDevCuda), last_gpu);
+        ops::drift(gpu, x_again.col_range(2, 2 + cols), TensorView::of(d_index.data(), 1, sent, kDevCuda),
+                   last_gpu.col_range(1, 1 + cols));
     EXPECT_EQ(got_drift.first, want_drift.first);
     EXPECT_EQ(got_drift.second, want_drift.second);
     EXPECT_EQ(download(last_gpu), last_cpu);

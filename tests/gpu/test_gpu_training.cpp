@@ -166,7 +166,9 @@ TEST_F(GpuTraining, StaleMatchesCpuPath) {
   t.device = Device::kCuda;
   const auto gpu = run(t);
   expect_same_training(cpu, gpu, 1e-4);
-  if (world_size() > 1) EXPECT_EQ(gpu.epochs[1]["max_staleness"].get<int>(), 1);  // one rank has no halo
+  if (world_size() > 1) {
+    EXPECT_EQ(gpu.epochs[1]["max_staleness"].get<int>(), 1);  // one rank has no halo
+  }
   EXPECT_FALSE(gpu.epochs[1]["sync"].get<bool>());
   EXPECT_TRUE(gpu.epochs[4]["sync"].get<bool>());
 }

@@ -106,11 +106,16 @@ TEST_P(StaleRuns, ForcingEveryEpochEqualsSync) {
 // The adaptive policy (the default): epochs 0 and 1 synchronous (nothing measured before two
 // evaluations), then stale exactly while the estimated error is within the bound. Bound 0
 // reproduces sync mode bit for bit; an unbounded one is stale from epoch 2 on; a bound in
-// between mixes both, each decision agreeing with the estimate logged beside it.
-TEST_P(StaleRuns, AdaptivePolicyBoundsTheEstimatedError) {
-  Ranks s;
-  const auto reference = s.run(base_options());
-  auto t = base_options();
+// between mixes both, each decision agreeing with the estimate logged beside it. GAT too,
+// whose estimate adds the absolute change of the attention terms to the features' relative one
+// (both measured in one reference matrix, in two column ranges).
+void check_adaptive_policy(Ranks& s, TrainOptions base, ModelKind model) {
+  SCOPED_TRACE(to_string(model));
+  base.model = model;
+  base.heads = 2;
+  if (model == ModelKind::kGat) base.hidden = 8;
+  const auto reference = s.run(base);
+  auto t = base;
   t.mode = ExchangeMode::kStale;
   t.bits_fwd = {1};
   t.bits_bwd = {1};
@@ -164,6 +169,16 @@ TEST_P(StaleRuns, AdaptivePolicyBoundsTheEstimatedError) {
   }
   EXPECT_GT(stale, 0);
   EXPECT_GT(forced, 0);
+}
+
+TEST_P(StaleRuns, AdaptivePolicyBoundsTheEstimatedError) {
+  Ranks s;
+  check_adaptive_policy(s, base_options(), ModelKind::kGcn);
+}
+
+TEST_P(StaleRuns, AdaptivePolicyBoundsTheEstimatedErrorGat) {
+  Ranks s;
+  check_adaptive_policy(s, base_options(), ModelKind::kGat);
 }
 
 TEST_P(StaleRuns, EveryKForcesExactlyAtMultiples) {

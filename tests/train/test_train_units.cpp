@@ -12,6 +12,7 @@
 #include "halogen/train/trainer.hpp"
 #include "kernels/aggregate.hpp"
 #include "kernels/dense.hpp"
+#include "ops.hpp"
 
 namespace halogen {
 namespace {
@@ -141,6 +142,38 @@ TEST(Gemm, RowSplitAcrossThreadsAllTransposes) {
         }
     }
   }
+}
+
+// The drift of sent rows against a reference kept as a column range of a wider matrix (the
+// adaptive policy measures GAT's [h | el] rows in two ranges of one reference): the sums are
+// those of the range alone, the range is updated, the columns beside it are left alone.
+TEST(Drift, ReferenceIsAColumnRange) {
+  const int64_t rows = 5, cols = 3, ld = 7;
+  std::vector<float> x(static_cast<size_t>(rows * ld)), last(static_cast<size_t>(2 * ld));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.25f * static_cast<float>(i % 11) - 1.0f;
+  for (size_t i = 0; i < last.size(); ++i) last[i] = 0.5f * static_cast<float>(i % 5);
+  const std::vector<int32_t> sent = {3, 1};
+  const std::vector<float> before = last;
+  const ExecContext cpu{kDevCpu, nullptr};
+  const auto [num, den] =
+      ops::drift(cpu, TensorView::of(x.data(), rows, ld).col_range(2, 2 + cols), TensorView::of(sent.data(), 1, 2),
+                 TensorView::of(last.data(), 2, ld).col_range(4, 4 + cols));
+  double want_num = 0.0, want_den = 0.0;
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const double v = x[static_cast<size_t>(sent[static_cast<size_t>(i)] * ld + 2 + j)];
+      const double d = v - before[static_cast<size_t>(i * ld + 4 + j)];
+      want_num += d * d;
+      want_den += v * v;
+      EXPECT_EQ(last[static_cast<size_t>(i * ld + 4 + j)], static_cast<float>(v));
+    }
+  EXPECT_DOUBLE_EQ(num, want_num);
+  EXPECT_DOUBLE_EQ(den, want_den);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < ld; ++j)
+      if (j < 4 || j >= 4 + cols) {
+        EXPECT_EQ(last[static_cast<size_t>(i * ld + j)], before[static_cast<size_t>(i * ld + j)]);
+      }
 }
 
 // One memory model with the device as a parameter: a GPU run's estimate counts the device's

@@ -257,7 +257,7 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
     }
   }
   if (!gat) {
-    activations += 2 * act(owned, max_dim) + act(local, max_dim);          // dy, dz, dlocal
+    activations += act(owned, max_dim) + act(local, max_dim);              // dy, dlocal (dz reuses z)
     if (act_size != 4) activations += f32(owned, s.classes);               // fp32 dL/dlogits
     exchange += f32(std::max(sends, halo), max_dim);                       // gather/staging rows
     if (opt.mode == ExchangeMode::kStale) exchange += f32(halo, max_dim);  // halo kept aside during evaluation

@@ -201,8 +201,9 @@ std::pair<double, double> drift(const ExecContext& ctx, const TensorView& x, con
   float_like(ctx, x, "drift", "x");
   is_dtype(rows, DType::kI32, "drift", "rows");
   is_dtype(last, DType::kF32, "drift", "last");
-  HALOGEN_EXPECTS(last.rows == rows.numel() && last.cols == x.cols && last.contiguous(),
-                  "drift: last is {}x{}, expected {}x{}", last.rows, last.cols, rows.numel(), x.cols);
+  HALOGEN_EXPECTS(last.rows == rows.numel() && last.cols == x.cols && last.ld >= last.cols,
+                  "drift: last is {}x{} (row stride {}), expected {}x{}", last.rows, last.cols, last.ld, rows.numel(),
+                  x.cols);
   if (rows.numel() == 0) return {0.0, 0.0};
   std::pair<double, double> sums;
   HALOGEN_XPU_SWITCH(ctx.device, XPU, sums = impl::drift<XPU>(ctx, x, rows, last););

@@ -134,7 +134,8 @@ class HalfPlan {
 
 /// Stale mode's drift of the rows a rank sends: for each i < rows.rows, with row = x[rows[i]]
 /// (as fp32), sums ||row - last[i]||^2 and ||row||^2 (fp64, deterministic), then last[i] = row.
-/// last: f32, rows.rows x x.cols. Returns the two sums (synchronises ctx).
+/// last: f32, rows.rows x x.cols with row stride last.ld (a column range of a wider matrix
+/// is fine). Returns the two sums (synchronises ctx).
 std::pair<double, double> drift(const ExecContext& ctx, const TensorView& x, const TensorView& rows,
                                 const TensorView& last);
 

@@ -301,6 +301,8 @@ class Trainer {
   // this evaluation's sums ||H - H_last||^2, ||H||^2, and the epoch of the last evaluation.
   std::vector<Tensor> eval_sent_;
   std::vector<double> eval_num_, eval_den_;
+  // GAT: this evaluation's sum of squared changes of the sent attention terms el, and their count.
+  std::vector<double> eval_logit_num_, eval_logit_count_;
   int eval_sent_epoch_ = -1;
   bool halo_overflow_ = false;  // fp16: an outgoing halo gradient overflowed this epoch
   int start_epoch_ = 0;
@@ -332,7 +334,7 @@ class Trainer {
   std::vector<Tensor> in_;  // in_[l]: input of layer l (GCN/SAGE: local rows, exchanged; GAT: owned)
   std::vector<Tensor> z_;   // z_[l]: aggregation of in_[l] (GCN/SAGE), owned rows
   std::vector<Tensor> y_;   // y_[l]: output of layer l (activation applied for hidden layers); last: fp32 logits
-  Tensor dy_, dz_, dlocal_, dlogits_;
+  Tensor dy_, dz_, dlocal_, dlogits_;  // dz_: GAT only (GCN/SAGE reuse z_[l])
   // GAT: per layer the exchanged [h | el] rows, er on owned rows, the attention weights per
   // edge and head; backward scratch shared by the layers.
   std::vector<Tensor> hl_, er_, alpha_, el32_;
@@ -496,14 +498,16 @@ void Trainer::allocate() {
   eval_sent_.resize(layers);
   eval_num_.assign(layers, 0.0);
   eval_den_.assign(layers, -1.0);
+  eval_logit_num_.assign(layers, 0.0);
+  eval_logit_count_.assign(layers, 0.0);
   for (int l = 0; l < L(); ++l) y_[l].reset(device_, l + 1 == L() ? DType::kF32 : act_, owned(), dims_[l + 1]);
   // Backward work matrices hold layer outputs and hidden inputs, never the input features
   // (their gradient is not needed), so they are as wide as the widest of dims_[1..L].
   const int64_t max_dim = *std::max_element(dims_.begin() + 1, dims_.end());
   dy_.reset(device_, act_, owned(), max_dim);
-  dz_.reset(device_, act_, owned(), max_dim);
   if (act_ != DType::kF32) dlogits_.reset(device_, DType::kF32, owned(), dims_.back());
   if (gat()) {
+    dz_.reset(device_, act_, owned(), max_dim);
     // Inputs live on owned rows only (the exchange carries the projected rows); every layer
     // exchanges [h | el].
     hl_.resize(layers);
@@ -829,8 +833,11 @@ void Trainer::backward_layer(int l, int epoch) {
   ops::gemm(ctx(), true, false, 1.0f, z_[l].view(), dy_l, 0.0f, gw_main);
   const TensorView x_owned = in_[l].row_range(0, owned());
   if (sage()) ops::gemm(ctx(), true, false, 1.0f, x_owned, dy_l, 0.0f, grad(lp.w_self, fin, fout));
-  // dz = dy W^T (owned x fin); dlocal = transpose aggregation of dz over [owned | halo].
-  const TensorView dz = dz_.view().reshaped(owned(), fin);
+  // dz = dy W^T (owned x fin); dlocal = transpose aggregation of dz over [owned | halo]. dz
+  // takes z_[l]'s memory: the forward's aggregation is dead once the weight gradient above
+  // has read it (the next forward pass writes it anew), so the backward pass needs no matrix
+  // of its own here (owned x fin values, a gigabyte at 1 M nodes and hidden 256).
+  const TensorView dz = z_[l].view();
   ops::gemm(ctx(), false, true, 1.0f, dy_l, weight(sage() ? lp.w_neigh : lp.w_self, fin, fout), 0.0f, dz);
   const TensorView dlocal = dlocal_.view().reshaped(local(), fin);
   aggregate_transpose(dz, dlocal, /*halo_rows=*/true);
@@ -1090,42 +1097,60 @@ void Trainer::exchange_forward_eval(int l, int epoch, const TensorView& x, const
 
 // Adaptive staleness: how far the rows this rank sends in layer l moved since the last
 // evaluation pass (dropout-free and before quantization, unlike the training pass's rows).
+// GAT rows are [h | el]: h enters the output linearly, so its change counts relative to its
+// size; el is a logit, and a logit's change of d scales its attention weight by e^d, so the
+// attention terms' change counts in absolute terms (their root mean square).
 void Trainer::measure_eval_change(int l, const TensorView& x) {
   eval_den_[l] = 0.0;  // the layer exchanges (on some rank): its sums count
   eval_num_[l] = 0.0;
+  eval_logit_num_[l] = eval_logit_count_[l] = 0.0;
   if (sends() == 0) return;
   Tensor& last = eval_sent_[l];
   if (last.rows() != sends() || last.cols() != x.cols) {
     last.reset(device_, DType::kF32, sends(), x.cols);
     zero(ctx(), last);
   }
-  const auto [num, den] = ops::drift(ctx(), x, send_indices_, last);
+  const int64_t features = gat() ? lp_[l].proj() : x.cols;
+  const auto [num, den] =
+      ops::drift(ctx(), x.col_range(0, features), send_indices_, last.view().col_range(0, features));
   eval_num_[l] = num;
   eval_den_[l] = den;
+  if (features < x.cols) {
+    const int64_t logits = x.cols - features;
+    eval_logit_num_[l] =
+        ops::drift(ctx(), x.col_range(features, x.cols), send_indices_, last.view().col_range(features, x.cols)).first;
+    eval_logit_count_[l] = static_cast<double>(sends() * logits);
+  }
 }
 
 // After an evaluation pass: the per-epoch relative change of each layer's exchanged rows since
 // the previous evaluation, summed over ranks, for the adapter. Collective.
 void Trainer::observe_eval_change(int epoch) {
   const int layers = L();
-  std::vector<double> sums(static_cast<size_t>(3 * layers));
+  std::vector<double> sums(static_cast<size_t>(5 * layers));
   for (int l = 0; l < layers; ++l) {
     sums[l] = eval_num_[l];
     sums[layers + l] = std::max(eval_den_[l], 0.0);
     sums[2 * layers + l] = eval_den_[l] >= 0.0 ? 1.0 : 0.0;  // the layer exchanged in this pass
+    sums[3 * layers + l] = eval_logit_num_[l];
+    sums[4 * layers + l] = eval_logit_count_[l];
   }
   comm_.allreduce_sum(std::span<double>(sums));
   if (eval_sent_epoch_ >= 0 && epoch > eval_sent_epoch_) {
     std::vector<double> change(static_cast<size_t>(layers), -1.0);
     const double epochs = static_cast<double>(epoch - eval_sent_epoch_);
-    for (int l = 0; l < layers; ++l)
-      if (sums[2 * layers + l] > 0.0)
-        change[l] = sums[layers + l] > 0.0 ? std::sqrt(sums[l] / sums[layers + l]) / epochs : 0.0;
+    for (int l = 0; l < layers; ++l) {
+      if (sums[2 * layers + l] <= 0.0) continue;
+      change[l] = sums[layers + l] > 0.0 ? std::sqrt(sums[l] / sums[layers + l]) / epochs : 0.0;
+      if (sums[4 * layers + l] > 0.0) change[l] += std::sqrt(sums[3 * layers + l] / sums[4 * layers + l]) / epochs;
+    }
     adapter_.observe_change(change);
   }
   eval_sent_epoch_ = epoch;
   std::fill(eval_num_.begin(), eval_num_.end(), 0.0);
   std::fill(eval_den_.begin(), eval_den_.end(), -1.0);
+  std::fill(eval_logit_num_.begin(), eval_logit_num_.end(), 0.0);
+  std::fill(eval_logit_count_.begin(), eval_logit_count_.end(), 0.0);
 }
 
 // Relative drift of the rows this rank sends in layer l since it last sent them.

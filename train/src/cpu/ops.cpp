@@ -159,7 +159,7 @@ std::pair<double, double> drift<kDevCpu>(const ExecContext&, const TensorView& x
 #pragma omp parallel for schedule(static) reduction(+ : num, den)
   for (int64_t i = 0; i < n; ++i) {
     const float* row = values + static_cast<int64_t>(index[i]) * x.ld;
-    float* prev = previous + i * cols;
+    float* prev = previous + i * last.ld;
     for (int64_t j = 0; j < cols; ++j) {
       const double d = static_cast<double>(row[j]) - prev[j];
       num += d * d;

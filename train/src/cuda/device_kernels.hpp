@@ -198,11 +198,12 @@ void axpy(int64_t n, float a, const float* x, float* y, void* stream = nullptr);
 void axpy(int64_t n, float a, const __half* x, __half* y, void* stream = nullptr);
 /// The drift of rows sent: for i < n, row = x[rows[i], :] (as fp32), per_row[2i] = sum_j
 /// (row_j - last[i, j])^2 and per_row[2i + 1] = sum_j row_j^2 (fp64), then last[i, :] = row.
-/// The caller sums per_row in order (deterministic).
-void drift_rows(const float* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last, double* per_row,
-                void* stream = nullptr);
-void drift_rows(const __half* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last,
+/// last[i, j] is at last + i * ld_last + j (ld_last >= cols: a column range of a wider
+/// matrix). The caller sums per_row in order (deterministic).
+void drift_rows(const float* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last, int64_t ld_last,
                 double* per_row, void* stream = nullptr);
+void drift_rows(const __half* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last,
+                int64_t ld_last, double* per_row, void* stream = nullptr);
 
 }  // namespace cuda
 

@@ -206,9 +206,9 @@ std::pair<double, double> drift<kDevCuda>(const ExecContext& ctx, const TensorVi
   cuda::DeviceBuffer<double> per_row(static_cast<size_t>(2 * n));
   const auto* index = static_cast<const int32_t*>(rows.data);
   if (half(x))
-    cuda::drift_rows(f16(x), x.ld, index, n, x.cols, f32(last), per_row.data(), ctx.stream);
+    cuda::drift_rows(f16(x), x.ld, index, n, x.cols, f32(last), last.ld, per_row.data(), ctx.stream);
   else
-    cuda::drift_rows(f32(x), x.ld, index, n, x.cols, f32(last), per_row.data(), ctx.stream);
+    cuda::drift_rows(f32(x), x.ld, index, n, x.cols, f32(last), last.ld, per_row.data(), ctx.stream);
   const std::vector<double> host = per_row.to_host(ctx.stream);
   double num = 0.0, den = 0.0;
   for (int64_t i = 0; i < n; ++i) {  // in row order: deterministic

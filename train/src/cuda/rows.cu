@@ -105,12 +105,12 @@ __global__ void axpy_kernel(int64_t n, float a, const float* x, float* y) {
 // One warp per row: lanes stride over the columns, fp64 partial sums reduced in a fixed order.
 template <typename T>
 __global__ void drift_rows_kernel(const T* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last,
-                                  double* per_row) {
+                                  int64_t ld_last, double* per_row) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
   for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; i < n; i += warps) {
     const T* row = x + static_cast<int64_t>(rows[i]) * ldx;
-    float* prev = last + i * cols;
+    float* prev = last + i * ld_last;
     double num = 0.0, den = 0.0;
     for (int64_t j = lane; j < cols; j += 32) {
       const float v = load_as_float(row[j]);
@@ -132,22 +132,24 @@ __global__ void drift_rows_kernel(const T* x, int64_t ldx, const int32_t* rows, 
 
 template <typename T>
 void launch_drift_rows(const T* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last,
-                       double* per_row, void* stream) {
-  HALOGEN_EXPECTS(n >= 0 && cols >= 0 && ldx >= cols, "drift_rows_gpu: bad shape n={} cols={} ldx={}", n, cols, ldx);
+                       int64_t ld_last, double* per_row, void* stream) {
+  HALOGEN_EXPECTS(n >= 0 && cols >= 0 && ldx >= cols && ld_last >= cols,
+                  "drift_rows_gpu: bad shape n={} cols={} ldx={} ld_last={}", n, cols, ldx, ld_last);
   if (n == 0) return;
-  drift_rows_kernel<<<grid_for(n * 32), kThreadsPerBlock, 0, as_stream(stream)>>>(x, ldx, rows, n, cols, last, per_row);
+  drift_rows_kernel<<<grid_for(n * 32), kThreadsPerBlock, 0, as_stream(stream)>>>(x, ldx, rows, n, cols, last, ld_last,
+                                                                                  per_row);
   HALOGEN_CHECK_CUDA(cudaGetLastError());
 }
 
 }  // namespace
 
 void cuda::drift_rows(const float* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last,
-                      double* per_row, void* stream) {
-  launch_drift_rows(x, ldx, rows, n, cols, last, per_row, stream);
+                      int64_t ld_last, double* per_row, void* stream) {
+  launch_drift_rows(x, ldx, rows, n, cols, last, ld_last, per_row, stream);
 }
 void cuda::drift_rows(const __half* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* last,
-                      double* per_row, void* stream) {
-  launch_drift_rows(x, ldx, rows, n, cols, last, per_row, stream);
+                      int64_t ld_last, double* per_row, void* stream) {
+  launch_drift_rows(x, ldx, rows, n, cols, last, ld_last, per_row, stream);
 }
 
 void cuda::add_row_vector(float* y, int64_t ldy, int64_t rows, int64_t cols, const float* bias, float beta,
