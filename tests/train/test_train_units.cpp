@@ -13,6 +13,7 @@
 #include "kernels/aggregate.hpp"
 #include "kernels/dense.hpp"
 #include "ops.hpp"
+#include "sbm_shards.hpp"
 
 namespace halogen {
 namespace {
@@ -179,14 +180,7 @@ TEST(Drift, ReferenceIsAColumnRange) {
 // One memory model with the device as a parameter: a GPU run's estimate counts the device's
 // tensors (no host runtime or shard), and fp16 activations take half the bytes of fp32 ones.
 TEST(MemoryPlan, DeviceIsAParameter) {
-  SbmOptions o;
-  o.num_nodes = 3000;
-  o.feature_dim = 64;
-  o.seed = 3;
-  const Dataset ds = generate_sbm(o);
-  PartitionOptions p;
-  p.num_parts = 2;
-  const auto shards = build_shards(ds, partition_graph(ds, p), 2);
+  const auto shards = test::sbm_shards(3000, 64, 3, 2);
   TrainOptions t;
   t.layers = 3;
   t.hidden = 256;
@@ -215,14 +209,7 @@ TEST(MemoryPlan, DeviceIsAParameter) {
 // described by counts (`halogen plan --nodes`) is estimated like a partitioned one: the mean
 // counts of 4 real shards give the mean of their estimates within 5%, for each model.
 TEST(MemoryPlan, CountsAloneGiveTheShardsEstimate) {
-  SbmOptions o;
-  o.num_nodes = 4000;
-  o.feature_dim = 100;
-  o.seed = 5;
-  const Dataset ds = generate_sbm(o);
-  PartitionOptions p;
-  p.num_parts = 4;
-  const auto shards = build_shards(ds, partition_graph(ds, p), 4);
+  const auto shards = test::sbm_shards(4000, 100, 5, 4);
   for (ModelKind model : {ModelKind::kGcn, ModelKind::kSage, ModelKind::kGat}) {
     TrainOptions t;
     t.model = model;

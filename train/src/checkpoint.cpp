@@ -87,11 +87,12 @@ CheckpointReader::CheckpointReader(const std::filesystem::path& path) : path_(pa
     need(len, name.c_str());
     std::string payload = data.substr(pos, len);
     pos += len;
-    HALOGEN_EXPECTS(checksum64(payload.data(), payload.size()) == sum, "checkpoint '{}': record '{}' fails its checksum",
-                    path.string(), name);
+    HALOGEN_EXPECTS(checksum64(payload.data(), payload.size()) == sum,
+                    "checkpoint '{}': record '{}' fails its checksum", path.string(), name);
     records_.emplace(std::move(name), std::move(payload));
   }
-  HALOGEN_EXPECTS(pos == data.size(), "checkpoint '{}' has {} unexpected trailing bytes", path.string(), data.size() - pos);
+  HALOGEN_EXPECTS(pos == data.size(), "checkpoint '{}' has {} unexpected trailing bytes", path.string(),
+                  data.size() - pos);
 }
 
 const std::string& CheckpointReader::bytes(const std::string& name) const {
@@ -102,8 +103,8 @@ const std::string& CheckpointReader::bytes(const std::string& name) const {
 
 void CheckpointReader::read_into(const std::string& name, void* out, size_t bytes_expected) const {
   const std::string& b = bytes(name);
-  HALOGEN_EXPECTS(b.size() == bytes_expected, "checkpoint '{}': record '{}' has {} bytes, expected {}", path_.string(), name,
-                  b.size(), bytes_expected);
+  HALOGEN_EXPECTS(b.size() == bytes_expected, "checkpoint '{}': record '{}' has {} bytes, expected {}", path_.string(),
+                  name, b.size(), bytes_expected);
   if (!b.empty()) std::memcpy(out, b.data(), b.size());
 }
 

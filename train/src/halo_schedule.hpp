@@ -34,8 +34,8 @@ struct EpochSchedule {
 /// this rank receives halo rows (otherwise nothing it uses is stale).
 template <typename Pending, typename Start, typename Finish>
 void schedule_forward(const EpochSchedule& e, InFlight<Pending>& in_flight, StalenessTracker& tracker, int layer,
-                      int epoch, bool has_halo, Start&& start, Finish&& finish, const std::function<void()>& before_halo,
-                      const std::function<void()>& after_halo) {
+                      int epoch, bool has_halo, Start&& start, Finish&& finish,
+                      const std::function<void()>& before_halo, const std::function<void()>& after_halo) {
   if (e.stale_epoch()) {
     while (!in_flight.empty() && in_flight.front().first <= epoch - tracker.bound()) {
       finish(in_flight.front().second, e.smoothing);

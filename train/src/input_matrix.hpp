@@ -29,8 +29,8 @@ class InputMatrix {
   /// Y = beta * Y + D W, D the prepared matrix (rows x cols), W cols x n, Y with row stride
   /// ldy (0: n).
   void multiply(const float* w, int64_t n, float beta, float* y, int64_t ldy = 0) const;
-  /// dW = D^T dY (cols x n), dY rows x n.
-  void multiply_transposed(const float* dy, int64_t n, float* dw) const;
+  /// dW = D^T dY (cols x n), dY rows x n; with `accumulate`, dW += D^T dY.
+  void multiply_transposed(const float* dy, int64_t n, float* dw, bool accumulate = false) const;
 
   int64_t rows() const noexcept { return rows_; }
   int64_t cols() const noexcept { return cols_; }
@@ -61,8 +61,9 @@ class LayerInput {
   void prepare(const ExecContext& ctx, float p, const DropoutKey& key, const TensorView& global_ids);
   /// y = beta * y + D w (D: the prepared input, rows x cols; w: cols x n).
   void multiply(const ExecContext& ctx, const TensorView& w, float beta, const TensorView& y) const;
-  /// dw = D^T dy.
-  void multiply_transposed(const ExecContext& ctx, const TensorView& dy, const TensorView& dw) const;
+  /// dw = D^T dy; with `accumulate`, dw += D^T dy.
+  void multiply_transposed(const ExecContext& ctx, const TensorView& dy, const TensorView& dw,
+                           bool accumulate = false) const;
   bool sparse() const noexcept { return host_.sparse(); }
 
  private:

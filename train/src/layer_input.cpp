@@ -43,12 +43,14 @@ void LayerInput::multiply(const ExecContext& ctx, const TensorView& w, float bet
   ops::gemm(ctx, false, false, 1.0f, dropped_now_ ? dropped_.view() : stored_.view(), w, beta, y);
 }
 
-void LayerInput::multiply_transposed(const ExecContext& ctx, const TensorView& dy, const TensorView& dw) const {
+void LayerInput::multiply_transposed(const ExecContext& ctx, const TensorView& dy, const TensorView& dw,
+                                     bool accumulate) const {
   if (device_ == kDevCpu) {
     HALOGEN_EXPECTS(dy.contiguous() && dw.contiguous(), "layer input: dy and dw must be contiguous");
-    return host_.multiply_transposed(static_cast<const float*>(dy.data), dy.cols, static_cast<float*>(dw.data));
+    return host_.multiply_transposed(static_cast<const float*>(dy.data), dy.cols, static_cast<float*>(dw.data),
+                                     accumulate);
   }
-  ops::gemm(ctx, true, false, 1.0f, dropped_now_ ? dropped_.view() : stored_.view(), dy, 0.0f, dw);
+  ops::gemm(ctx, true, false, 1.0f, dropped_now_ ? dropped_.view() : stored_.view(), dy, accumulate ? 1.0f : 0.0f, dw);
 }
 
 }  // namespace halogen

@@ -176,17 +176,13 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   const uint64_t optimizer = num_params * (4 * 4 + (opt.grad_allreduce == GradAllreduce::kPacked ? 8 : 0)) +
                              (act_size == 2 ? num_params * 2 : 0);
   // On a GPU the layer-0 inputs are dense, in the activation dtype, with a dropped copy. GAT
-  // keeps its halo rows' features too (layer 0 projects them itself), and their weight
-  // gradient's scratch.
+  // keeps its halo rows' features too (layer 0 projects them itself).
   const int input_count = (!gat ? 1 : 0) + (sage || gat ? 1 : 0);
   const int64_t input_rows = gat ? local : owned;
   const uint64_t input_matrices =
-      (on_gpu ? input_count * act(input_rows, F) : input_matrix_bytes(s, !gat, sage || gat, gat, /*dropout=*/false)) +
-      (gat ? f32(F, shapes[0].proj()) : 0);
-  const uint64_t input_matrices_training =
-      (on_gpu ? input_count * act(input_rows, F) * (opt.dropout > 0.0f ? 2 : 1)
-              : input_matrix_bytes(s, !gat, sage || gat, gat, opt.dropout > 0.0f)) +
-      (gat ? f32(F, shapes[0].proj()) : 0);
+      (on_gpu ? input_count * act(input_rows, F) : input_matrix_bytes(s, !gat, sage || gat, gat, /*dropout=*/false));
+  const uint64_t input_matrices_training = (on_gpu ? input_count * act(input_rows, F) * (opt.dropout > 0.0f ? 2 : 1)
+                                                   : input_matrix_bytes(s, !gat, sage || gat, gat, opt.dropout > 0.0f));
 
   // Set-up: local input features, their aggregation, the layer-0 exchange, and the stored
   // input matrix (dense bound; sparse storage is only chosen when smaller).

@@ -328,9 +328,8 @@ class Trainer {
   LayerInput agg0_;  // precomputed aggregation of the input features (layer 0)
   LayerInput x0_;    // SAGE and GAT: the (normalised) input features of layer 0
   // GAT: the halo rows' input features (received once, fp32), so that layer 0 projects its
-  // halo rows itself instead of exchanging them; and the scratch of their weight gradient.
+  // halo rows itself instead of exchanging them.
   LayerInput x0_halo_;
-  Tensor gw_halo_;
   std::vector<Tensor> in_;  // in_[l]: input of layer l (GCN/SAGE: local rows, exchanged; GAT: owned)
   std::vector<Tensor> z_;   // z_[l]: aggregation of in_[l] (GCN/SAGE), owned rows
   std::vector<Tensor> y_;   // y_[l]: output of layer l (activation applied for hidden layers); last: fp32 logits
@@ -575,19 +574,17 @@ void Trainer::precompute_input_aggregation() {
     // exact layer-0 weight gradients.
     x0_.assign(ctx(), comm_, x.row_range(0, owned()), act_);
     x0_halo_.assign(ctx(), comm_, x.row_range(owned(), local()), act_);
-    gw_halo_.reset(device_, DType::kF32, F, lp_[0].proj());
-    synchronize(ctx());
-    exch_->stats().reset();
-    return;
+  } else {
+    Tensor agg(device_, DType::kF32, owned(), F);
+    ops::CsrAggregation own = own_, halo = halo_;
+    own.half_plan = halo.half_plan = nullptr;  // fp32 here
+    ops::aggregate(ctx(), own, x, agg, /*accumulate=*/false);
+    if (s_.num_halo > 0) ops::aggregate(ctx(), halo, x, agg, /*accumulate=*/true);
+    agg0_.assign(ctx(), comm_, agg, act_);
+    if (sage()) x0_.assign(ctx(), comm_, x.row_range(0, owned()), act_);
+    synchronize(ctx());  // agg is freed at scope exit
   }
-  Tensor agg(device_, DType::kF32, owned(), F);
-  ops::CsrAggregation own = own_, halo = halo_;
-  own.half_plan = halo.half_plan = nullptr;  // fp32 here
-  ops::aggregate(ctx(), own, x, agg, /*accumulate=*/false);
-  if (s_.num_halo > 0) ops::aggregate(ctx(), halo, x, agg, /*accumulate=*/true);
-  agg0_.assign(ctx(), comm_, agg, act_);
-  if (sage()) x0_.assign(ctx(), comm_, x.row_range(0, owned()), act_);
-  synchronize(ctx());  // x and agg are freed at scope exit
+  synchronize(ctx());  // x is freed at scope exit
   exch_->stats().reset();
 }
 
@@ -909,7 +906,7 @@ void Trainer::forward_gat_layer(int l, int epoch, bool training) {
                            param(lp.att_src, 1, pw), el.row_range(0, projected));
   ops::gat_attention_terms(ctx(), h_owned, H, lp.head_dim, param(lp.att_dst, 1, pw), er_[l].view());
   const bool separate_el = el.data != el_sent.data;  // fp16: el travels in the rows' last columns
-  if (separate_el) copy(ctx(), el.row_range(0, owned()), el_sent.row_range(0, owned()));
+  if (separate_el && l > 0) copy(ctx(), el.row_range(0, owned()), el_sent.row_range(0, owned()));
 
   const TensorView y = output(l);
   // fp16: the kernels write fp16; the output layer's fp32 logits are filled from it after.
@@ -1027,10 +1024,7 @@ void Trainer::backward_gat_layer(int l, int epoch) {
     // their input features (the owners' own rows reach it on the owners).
     attention_vector_grads();
     x0_.multiply_transposed(ctx(), dh_owned, gw);
-    if (s_.num_halo > 0) {
-      x0_halo_.multiply_transposed(ctx(), dh.row_range(owned(), local()), gw_halo_);
-      ops::axpy(ctx(), 1.0f, gw_halo_, gw);
-    }
+    if (s_.num_halo > 0) x0_halo_.multiply_transposed(ctx(), dh.row_range(owned(), local()), gw, /*accumulate=*/true);
     return;  // input features need no gradient
   }
   // Halo gradients go back to their owners while the attention vectors' gradients compute.

@@ -102,10 +102,10 @@ void InputMatrix::multiply(const float* w, int64_t n, float beta, float* y, int6
   }
 }
 
-void InputMatrix::multiply_transposed(const float* dy, int64_t n, float* dw) const {
+void InputMatrix::multiply_transposed(const float* dy, int64_t n, float* dw, bool accumulate) const {
   if (!sparse_) {
-    gemm(true, false, cols_, n, rows_, 1.0f, dropped_ ? dense_dropped_.data() : dense_.data(), cols_, dy, n, 0.0f, dw,
-         n);
+    gemm(true, false, cols_, n, rows_, 1.0f, dropped_ ? dense_dropped_.data() : dense_.data(), cols_, dy, n,
+         accumulate ? 1.0f : 0.0f, dw, n);
     return;
   }
   const float* val = dropped_ ? val_dropped_.data() : val_.data();
@@ -113,7 +113,7 @@ void InputMatrix::multiply_transposed(const float* dy, int64_t n, float* dw) con
   // Per-thread partial sums, added in thread order (deterministic for a given thread count).
   HostBuffer<float> partial(static_cast<size_t>(threads > 1 ? (threads - 1) * cols_ * n : 0));
   partial.zero();
-  std::fill(dw, dw + cols_ * n, 0.0f);
+  if (!accumulate) std::fill(dw, dw + cols_ * n, 0.0f);  // thread 0 sums into dw itself
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num();
