@@ -1325,6 +1325,49 @@ TEST_F(GpuKernels, OpsAgreeOnCpuAndCudaTensors) {
                              d_out.col_range(1, 1 + heads));
     EXPECT_EQ(download(d_out), want) << "ops::gat_attention_terms";
   }
+
+  // The attention terms' gradients through the op layer, on halo rows too (der covers owned
+  // rows only): dh += del a_src + der a_dst on f32 and f16 rows (the f16 rows once went to the
+  // f32 kernel, which read and wrote twice their bytes), and the attention vectors' gradients
+  // from f32 and f16 rows.
+  {
+    const int64_t rows = 45, owned = 30, heads = 3, head_dim = 6, width = heads * head_dim;
+    const int H = static_cast<int>(heads);
+    std::vector<float> dh0 = half_exact(static_cast<size_t>(rows * (width + 2)), -1.0f, 1.0f, 550);
+    std::vector<float> del = uniform(static_cast<size_t>(rows * heads), -1.0f, 1.0f, 551);
+    std::vector<float> der = uniform(static_cast<size_t>(owned * heads), -1.0f, 1.0f, 552);
+    std::vector<float> a_src = uniform(static_cast<size_t>(width), -1.0f, 1.0f, 553);
+    std::vector<float> a_dst = uniform(static_cast<size_t>(width), -1.0f, 1.0f, 554);
+    std::vector<float> want = dh0;
+    ops::gat_attention_terms_backward(cpu, on_cpu(want, rows, width + 2).col_range(1, 1 + width), H, head_dim,
+                                      on_cpu(del, rows, heads), on_cpu(der, owned, heads), on_cpu(a_src, 1, width),
+                                      on_cpu(a_dst, 1, width));
+    const Tensor d_del = upload(del, rows, heads), d_der = upload(der, owned, heads);
+    const Tensor d_src = upload(a_src, 1, width), d_dst = upload(a_dst, 1, width);
+    const Tensor dh_f = upload(dh0, rows, width + 2), dh_h = upload(dh0, rows, width + 2, DType::kF16);
+    for (const Tensor* dh : {&dh_f, &dh_h})
+      ops::gat_attention_terms_backward(gpu, dh->col_range(1, 1 + width), H, head_dim, d_del, d_der, d_src, d_dst);
+    expect_close(download(dh_f), want, 1e-6, 1e-7, "ops::gat_attention_terms_backward f32");
+    const std::vector<float> got_h = download(dh_h);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got_h[i], want[i], std::ldexp(std::abs(want[i]), -11) + 1e-7)
+          << "ops::gat_attention_terms_backward f16, value " << i;
+
+    std::vector<float> ga_src(static_cast<size_t>(width)), ga_dst(ga_src.size());
+    ops::gat_attention_vector_grads(cpu, on_cpu(dh0, rows, width + 2).col_range(1, 1 + width), H, head_dim,
+                                    on_cpu(del, rows, heads), on_cpu(der, owned, heads), on_cpu(ga_src, 1, width),
+                                    on_cpu(ga_dst, 1, width));
+    const Tensor h_f = upload(dh0, rows, width + 2), h_h = upload(dh0, rows, width + 2, DType::kF16);
+    for (const Tensor* h : {&h_f, &h_h}) {
+      Tensor g_src(kDevCuda, DType::kF32, 1, width), g_dst(kDevCuda, DType::kF32, 1, width);
+      zero(gpu, g_src);
+      zero(gpu, g_dst);
+      ops::gat_attention_vector_grads(gpu, h->col_range(1, 1 + width), H, head_dim, d_del, d_der, g_src, g_dst);
+      const char* what = h == &h_f ? "f32" : "f16";
+      expect_close(download(g_src), ga_src, 1e-6, 1e-7, what);
+      expect_close(download(g_dst), ga_dst, 1e-6, 1e-7, what);
+    }
+  }
 }
 
 }  // namespace

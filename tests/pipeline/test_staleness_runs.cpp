@@ -2,8 +2,10 @@
 // (the tracker throws inside the run otherwise; here we also check what the metrics say),
 // forcing every epoch synchronous (sync_every 1, or drift threshold 0) reproduces sync mode
 // exactly, every-k forcing happens exactly at multiples of k, and smoothing averages what
-// arrives with what was used. Each test runs on each device through the one trainer (the CUDA
-// instances skip without a GPU); 1 rank (nothing sent) is an ordinary case.
+// arrives with what was used, a rank with nothing to smooth resumes from its checkpoint, and
+// the benchmark floor (--skip-exchange) sends nothing after epoch 0. Each test runs on each
+// device through the one trainer (the CUDA instances skip without a GPU); 1 rank (nothing
+// sent) is an ordinary case.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -14,6 +16,7 @@
 #include "halogen/partition/generate.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/train/trainer.hpp"
+#include "test_data.hpp"
 
 namespace halogen {
 namespace {
@@ -272,6 +275,62 @@ TEST_P(StaleRuns, SmoothingWithNothingToSmooth) {
     for (size_t e = 0; e < plain.epochs.size(); ++e)
       EXPECT_EQ(smoothed.epochs[e]["loss"].get<double>(), plain.epochs[e]["loss"].get<double>())
           << to_string(model) << " epoch " << e;
+  }
+}
+
+// The smoothing state of a rank that sends nothing has a width but no rows: a checkpoint of
+// it resumes (it once failed with "has no record 'smoothed_grad/1'"), bit for bit.
+TEST_P(StaleRuns, ResumeWithNothingToSmooth) {
+  const int rank = test::world_rank();
+  SbmOptions o;
+  o.num_nodes = 600;
+  o.feature_dim = 16;
+  o.seed = 9;
+  const Dataset ds = generate_sbm(o);
+  const auto one = build_shards(ds, partition_graph(ds, PartitionOptions{}), 1);
+  MpiCommunicator self(MPI_COMM_SELF);
+  const test::ScratchDir dir("resume-nothing-to-smooth-" + std::to_string(rank));
+  for (ModelKind model : {ModelKind::kGcn, ModelKind::kGat}) {
+    auto t = base_options();
+    t.model = model;
+    t.hidden = 8;
+    t.heads = 2;
+    t.epochs = 8;
+    t.mode = ExchangeMode::kStale;
+    t.staleness.policy = StalePolicy::kFixed;
+    t.bits_fwd = t.bits_bwd = {1};
+    t.staleness.smoothing = 0.5f;
+    const auto whole = train(one[0], self, t);
+    auto first = t;
+    first.epochs = 3;
+    first.checkpoint_dir = dir.path() / to_string(model);
+    train(one[0], self, first);
+    auto rest = t;
+    rest.resume_dir = first.checkpoint_dir;
+    const auto resumed = train(one[0], self, rest);
+    ASSERT_EQ(resumed.epochs.size(), 5u) << to_string(model);
+    for (size_t e = 0; e < resumed.epochs.size(); ++e)
+      EXPECT_EQ(resumed.epochs[e]["loss"].get<double>(), whole.epochs[e + 3]["loss"].get<double>())
+          << to_string(model) << " epoch " << e + 3;
+  }
+}
+
+// The benchmark floor (--skip-exchange): after epoch 0 not one halo byte moves, in training or
+// in the evaluation pass, and the model still trains.
+TEST_P(StaleRuns, SkipExchangeSendsNothingAfterEpochZero) {
+  Ranks s;
+  for (ModelKind model : {ModelKind::kGcn, ModelKind::kGat}) {
+    auto t = base_options();
+    t.model = model;
+    t.heads = 2;
+    t.skip_exchange = true;
+    const auto r = s.run(t);
+    if (s.size > 1) {
+      EXPECT_GT(r.epochs[0]["bytes_sent"].get<int64_t>(), 0) << to_string(model);
+    }
+    for (size_t e = 1; e < r.epochs.size(); ++e)
+      EXPECT_EQ(r.epochs[e]["bytes_sent"].get<int64_t>(), 0) << to_string(model) << " epoch " << e;
+    EXPECT_LT(r.epochs.back()["loss"].get<double>(), r.epochs.front()["loss"].get<double>()) << to_string(model);
   }
 }
 

@@ -501,11 +501,13 @@ std::vector<LayerState> read_layer_states(const CheckpointReader& r, const nlohm
     if (halo_values[l] > 0) st.halo = read_floats(fmt::format("halo/{}", l), halo_values[l]);
     st.last_rows = last_rows[l];
     st.last_cols = last_cols[l];
-    if (st.last_rows > 0)
-      st.last_sent = read_floats(fmt::format("last_sent/{}", l), static_cast<int64_t>(st.last_rows) * st.last_cols);
+    // A record exists exactly when it holds values: a rank that sends nothing (one rank, or a
+    // part without boundary rows) keeps the state's width but writes no rows.
+    if (const int64_t n = static_cast<int64_t>(st.last_rows) * st.last_cols; n > 0)
+      st.last_sent = read_floats(fmt::format("last_sent/{}", l), n);
     st.smoothed_cols = smoothed_cols[l];
-    if (st.smoothed_cols > 0)
-      st.smoothed_grad = read_floats(fmt::format("smoothed_grad/{}", l), sends * st.smoothed_cols);
+    if (const int64_t n = sends * st.smoothed_cols; n > 0)
+      st.smoothed_grad = read_floats(fmt::format("smoothed_grad/{}", l), n);
     for (int dir_i = 0; dir_i < 2; ++dir_i) {
       auto& pending = dir_i == 0 ? st.pending_fwd : st.pending_bwd;
       const auto epochs = meta.at(dir_i == 0 ? "pending_fwd" : "pending_bwd").at(l).get<std::vector<int>>();

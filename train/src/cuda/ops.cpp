@@ -19,8 +19,18 @@ namespace halogen::ops::impl {
 
 namespace {
 
-float* f32(const TensorView& v) { return static_cast<float*>(v.data); }
-__half* f16(const TensorView& v) { return static_cast<__half*>(v.data); }
+// The element pointer of a view, checked against its dtype: a kernel of the wrong element type
+// would read and write the wrong bytes without any other sign.
+float* f32(const TensorView& v) {
+  HALOGEN_EXPECTS(v.dtype == DType::kF32, "cuda op: expected an fp32 view, got {} ({}x{})", to_string(v.dtype), v.rows,
+                  v.cols);
+  return static_cast<float*>(v.data);
+}
+__half* f16(const TensorView& v) {
+  HALOGEN_EXPECTS(v.dtype == DType::kF16, "cuda op: expected an fp16 view, got {} ({}x{})", to_string(v.dtype), v.rows,
+                  v.cols);
+  return static_cast<__half*>(v.data);
+}
 bool half(const TensorView& v) { return v.dtype == DType::kF16; }
 
 // A device counter read back after the queued work.
@@ -249,8 +259,12 @@ template <>
 void gat_attention_terms_backward<kDevCuda>(const ExecContext& ctx, const TensorView& dh, int heads, int64_t head_dim,
                                             const TensorView& del, const TensorView& der, const TensorView& a_src,
                                             const TensorView& a_dst) {
-  cuda::gat_attention_terms_backward(f32(dh), dh.ld, dh.rows, der.rows, heads, head_dim, f32(del), f32(der), f32(a_src),
-                                     f32(a_dst), ctx.stream);
+  if (half(dh))
+    cuda::gat_attention_terms_backward(f16(dh), dh.ld, dh.rows, der.rows, heads, head_dim, f32(del), f32(der),
+                                       f32(a_src), f32(a_dst), ctx.stream);
+  else
+    cuda::gat_attention_terms_backward(f32(dh), dh.ld, dh.rows, der.rows, heads, head_dim, f32(del), f32(der),
+                                       f32(a_src), f32(a_dst), ctx.stream);
 }
 
 template <>
