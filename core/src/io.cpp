@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -69,6 +70,20 @@ std::string read_text_file(const std::filesystem::path& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+bool release_resident_pages(const void* data, size_t bytes) noexcept {
+#ifdef MADV_PAGEOUT
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
+  if (data == nullptr || end <= begin) return true;
+  return ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT) == 0;
+#else
+  (void)data;
+  (void)bytes;
+  return false;
+#endif
 }
 
 MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {

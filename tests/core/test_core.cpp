@@ -1,5 +1,6 @@
 // core: Philox against its published known-answer vectors, error messages, atomic files.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
 #include "halogen/core/rng.hpp"
+#include "halogen/core/timer.hpp"
 #include "test_data.hpp"
 
 namespace halogen {
@@ -64,6 +66,35 @@ TEST(Errors, SourcePathsAreRelativeToTheRepository) {
   EXPECT_EQ(source_relative_path(HALOGEN_SOURCE_DIR "/train/src/trainer.cpp"), "train/src/trainer.cpp");
   EXPECT_EQ(source_relative_path("train/src/trainer.cpp"), "train/src/trainer.cpp");
   EXPECT_EQ(source_relative_path("/elsewhere/x.cpp"), "/elsewhere/x.cpp");
+}
+
+// The trainer releases the shard's arrays it has copied: the pages of a file mapping leave the
+// resident set, and reading them again gives the same bytes (they come back from the file).
+TEST(MappedFile, ReleasedPagesLeaveTheResidentSetAndReadBack) {
+  const auto path = std::filesystem::temp_directory_path() / ("halogen-release-" + std::to_string(::getpid()));
+  const size_t bytes = size_t{48} << 20;
+  {
+    std::string contents(bytes, '\0');
+    for (size_t i = 0; i < bytes; ++i) contents[i] = static_cast<char>((i * 131) >> 7);
+    write_file_atomic(path, contents);
+  }
+  const MappedFile file(path);
+  auto checksum = [&] {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < bytes; i += 64) sum = sum * 31 + static_cast<uint8_t>(file.data()[i]);
+    return sum;
+  };
+  const uint64_t before = checksum();  // every page resident now
+  const long long resident = current_rss_bytes();
+  if (!release_resident_pages(file.data(), file.size())) {
+    std::filesystem::remove(path);
+    GTEST_SKIP() << "this kernel does not take MADV_PAGEOUT (Linux 5.4 or later)";
+  }
+  const long long released = current_rss_bytes();
+  EXPECT_LT(released, resident - static_cast<long long>(bytes / 2)) << "RSS " << resident << " -> " << released;
+  EXPECT_EQ(checksum(), before);
+  EXPECT_TRUE(release_resident_pages(file.data(), 1));  // less than a page: nothing to do
+  std::filesystem::remove(path);
 }
 
 TEST(AtomicFile, NothingVisibleUntilCommit) {

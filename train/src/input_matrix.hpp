@@ -23,8 +23,9 @@ class InputMatrix {
   /// Density (nonzeros / entries) under which CSR storage beats dense GEMM on these ranks.
   static constexpr double kSparseBelow = 0.3;
 
-  /// Applies dropout for this epoch (p = 0: the stored values as they are). Global ids key
-  /// the mask by node.
+  /// Sets this epoch's dropout (p = 0: the stored values as they are). Global ids key the
+  /// mask by node; they must stay valid while the products use it. No dropped copy is made:
+  /// the products apply the mask as they read the values, bit for bit as on a dropped copy.
   void prepare(float p, const DropoutKey& key, const int32_t* global_ids);
   /// Y = beta * Y + D W, D the prepared matrix (rows x cols), W cols x n, Y with row stride
   /// ldy (0: n).
@@ -40,13 +41,16 @@ class InputMatrix {
  private:
   int64_t rows_ = 0, cols_ = 0;
   bool sparse_ = false;
-  bool dropped_ = false;  // prepare() applied a mask this epoch
+  bool dropped_ = false;  // prepare() set a mask for this epoch
+  float p_ = 0.0f;
+  DropoutKey key_;
+  const int32_t* global_ids_ = nullptr;
   // Dense form.
-  HostBuffer<float> dense_, dense_dropped_;
+  HostBuffer<float> dense_;
   // Sparse form.
   HostBuffer<int64_t> off_;
   HostBuffer<int32_t> col_;
-  HostBuffer<float> val_, val_dropped_;
+  HostBuffer<float> val_;
 };
 
 /// A layer-0 input matrix on the trainer's device: on the CPU an InputMatrix (sparse or dense,

@@ -30,28 +30,35 @@ constexpr uint64_t kRuntimeBytes = uint64_t{48} << 20;
 // Bytes of the stored layer-0 input matrices (input_matrix.hpp): CSR (value + column, 8 bytes
 // a nonzero) when under 30% dense, else dense. The aggregation's nonzeros are bounded by the
 // sum of its neighbours' nonzeros, estimated from this rank's feature density.
-// With dropout, each also keeps a masked copy of its values for the epoch (dense: the whole
-// matrix again; sparse: 4 bytes a nonzero).
+// Dropout keeps no copy: the products apply the mask as they read the values, a few rows at
+// a time (gemm_dropped, kernels/dense.hpp).
 // GAT stores only the raw features (it projects before aggregating), of its halo rows too
 // (`raw_halo`), at the owned rows' density.
-uint64_t input_matrix_bytes(const ShardCounts& s, bool aggregated, bool raw, bool raw_halo, bool dropout) {
+uint64_t input_matrix_bytes(const ShardCounts& s, bool aggregated, bool raw, bool raw_halo) {
   const int64_t owned = s.owned, F = s.feature_dim;
   const double cells = static_cast<double>(std::max<int64_t>(owned * F, 1));
   const double density = s.feature_density;
   const double halo_scale = static_cast<double>(s.halo) / static_cast<double>(std::max<int64_t>(owned, 1));
   const double mean_row_entries = static_cast<double>(s.local_edges) / std::max<double>(owned, 1) + 1.0;
   const double aggregated_density = std::min(1.0, density * mean_row_entries);
-  const double copies = dropout ? 1.0 : 0.0;
   const auto stored = [&](double d) {
-    return d < InputMatrix::kSparseBelow
-               ? static_cast<uint64_t>(d * cells * (8 + 4 * copies)) + static_cast<uint64_t>(owned + 1) * 8
-               : static_cast<uint64_t>(cells * 4 * (1 + copies));
+    return d < InputMatrix::kSparseBelow ? static_cast<uint64_t>(d * cells * 8) + static_cast<uint64_t>(owned + 1) * 8
+                                         : static_cast<uint64_t>(cells * 4);
   };
   return (aggregated ? stored(aggregated_density) : 0) + (raw ? stored(density) : 0) +
          (raw_halo ? static_cast<uint64_t>(static_cast<double>(stored(density)) * halo_scale) : 0);
 }
 
 uint64_t f32(int64_t rows, int64_t cols) { return static_cast<uint64_t>(std::max<int64_t>(rows, 0) * cols) * 4; }
+
+// The shard as loaded (memory-mapped and read through once, so resident): features, both
+// adjacencies with their offsets, ids and degrees, send lists, labels and split.
+uint64_t resident_shard_bytes(const ShardCounts& s) {
+  const int64_t local = s.owned + s.halo;
+  return f32(s.owned, s.feature_dim) + static_cast<uint64_t>(s.owned + local + 2) * 8 +
+         static_cast<uint64_t>(s.local_edges) * 8 + static_cast<uint64_t>(local) * 4 * 3 +
+         static_cast<uint64_t>(s.sends) * 4 + static_cast<uint64_t>(s.owned) * 5;
+}
 
 uint64_t words_bytes(int bits, int64_t rows, int64_t cols) { return quant::packed_words(bits, rows, cols) * 4; }
 uint64_t message_bytes(int bits, int64_t rows, int64_t cols, int64_t fp32_tail) {
@@ -154,9 +161,7 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
 
   // What both phases hold: the shard (memory-mapped and read through once, so resident), the
   // split structure of the aggregation, parameters with gradients and Adam's two moments.
-  uint64_t shard_bytes = f32(owned, F) + static_cast<uint64_t>(owned + local + 2) * 8 +
-                         static_cast<uint64_t>(edges) * 8 + static_cast<uint64_t>(local) * 4 * 3 +
-                         static_cast<uint64_t>(sends) * 4 + static_cast<uint64_t>(owned) * 5;
+  uint64_t shard_bytes = resident_shard_bytes(s);
   // GAT (gat.hpp): rows, columns and the transposed entries with their positions, global ids
   // and the interior/boundary row lists; the others: the owned/halo split of the CSR.
   const uint64_t structure = gat ? static_cast<uint64_t>(edges) * 16 + static_cast<uint64_t>(owned + 1) * 8 +
@@ -180,15 +185,25 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   const int input_count = (!gat ? 1 : 0) + (sage || gat ? 1 : 0);
   const int64_t input_rows = gat ? local : owned;
   const uint64_t input_matrices =
-      (on_gpu ? input_count * act(input_rows, F) : input_matrix_bytes(s, !gat, sage || gat, gat, /*dropout=*/false));
-  const uint64_t input_matrices_training = (on_gpu ? input_count * act(input_rows, F) * (opt.dropout > 0.0f ? 2 : 1)
-                                                   : input_matrix_bytes(s, !gat, sage || gat, gat, opt.dropout > 0.0f));
+      on_gpu ? input_count * act(input_rows, F) : input_matrix_bytes(s, !gat, sage || gat, gat);
+  const uint64_t input_matrices_training =
+      on_gpu ? input_count * act(input_rows, F) * (opt.dropout > 0.0f ? 2 : 1) : input_matrices;
 
   // Set-up: local input features, their aggregation, the layer-0 exchange, and the stored
   // input matrix (dense bound; sparse storage is only chosen when smaller).
   // Host-side items of a GPU run are not what its device must hold.
   const uint64_t runtime = on_gpu ? 0 : kRuntimeBytes;
-  if (on_gpu) shard_bytes = 0;
+  // Once the trainer holds its own copies it releases the shard's adjacency and features from
+  // its resident set (Trainer::release_shard_copies; Linux 5.4 or later): training holds only
+  // the transposed adjacency, ids, degrees, labels and send lists of the shard.
+  const uint64_t shard_released =
+      f32(owned, F) + static_cast<uint64_t>(owned + 1) * 8 + static_cast<uint64_t>(edges) * 4;
+  uint64_t shard_training = shard_bytes - std::min(shard_bytes, shard_released);
+  if (on_gpu) shard_bytes = shard_training = 0;
+  // The trainer sets up the layer-0 inputs before it allocates the activations: the local
+  // features (received once) are held throughout; with them either their exchange's buffers
+  // (gathered rows, send and receive words), or afterwards, for GCN/SAGE, their dense
+  // aggregation and the stored input matrices (GAT stores its inputs without aggregating).
   MemoryEstimate setup;
   setup.phase = "set-up";
   setup.device = opt.device;
@@ -196,11 +211,15 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
                  {"shard", shard_bytes},
                  {"structure", structure + device_arrays},
                  {"optimizer", optimizer},
-                 // The local features (received once) and, for GCN/SAGE, their dense
-                 // aggregation; GAT aggregates after projecting.
-                 {"input features (set-up)", gat ? f32(local, F) : f32(local, F) + f32(owned, F)},
-                 {"input aggregation", input_matrices},
-                 {"exchange buffers", f32(sends, F) + words_bytes(32, sends, F) + words_bytes(32, halo, F)}};
+                 {"input features (set-up)", f32(local, F)}};
+  const uint64_t setup_exchange = f32(sends, F) + words_bytes(32, sends, F) + words_bytes(32, halo, F);
+  const uint64_t setup_aggregation = gat ? 0 : f32(owned, F);
+  if (setup_exchange > setup_aggregation + input_matrices) {
+    setup.items.push_back({"exchange buffers", setup_exchange});
+  } else {
+    setup.items.push_back({"input aggregation", input_matrices});
+    setup.items.push_back({"aggregation (set-up)", setup_aggregation});
+  }
 
   // Training: per-layer activations, the backward work matrices, and the halo exchanges: one
   // per layer and direction at a time, S + 1 in stale mode (S in flight plus the one being
@@ -259,7 +278,7 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
     if (opt.mode == ExchangeMode::kStale) exchange += f32(halo, max_dim);  // halo kept aside during evaluation
   }
   training.items = {{"runtime", runtime},
-                    {"shard", shard_bytes},
+                    {"shard", shard_training},
                     {"structure", structure + device_arrays},
                     {"optimizer", optimizer},
                     {"input aggregation", input_matrices_training},
@@ -350,11 +369,10 @@ MemoryEstimate check_training_memory(const Shard& shard, Communicator& comm, con
   // The runtime's fixed cost is what this process holds now besides its shard, when that is
   // more than the constant: a CUDA build maps cuBLAS and NCCL (~200 MiB resident in every rank,
   // GPU or not), and MPI transports differ.
-  uint64_t shard_item = 0;
-  for (const MemoryItem& item : estimate.items)
-    if (item.what == "shard") shard_item = item.bytes;
+  // The whole shard is resident now (the trainer releases part of it later).
+  const uint64_t shard_now = resident_shard_bytes(ShardCounts::of(shard));
   for (MemoryItem& item : estimate.items)
-    if (item.what == "runtime" && rss_now > shard_item) item.bytes = std::max(item.bytes, rss_now - shard_item);
+    if (item.what == "runtime" && rss_now > shard_now) item.bytes = std::max(item.bytes, rss_now - shard_now);
   if (limit && *limit == 0) return estimate;
   // The node's ranks together already hold their shards; they count towards what is free.
   // Per rank: need and budget. The automatic budget shares the node between its ranks; the

@@ -196,6 +196,7 @@ class Trainer {
   void init_params();
   void allocate();
   void precompute_input_aggregation();
+  void release_shard_copies();
 
   // --- views of the parameters (f32 master copy) and of their compute copy (f16 in fp16)
   TensorView param(size_t offset, int64_t rows, int64_t cols) const {
@@ -393,9 +394,12 @@ Trainer::Trainer(const Shard& shard, Communicator& comm, const TrainOptions& opt
   place_structure();
   init_params();
   plan_compression();
-  allocate();
+  // The layer-0 inputs first: their set-up temporaries (all local features, their exchange,
+  // the aggregation) are freed before the activations are allocated, so the two never add up.
   precompute_input_aggregation();
+  allocate();
   synchronize(ctx());  // host arrays placed on the device may go now
+  release_shard_copies();
 }
 
 template <typename T>
@@ -543,6 +547,24 @@ void Trainer::allocate() {
     z_[l].reset(device_, act_, owned(), dims_[l]);
   }
   dlocal_.reset(device_, act_, local(), max_dim);
+}
+
+// The shard's arrays that the trainer holds copies of leave the resident set (a memory-mapped
+// shard's pages are read again from its file if anything touches them later): the adjacency
+// (split by column, or GAT's structure), the input features (stored as the layer-0 inputs),
+// and on a GPU the transposed adjacency too. On the CPU the backward pass reads the shard's
+// transposed adjacency itself.
+void Trainer::release_shard_copies() {
+  const auto release = [](const auto& array) {
+    release_resident_pages(array.data(), array.size() * sizeof(*array.data()));
+  };
+  release(s_.row_offsets);
+  release(s_.col_indices);
+  release(s_.features);
+  if (device_ != kDevCpu) {
+    release(s_.t_offsets);
+    release(s_.t_indices);
+  }
 }
 
 void Trainer::precompute_input_aggregation() {

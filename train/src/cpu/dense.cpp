@@ -90,34 +90,37 @@ struct DropoutRow {
   float keep_scale;
 };
 
+// `first_block`: src and dst start at column 8 * first_block of the row (a column range of the
+// matrix), whose words are drawn from that block on.
 template <typename V>
 [[gnu::always_inline]] inline void dropout_row(const DropoutRow& d, uint32_t node, const float* src, float* dst,
-                                               int64_t cols, uint32_t* words) {
+                                               int64_t cols, uint32_t* words, uint32_t first_block) {
   const int64_t blocks = (cols + 7) / 8;
   for (int64_t b = 0; b < blocks; b += 8)
-    quant::detail::philox4x32_10_batch<V, 8>(d.epoch, d.layer, node, static_cast<uint32_t>(b), d.key0, d.key1,
-                                             words + 4 * b);
+    quant::detail::philox4x32_10_batch<V, 8>(d.epoch, d.layer, node, first_block + static_cast<uint32_t>(b), d.key0,
+                                             d.key1, words + 4 * b);
   const uint16_t* u16 = reinterpret_cast<const uint16_t*>(words);
   const uint32_t threshold = d.threshold;
   const float keep_scale = d.keep_scale;
   for (int64_t j = 0; j < cols; ++j) dst[j] = src[j] * (static_cast<float>(u16[j] >= threshold) * keep_scale);
 }
 
-using DropoutRowFn = void (*)(const DropoutRow&, uint32_t, const float*, float*, int64_t, uint32_t*);
+using DropoutRowFn = void (*)(const DropoutRow&, uint32_t, const float*, float*, int64_t, uint32_t*, uint32_t);
 
 void dropout_row_default(const DropoutRow& d, uint32_t node, const float* src, float* dst, int64_t cols,
-                         uint32_t* words) {
-  dropout_row<quant::detail::U64x2>(d, node, src, dst, cols, words);
+                         uint32_t* words, uint32_t first_block) {
+  dropout_row<quant::detail::U64x2>(d, node, src, dst, cols, words, first_block);
 }
 #if HALOGEN_QUANT_X86
 [[gnu::target("avx2")]] void dropout_row_avx2(const DropoutRow& d, uint32_t node, const float* src, float* dst,
-                                              int64_t cols, uint32_t* words) {
-  dropout_row<quant::detail::U64x4>(d, node, src, dst, cols, words);
+                                              int64_t cols, uint32_t* words, uint32_t first_block) {
+  dropout_row<quant::detail::U64x4>(d, node, src, dst, cols, words, first_block);
 }
 [[gnu::target("avx512f,avx512vl,avx512bw,avx512dq")]] void dropout_row_avx512(const DropoutRow& d, uint32_t node,
                                                                               const float* src, float* dst,
-                                                                              int64_t cols, uint32_t* words) {
-  dropout_row<quant::detail::U64x8>(d, node, src, dst, cols, words);
+                                                                              int64_t cols, uint32_t* words,
+                                                                              uint32_t first_block) {
+  dropout_row<quant::detail::U64x8>(d, node, src, dst, cols, words, first_block);
 }
 #endif
 
@@ -135,7 +138,135 @@ DropoutRowFn pick_dropout_row() {
   return fn;
 }
 
+// One 16-bit uniform per value: a Philox call yields 8 decisions. p is applied as
+// round(p * 65536) / 65536 (exact for the usual 0.1, 0.25, 0.5, within 2^-17 otherwise).
+DropoutRow dropout_row_of(float p, const DropoutKey& key) {
+  HALOGEN_EXPECTS(p > 0.0f && p < 1.0f, "dropout probability must be in (0, 1) here, got {}", p);
+  const RngStream rng = RngStream::make(key.seed, RngPurpose::kDropout);
+  DropoutRow d;
+  d.key0 = rng.key0;
+  d.key1 = rng.key1;
+  d.epoch = key.epoch;
+  d.layer = key.layer;
+  d.threshold = static_cast<uint32_t>(std::lround(static_cast<double>(p) * 65536.0));
+  d.keep_scale = 1.0f / (1.0f - p);
+  return d;
+}
+
+// Rows of each thread's share dropped into a buffer this many at a time (forward product).
+constexpr int64_t kDroppedChunk = 256;
+
 }  // namespace
+
+void gemm_dropped(const float* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p, const DropoutKey& key,
+                  const float* w, int64_t n, float beta, float* y, int64_t ldy) {
+  if (rows == 0 || n == 0) return;
+  if (cols == 0 || p <= 0.0f) return gemm(false, false, rows, n, cols, 1.0f, x, cols, w, n, beta, y, ldy);
+  const DropoutRow d = dropout_row_of(p, key);
+  const DropoutRowFn fn = pick_dropout_row();
+  const int64_t blocks = (cols + 7) / 8;
+  // The threads and rows of gemm(): each thread's rows, a chunk at a time.
+  const int threads = rows >= 64 ? omp_get_max_threads() : 1;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t begin = rows * t / nt, end = rows * (t + 1) / nt;
+    HostBuffer<uint32_t> words(static_cast<size_t>((blocks + 7) / 8 * 8) * 4);
+    HostBuffer<float> chunk(static_cast<size_t>(std::min(kDroppedChunk, std::max<int64_t>(end - begin, 0)) * cols));
+    for (int64_t r0 = begin; r0 < end; r0 += kDroppedChunk) {
+      const int64_t count = std::min(kDroppedChunk, end - r0);
+      for (int64_t i = 0; i < count; ++i)
+        fn(d, static_cast<uint32_t>(global_ids[r0 + i]), x + (r0 + i) * cols, chunk.data() + i * cols, cols,
+           words.data(), 0);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(count), static_cast<blasint>(n),
+                  static_cast<blasint>(cols), 1.0f, chunk.data(), static_cast<blasint>(cols), w,
+                  static_cast<blasint>(n), beta, y + r0 * ldy, static_cast<blasint>(ldy));
+    }
+  }
+}
+
+void gemm_dropped_tn(const float* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p,
+                     const DropoutKey& key, const float* dy, int64_t n, float beta, float* dw) {
+  if (cols == 0 || n == 0) return;
+  if (rows == 0 || p <= 0.0f) return gemm(true, false, cols, n, rows, 1.0f, x, cols, dy, n, beta, dw, n);
+  if (cols < 64 && omp_get_max_threads() > 1) {
+    // gemm(trans_a) sums narrow dW on one thread; the mask is drawn by all threads instead, a
+    // group of row blocks at a time, and the blocks summed in order as gemm does.
+    constexpr int64_t kGroup = 8 * kReduceBlock;
+    HostBuffer<float> group(static_cast<size_t>(std::min(kGroup, rows) * cols));
+    if (rows <= kReduceBlock) {
+      dropout_copy(x, cols, group.data(), cols, rows, cols, global_ids, p, key);
+      return gemm(true, false, cols, n, rows, 1.0f, group.data(), cols, dy, n, beta, dw, n);
+    }
+    std::vector<float> part(static_cast<size_t>(cols * n));
+    std::vector<double> acc(static_cast<size_t>(cols * n), 0.0);
+    for (int64_t g0 = 0; g0 < rows; g0 += kGroup) {
+      const int64_t gb = std::min(kGroup, rows - g0);
+      dropout_copy(x + g0 * cols, cols, group.data(), cols, gb, cols, global_ids + g0, p, key);
+      for (int64_t k0 = 0; k0 < gb; k0 += kReduceBlock) {
+        const int64_t kb = std::min(kReduceBlock, gb - k0);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<blasint>(cols), static_cast<blasint>(n),
+                    static_cast<blasint>(kb), 1.0f, group.data() + k0 * cols, static_cast<blasint>(cols),
+                    dy + (g0 + k0) * n, static_cast<blasint>(n), 0.0f, part.data(), static_cast<blasint>(n));
+        for (size_t i = 0; i < acc.size(); ++i) acc[i] += part[i];
+      }
+    }
+    for (int64_t i = 0; i < cols * n; ++i) {
+      const double prior = beta == 0.0f ? 0.0 : static_cast<double>(beta) * dw[i];
+      dw[i] = static_cast<float>(acc[static_cast<size_t>(i)] + prior);
+    }
+    return;
+  }
+  const DropoutRow d = dropout_row_of(p, key);
+  const DropoutRowFn fn = pick_dropout_row();
+  // The threads, column shares and row blocks of gemm(trans_a): thread t owns rows
+  // [begin, end) of dW, i.e. columns [begin, end) of x, and drops only the Philox blocks
+  // covering them (from column 8 * first on).
+  const int threads = cols >= 64 ? omp_get_max_threads() : 1;
+  const bool blocked = rows > kReduceBlock;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t begin = cols * t / nt, end = cols * (t + 1) / nt;
+    if (end > begin) {
+      const int64_t first = begin / 8, width = end - 8 * first, m = end - begin;
+      HostBuffer<uint32_t> words(static_cast<size_t>(((width + 7) / 8 + 7) / 8 * 8) * 4);
+      const int64_t block_rows = std::min(kReduceBlock, rows);
+      HostBuffer<float> block(static_cast<size_t>(block_rows * width));
+      // Dropped rows [k0, k0 + kb), columns [8 * first, end), into `block` (ld width).
+      auto drop = [&](int64_t k0, int64_t kb) {
+        for (int64_t i = 0; i < kb; ++i)
+          fn(d, static_cast<uint32_t>(global_ids[k0 + i]), x + (k0 + i) * cols + 8 * first, block.data() + i * width,
+             width, words.data(), static_cast<uint32_t>(first));
+      };
+      const float* a = block.data() + (begin - 8 * first);  // column `begin` of the block
+      auto sgemm = [&](int64_t kb, float bt, float* c, int64_t ldc, const float* b) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
+                    static_cast<blasint>(kb), 1.0f, a, static_cast<blasint>(width), b, static_cast<blasint>(n), bt, c,
+                    static_cast<blasint>(ldc));
+      };
+      float* c_block = dw + begin * n;
+      if (!blocked) {
+        drop(0, rows);
+        sgemm(rows, beta, c_block, n, dy);
+      } else {
+        std::vector<float> part(static_cast<size_t>(m * n));
+        std::vector<double> acc(static_cast<size_t>(m * n), 0.0);
+        for (int64_t k0 = 0; k0 < rows; k0 += kReduceBlock) {
+          const int64_t kb = std::min(kReduceBlock, rows - k0);
+          drop(k0, kb);
+          sgemm(kb, 0.0f, part.data(), n, dy + k0 * n);
+          for (size_t i = 0; i < acc.size(); ++i) acc[i] += part[i];
+        }
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            const double prior = beta == 0.0f ? 0.0 : static_cast<double>(beta) * c_block[i * n + j];
+            c_block[i * n + j] = static_cast<float>(acc[static_cast<size_t>(i * n + j)] + prior);
+          }
+      }
+    }
+  }
+}
 
 void dropout_copy(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t cols,
                   const int32_t* global_ids, float p, const DropoutKey& key) {
@@ -146,17 +277,7 @@ void dropout_copy(const float* src, int64_t lds, float* dst, int64_t ldd, int64_
     }
     return;
   }
-  HALOGEN_EXPECTS(p < 1.0f, "dropout probability must be in [0, 1), got {}", p);
-  const RngStream rng = RngStream::make(key.seed, RngPurpose::kDropout);
-  // One 16-bit uniform per value: a Philox call yields 8 decisions. p is applied as
-  // round(p * 65536) / 65536 (exact for the usual 0.1, 0.25, 0.5, within 2^-17 otherwise).
-  DropoutRow d;
-  d.key0 = rng.key0;
-  d.key1 = rng.key1;
-  d.epoch = key.epoch;
-  d.layer = key.layer;
-  d.threshold = static_cast<uint32_t>(std::lround(static_cast<double>(p) * 65536.0));
-  d.keep_scale = 1.0f / (1.0f - p);
+  const DropoutRow d = dropout_row_of(p, key);
   const int64_t blocks = (cols + 7) / 8;
   const DropoutRowFn fn = pick_dropout_row();
 #pragma omp parallel
@@ -164,7 +285,7 @@ void dropout_copy(const float* src, int64_t lds, float* dst, int64_t ldd, int64_
     HostBuffer<uint32_t> words(static_cast<size_t>((blocks + 7) / 8 * 8) * 4);
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < rows; ++i)
-      fn(d, static_cast<uint32_t>(global_ids[i]), src + i * lds, dst + i * ldd, cols, words.data());
+      fn(d, static_cast<uint32_t>(global_ids[i]), src + i * lds, dst + i * ldd, cols, words.data(), 0);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
@@ -46,69 +47,87 @@ void InputMatrix::assign(const float* values, int64_t rows, int64_t cols, bool s
 }
 
 void InputMatrix::prepare(float p, const DropoutKey& key, const int32_t* global_ids) {
+  // Nothing is materialised: the products below apply the mask as they read the values.
   dropped_ = p > 0.0f;
-  if (!dropped_) return;
-  if (!sparse_) {
-    dense_dropped_.resize(dense_.size());
-    dropout_copy(dense_.data(), cols_, dense_dropped_.data(), cols_, rows_, cols_, global_ids, p, key);
-    return;
-  }
-  // The same mask as dropout_apply: value j of a row uses 16-bit word j of the row's Philox
-  // stream, 8 words per Philox call; only the blocks holding non-zeros are drawn.
-  val_dropped_.resize(val_.size());
-  const RngStream rng = RngStream::make(key.seed, RngPurpose::kDropout);
-  const uint32_t threshold = static_cast<uint32_t>(std::lround(static_cast<double>(p) * 65536.0));
-  const float keep_scale = 1.0f / (1.0f - p);
-#pragma omp parallel for schedule(dynamic, 256)
-  for (int64_t i = 0; i < rows_; ++i) {
-    const uint32_t node = static_cast<uint32_t>(global_ids[i]);
-    int64_t block = -1;
-    uint16_t words[8];
-    for (int64_t e = off_[i]; e < off_[i + 1]; ++e) {
-      const int64_t j = col_[e];
-      if (j / 8 != block) {
-        block = j / 8;
-        const Philox4x32 r = rng.bits(key.epoch, key.layer, node, static_cast<uint32_t>(block));
-        std::memcpy(words, r.v, sizeof(words));
-      }
-      val_dropped_[e] = val_[e] * (static_cast<float>(words[j % 8] >= threshold) * keep_scale);
-    }
-  }
+  HALOGEN_EXPECTS(p < 1.0f, "dropout probability must be in [0, 1), got {}", p);
+  p_ = p;
+  key_ = key;
+  global_ids_ = global_ids;
 }
+
+namespace {
+
+// The sparse form's mask, entry by entry: value j of a row uses 16-bit word j of the row's
+// Philox stream, 8 words per Philox call (the mask of dropout_copy); only the blocks holding
+// non-zeros are drawn. factor(j) is 0 or 1/(1-p), as dropout_copy multiplies.
+class SparseRowMask {
+ public:
+  SparseRowMask(float p, const DropoutKey& key)
+      : rng_(RngStream::make(key.seed, RngPurpose::kDropout)),
+        key_(key),
+        threshold_(static_cast<uint32_t>(std::lround(static_cast<double>(p) * 65536.0))),
+        keep_scale_(1.0f / (1.0f - p)) {}
+  void start_row(uint32_t node) {
+    node_ = node;
+    block_ = -1;
+  }
+  float factor(int64_t j) {
+    if (j / 8 != block_) {
+      block_ = j / 8;
+      const Philox4x32 r = rng_.bits(key_.epoch, key_.layer, node_, static_cast<uint32_t>(block_));
+      std::memcpy(words_, r.v, sizeof(words_));
+    }
+    return static_cast<float>(words_[j % 8] >= threshold_) * keep_scale_;
+  }
+
+ private:
+  RngStream rng_;
+  DropoutKey key_;
+  uint32_t threshold_;
+  float keep_scale_;
+  uint32_t node_ = 0;
+  int64_t block_ = -1;
+  uint16_t words_[8] = {};
+};
+
+}  // namespace
 
 void InputMatrix::multiply(const float* w, int64_t n, float beta, float* y, int64_t ldy) const {
   if (ldy == 0) ldy = n;
   if (!sparse_) {
-    gemm(false, false, rows_, n, cols_, 1.0f, dropped_ ? dense_dropped_.data() : dense_.data(), cols_, w, n, beta, y,
-         ldy);
-    return;
+    if (dropped_) return gemm_dropped(dense_.data(), rows_, cols_, global_ids_, p_, key_, w, n, beta, y, ldy);
+    return gemm(false, false, rows_, n, cols_, 1.0f, dense_.data(), cols_, w, n, beta, y, ldy);
   }
-  const float* val = dropped_ ? val_dropped_.data() : val_.data();
-#pragma omp parallel for schedule(dynamic, 64)
-  for (int64_t i = 0; i < rows_; ++i) {
-    float* yi = y + i * ldy;
-    if (beta == 0.0f) {
-      std::fill(yi, yi + n, 0.0f);
-    } else if (beta != 1.0f) {
-      for (int64_t c = 0; c < n; ++c) yi[c] *= beta;
-    }
-    for (int64_t e = off_[i]; e < off_[i + 1]; ++e) {
-      const float v = val[e];
-      if (v == 0.0f) continue;  // dropped
-      const float* wk = w + static_cast<int64_t>(col_[e]) * n;
+#pragma omp parallel
+  {
+    std::optional<SparseRowMask> mask;
+    if (dropped_) mask.emplace(p_, key_);
+#pragma omp for schedule(dynamic, 64)
+    for (int64_t i = 0; i < rows_; ++i) {
+      float* yi = y + i * ldy;
+      if (beta == 0.0f) {
+        std::fill(yi, yi + n, 0.0f);
+      } else if (beta != 1.0f) {
+        for (int64_t c = 0; c < n; ++c) yi[c] *= beta;
+      }
+      if (mask) mask->start_row(static_cast<uint32_t>(global_ids_[i]));
+      for (int64_t e = off_[i]; e < off_[i + 1]; ++e) {
+        const float v = mask ? val_[e] * mask->factor(col_[e]) : val_[e];
+        if (v == 0.0f) continue;  // dropped
+        const float* wk = w + static_cast<int64_t>(col_[e]) * n;
 #pragma omp simd
-      for (int64_t c = 0; c < n; ++c) yi[c] += v * wk[c];
+        for (int64_t c = 0; c < n; ++c) yi[c] += v * wk[c];
+      }
     }
   }
 }
 
 void InputMatrix::multiply_transposed(const float* dy, int64_t n, float* dw, bool accumulate) const {
   if (!sparse_) {
-    gemm(true, false, cols_, n, rows_, 1.0f, dropped_ ? dense_dropped_.data() : dense_.data(), cols_, dy, n,
-         accumulate ? 1.0f : 0.0f, dw, n);
-    return;
+    if (dropped_)
+      return gemm_dropped_tn(dense_.data(), rows_, cols_, global_ids_, p_, key_, dy, n, accumulate ? 1.0f : 0.0f, dw);
+    return gemm(true, false, cols_, n, rows_, 1.0f, dense_.data(), cols_, dy, n, accumulate ? 1.0f : 0.0f, dw, n);
   }
-  const float* val = dropped_ ? val_dropped_.data() : val_.data();
   const int threads = omp_get_max_threads();
   // Per-thread partial sums, added in thread order (deterministic for a given thread count).
   HostBuffer<float> partial(static_cast<size_t>(threads > 1 ? (threads - 1) * cols_ * n : 0));
@@ -118,11 +137,14 @@ void InputMatrix::multiply_transposed(const float* dy, int64_t n, float* dw, boo
   {
     const int t = omp_get_thread_num();
     float* acc = t == 0 ? dw : partial.data() + static_cast<int64_t>(t - 1) * cols_ * n;
+    std::optional<SparseRowMask> mask;
+    if (dropped_) mask.emplace(p_, key_);
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < rows_; ++i) {
       const float* dyi = dy + i * n;
+      if (mask) mask->start_row(static_cast<uint32_t>(global_ids_[i]));
       for (int64_t e = off_[i]; e < off_[i + 1]; ++e) {
-        const float v = val[e];
+        const float v = mask ? val_[e] * mask->factor(col_[e]) : val_[e];
         if (v == 0.0f) continue;
         float* dwk = acc + static_cast<int64_t>(col_[e]) * n;
 #pragma omp simd

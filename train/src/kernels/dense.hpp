@@ -31,6 +31,17 @@ void dropout_apply(float* x, int64_t rows, int64_t cols, int64_t ld, const int32
 void dropout_copy(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t cols,
                   const int32_t* global_ids, float p, const DropoutKey& key);
 
+/// Products with dropout(X) (X rows x cols, contiguous; the mask of dropout_copy) that never
+/// hold the dropped matrix: each thread drops a few rows of its share at a time into a small
+/// buffer (the backward product only the columns it sums). Bit for bit dropout_copy followed
+/// by gemm: the same threads, row blocks and fp64 block sums.
+/// Y (rows x n, row stride ldy) = beta * Y + dropout(X) W (W cols x n).
+void gemm_dropped(const float* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p, const DropoutKey& key,
+                  const float* w, int64_t n, float beta, float* y, int64_t ldy);
+/// dW (cols x n) = beta * dW + dropout(X)^T dY (dY rows x n).
+void gemm_dropped_tn(const float* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p,
+                     const DropoutKey& key, const float* dy, int64_t n, float beta, float* dw);
+
 /// sums[j] += sum over rows of x[i, j] (x rows x cols, dense): bias gradients.
 void add_column_sums(const float* x, int64_t rows, int64_t cols, float* sums);
 

@@ -42,6 +42,13 @@ class AtomicFileWriter {
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
 std::string read_text_file(const std::filesystem::path& path);
 
+/// Tells the kernel that the pages wholly inside [data, data + bytes) are not needed for now
+/// (madvise MADV_PAGEOUT): clean pages of a file mapping (a memory-mapped shard) leave the
+/// resident set and are read again from the file if touched; anonymous pages go to swap if there
+/// is any, else stay. Contents never change, so any array may be passed. A hint: returns false
+/// where the kernel does not take it (before Linux 5.4), and nothing else happens then.
+bool release_resident_pages(const void* data, size_t bytes) noexcept;
+
 /// A read-only memory mapping of a whole file.
 class MappedFile {
  public:
