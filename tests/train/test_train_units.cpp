@@ -15,6 +15,7 @@
 #include "kernels/dense.hpp"
 #include "ops.hpp"
 #include "sbm_shards.hpp"
+#include "trainer_common.hpp"
 
 namespace halogen {
 namespace {
@@ -262,6 +263,27 @@ TEST(MemoryPlan, DeviceIsAParameter) {
 // The memory model reads only a shard's counts and feature density (ShardCounts), so a graph
 // described by counts (`halogen plan --nodes`) is estimated like a partitioned one: the mean
 // counts of 4 real shards give the mean of their estimates within 5%, for each model.
+// On a symmetric graph the transposed owned block is the forward one, entry for entry, so the
+// backward pass reads the forward arrays for owned rows; a transpose that differs (here: two
+// entries of one row swapped, as an unsorted or directed graph would have) is not shared.
+TEST(Structure, SymmetricOwnedBlockSharesItsTranspose) {
+  const auto shards = test::sbm_shards(3000, 8, 7, 3);
+  for (const Shard& s : shards) {
+    int64_t owned_block = 0;
+    for (int64_t e = 0; e < s.num_local_edges(); ++e) owned_block += s.col_indices[e] < s.num_owned;
+    ASSERT_GT(owned_block, 0);
+    EXPECT_EQ(train_detail::shared_transpose_entries(s), owned_block) << "part " << s.part;
+    Shard changed = s;
+    HostBuffer<int32_t> t(s.t_indices.size());
+    std::copy(s.t_indices.begin(), s.t_indices.end(), t.data());
+    int64_t row = 0;
+    while (s.t_offsets[row + 1] - s.t_offsets[row] < 2) ++row;
+    std::swap(t[s.t_offsets[row]], t[s.t_offsets[row] + 1]);
+    changed.t_indices = ArrayRef<int32_t>(std::move(t));
+    EXPECT_EQ(train_detail::shared_transpose_entries(changed), 0) << "part " << s.part;
+  }
+}
+
 TEST(MemoryPlan, CountsAloneGiveTheShardsEstimate) {
   const auto shards = test::sbm_shards(4000, 100, 5, 4);
   for (ModelKind model : {ModelKind::kGcn, ModelKind::kSage, ModelKind::kGat}) {

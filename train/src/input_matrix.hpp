@@ -25,7 +25,8 @@ class InputMatrix {
 
   /// Sets this epoch's dropout (p = 0: the stored values as they are). Global ids key the
   /// mask by node; they must stay valid while the products use it. No dropped copy is made:
-  /// the products apply the mask as they read the values, bit for bit as on a dropped copy.
+  /// the dense products draw the mask as they read the rows, the sparse form keeps a byte per
+  /// non-zero; bit for bit the products of a dropped copy.
   void prepare(float p, const DropoutKey& key, const int32_t* global_ids);
   /// Y = beta * Y + D W, D the prepared matrix (rows x cols), W cols x n, Y with row stride
   /// ldy (0: n).
@@ -47,10 +48,14 @@ class InputMatrix {
   const int32_t* global_ids_ = nullptr;
   // Dense form.
   HostBuffer<float> dense_;
-  // Sparse form.
+  // Sparse form; with dropout, each non-zero's keep decision for the epoch (0 or 1).
   HostBuffer<int64_t> off_;
   HostBuffer<int32_t> col_;
   HostBuffer<float> val_;
+  HostBuffer<uint8_t> keep_;
+  float keep_scale_ = 1.0f;
+  /// Non-zero e as this epoch's products see it (dropout_copy's expression, bit for bit).
+  float value(int64_t e) const { return dropped_ ? val_[e] * (static_cast<float>(keep_[e]) * keep_scale_) : val_[e]; }
 };
 
 /// A layer-0 input matrix on the trainer's device: on the CPU an InputMatrix (sparse or dense,

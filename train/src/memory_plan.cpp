@@ -17,6 +17,7 @@
 #include "halogen/quant/quantize.hpp"
 #include "input_matrix.hpp"
 #include "layer_shapes.hpp"
+#include "trainer_common.hpp"
 
 namespace halogen {
 
@@ -30,11 +31,12 @@ constexpr uint64_t kRuntimeBytes = uint64_t{48} << 20;
 // Bytes of the stored layer-0 input matrices (input_matrix.hpp): CSR (value + column, 8 bytes
 // a nonzero) when under 30% dense, else dense. The aggregation's nonzeros are bounded by the
 // sum of its neighbours' nonzeros, estimated from this rank's feature density.
-// Dropout keeps no copy: the products apply the mask as they read the values, a few rows at
-// a time (gemm_dropped, kernels/dense.hpp).
+// Dropout keeps no dropped copy: the dense products draw the mask as they read the values, a
+// few rows at a time (gemm_dropped, kernels/dense.hpp); the sparse form keeps a byte per
+// non-zero for the epoch.
 // GAT stores only the raw features (it projects before aggregating), of its halo rows too
 // (`raw_halo`), at the owned rows' density.
-uint64_t input_matrix_bytes(const ShardCounts& s, bool aggregated, bool raw, bool raw_halo) {
+uint64_t input_matrix_bytes(const ShardCounts& s, bool aggregated, bool raw, bool raw_halo, bool dropout) {
   const int64_t owned = s.owned, F = s.feature_dim;
   const double cells = static_cast<double>(std::max<int64_t>(owned * F, 1));
   const double density = s.feature_density;
@@ -42,8 +44,9 @@ uint64_t input_matrix_bytes(const ShardCounts& s, bool aggregated, bool raw, boo
   const double mean_row_entries = static_cast<double>(s.local_edges) / std::max<double>(owned, 1) + 1.0;
   const double aggregated_density = std::min(1.0, density * mean_row_entries);
   const auto stored = [&](double d) {
-    return d < InputMatrix::kSparseBelow ? static_cast<uint64_t>(d * cells * 8) + static_cast<uint64_t>(owned + 1) * 8
-                                         : static_cast<uint64_t>(cells * 4);
+    return d < InputMatrix::kSparseBelow
+               ? static_cast<uint64_t>(d * cells * (dropout ? 9 : 8)) + static_cast<uint64_t>(owned + 1) * 8
+               : static_cast<uint64_t>(cells * 4);
   };
   return (aggregated ? stored(aggregated_density) : 0) + (raw ? stored(density) : 0) +
          (raw_halo ? static_cast<uint64_t>(static_cast<double>(stored(density)) * halo_scale) : 0);
@@ -129,6 +132,7 @@ ShardCounts ShardCounts::of(const Shard& s) {
   c.sends = s.send_offsets.empty() ? 0 : s.send_offsets[s.num_parts];
   c.feature_dim = s.feature_dim;
   c.classes = s.num_classes;
+  c.shared_transpose_entries = train_detail::shared_transpose_entries(s);
   const int64_t cells = s.num_owned * s.feature_dim;
   c.feature_density = cells > 0 ? static_cast<double>(InputMatrix::count_nonzeros(s.features.data(), cells)) /
                                       static_cast<double>(cells)
@@ -161,19 +165,26 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
 
   // What both phases hold: the shard (memory-mapped and read through once, so resident), the
   // split structure of the aggregation, parameters with gradients and Adam's two moments.
-  uint64_t shard_bytes = resident_shard_bytes(s);
+  const uint64_t shard_bytes = resident_shard_bytes(s);
   // GAT (gat.hpp): rows, columns and the transposed entries with their positions, global ids
   // and the interior/boundary row lists; the others: the owned/halo split of the CSR.
+  // GCN and SAGE on a symmetric graph read the forward arrays for the owned rows' transpose:
+  // only the halo rows' part of the shard's transpose stays (with offsets of their own);
+  // GAT builds its own transposed structure.
+  const bool shared_transpose = !gat && s.shared_transpose_entries > 0;
+  const uint64_t halo_transpose_offsets = shared_transpose ? static_cast<uint64_t>(halo + 1) * 8 : 0;
   const uint64_t structure = gat ? static_cast<uint64_t>(edges) * 16 + static_cast<uint64_t>(owned + 1) * 8 +
                                        static_cast<uint64_t>(local + 1) * 8 + static_cast<uint64_t>(owned) * 8 +
                                        static_cast<uint64_t>(local) * 4
                                  : static_cast<uint64_t>(owned + 1) * 16 + static_cast<uint64_t>(edges) * 4 +
-                                       static_cast<uint64_t>(owned + local) * 4;
+                                       static_cast<uint64_t>(owned + local) * 4 + halo_transpose_offsets;
   // A GPU also holds the transposed structure (in the shard on the CPU) and the per-node ids,
   // labels, training mask and send lists.
-  const uint64_t device_arrays = on_gpu ? static_cast<uint64_t>(edges) * 4 + static_cast<uint64_t>(local + 1) * 8 +
-                                              static_cast<uint64_t>(owned) * 9 + static_cast<uint64_t>(sends) * 4
-                                        : 0;
+  const uint64_t device_arrays =
+      on_gpu ? static_cast<uint64_t>(edges - (shared_transpose ? s.shared_transpose_entries : 0)) * 4 +
+                   static_cast<uint64_t>((shared_transpose ? halo : local) + 1) * 8 + static_cast<uint64_t>(owned) * 9 +
+                   static_cast<uint64_t>(sends) * 4
+             : 0;
   uint64_t num_params = 0;
   for (const LayerShape& shape : shapes) num_params += static_cast<uint64_t>(shape.num_params(opt.model));
   // params, grads, Adam m and v (fp32), the packed fp64 all-reduce buffer (--grad-allreduce
@@ -185,9 +196,9 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   const int input_count = (!gat ? 1 : 0) + (sage || gat ? 1 : 0);
   const int64_t input_rows = gat ? local : owned;
   const uint64_t input_matrices =
-      on_gpu ? input_count * act(input_rows, F) : input_matrix_bytes(s, !gat, sage || gat, gat);
-  const uint64_t input_matrices_training =
-      on_gpu ? input_count * act(input_rows, F) * (opt.dropout > 0.0f ? 2 : 1) : input_matrices;
+      on_gpu ? input_count * act(input_rows, F) : input_matrix_bytes(s, !gat, sage || gat, gat, false);
+  const uint64_t input_matrices_training = on_gpu ? input_count * act(input_rows, F) * (opt.dropout > 0.0f ? 2 : 1)
+                                                  : input_matrix_bytes(s, !gat, sage || gat, gat, opt.dropout > 0.0f);
 
   // Set-up: local input features, their aggregation, the layer-0 exchange, and the stored
   // input matrix (dense bound; sparse storage is only chosen when smaller).
@@ -196,10 +207,12 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   // Once the trainer holds its own copies it releases the shard's adjacency and features from
   // its resident set (Trainer::release_shard_copies; Linux 5.4 or later): training holds only
   // the transposed adjacency, ids, degrees, labels and send lists of the shard.
-  const uint64_t shard_released =
-      f32(owned, F) + static_cast<uint64_t>(owned + 1) * 8 + static_cast<uint64_t>(edges) * 4;
+  uint64_t shard_released = f32(owned, F) + static_cast<uint64_t>(owned + 1) * 8 + static_cast<uint64_t>(edges) * 4;
+  if (shared_transpose)
+    shard_released += static_cast<uint64_t>(s.shared_transpose_entries) * 4 + static_cast<uint64_t>(local + 1) * 8;
+  if (gat) shard_released += static_cast<uint64_t>(edges) * 4 + static_cast<uint64_t>(local + 1) * 8;
   uint64_t shard_training = shard_bytes - std::min(shard_bytes, shard_released);
-  if (on_gpu) shard_bytes = shard_training = 0;
+  if (on_gpu) shard_training = 0;
   // The trainer sets up the layer-0 inputs before it allocates the activations: the local
   // features (received once) are held throughout; with them either their exchange's buffers
   // (gathered rows, send and receive words), or afterwards, for GCN/SAGE, their dense
@@ -207,15 +220,20 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   MemoryEstimate setup;
   setup.phase = "set-up";
   setup.device = opt.device;
+  // The shard's adjacency is released before the set-up, its features as soon as they are
+  // copied into the local features.
   setup.items = {{"runtime", runtime},
-                 {"shard", shard_bytes},
+                 {"shard", shard_training},
                  {"structure", structure + device_arrays},
                  {"optimizer", optimizer},
                  {"input features (set-up)", f32(local, F)}};
+  const uint64_t setup_features = on_gpu ? 0 : f32(owned, F);
   const uint64_t setup_exchange = f32(sends, F) + words_bytes(32, sends, F) + words_bytes(32, halo, F);
   const uint64_t setup_aggregation = gat ? 0 : f32(owned, F);
-  if (setup_exchange > setup_aggregation + input_matrices) {
+  if (setup_exchange >= std::max(setup_features, setup_aggregation + input_matrices)) {
     setup.items.push_back({"exchange buffers", setup_exchange});
+  } else if (setup_features > setup_aggregation + input_matrices) {
+    setup.items.push_back({"shard features (set-up)", setup_features});
   } else {
     setup.items.push_back({"input aggregation", input_matrices});
     setup.items.push_back({"aggregation (set-up)", setup_aggregation});
@@ -230,6 +248,18 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   uint64_t activations = 0, exchange = 0, drift = 0, smoothed = 0;
   const bool smoothing = opt.mode == ExchangeMode::kStale && opt.staleness.smoothing > 0.0f;
   const int in_flight = opt.mode == ExchangeMode::kStale ? opt.staleness.staleness + 1 : 1;
+  // Stale mode keeps S + 1 exchanges of every layer and direction in flight; otherwise, on the
+  // CPU, one exchange (one layer, one direction) holds its send and receive words at a time
+  // (HostHaloExchanger allocates them per exchange). The device exchanger is counted as if
+  // every layer's and direction's buffers were held at once.
+  uint64_t one_exchange = 0;
+  const auto add_exchange = [&](uint64_t forward_words, uint64_t backward_words) {
+    if (opt.mode == ExchangeMode::kStale || on_gpu) {
+      exchange += static_cast<uint64_t>(in_flight) * (forward_words + backward_words);
+    } else {
+      one_exchange = std::max({one_exchange, forward_words, backward_words});
+    }
+  };
   if (gat) {
     // Per layer: input (owned), output, [h | el] on local rows, er, alpha per edge and head;
     // every layer but the first (which projects its halo rows itself) exchanges pw + heads
@@ -243,8 +273,7 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
                      f32(owned, H) + f32(edges + owned, H);
       const int fwd = opt.bits_fwd_at(l), bwd = opt.bits_bwd_at(l);
       if (l >= 1)
-        exchange += static_cast<uint64_t>(in_flight) *
-                    (message_bytes(fwd, sends, pw + H, tail) + message_bytes(fwd, halo, pw + H, tail) +
+        add_exchange(message_bytes(fwd, sends, pw + H, tail) + message_bytes(fwd, halo, pw + H, tail),
                      words_bytes(bwd, halo, pw) + words_bytes(bwd, sends, pw));
       if (l >= 1 && opt.mode == ExchangeMode::kStale && std::isfinite(opt.staleness.drift_threshold))
         drift += f32(owned, dims[l]);
@@ -263,14 +292,14 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
     activations += l + 1 == opt.layers ? f32(owned, dims[l + 1]) : act(owned, dims[l + 1]);
     if (l >= 1) {
       const int fwd = opt.bits_fwd_at(l), bwd = opt.bits_bwd_at(l);
-      exchange +=
-          static_cast<uint64_t>(in_flight) * (words_bytes(fwd, sends, dims[l]) + words_bytes(fwd, halo, dims[l]) +
-                                              words_bytes(bwd, halo, dims[l]) + words_bytes(bwd, sends, dims[l]));
+      add_exchange(words_bytes(fwd, sends, dims[l]) + words_bytes(fwd, halo, dims[l]),
+                   words_bytes(bwd, halo, dims[l]) + words_bytes(bwd, sends, dims[l]));
       if (opt.mode == ExchangeMode::kStale && std::isfinite(opt.staleness.drift_threshold))
         drift += f32(owned, dims[l]);
       if (smoothing) smoothed += f32(sends, dims[l]);
     }
   }
+  exchange += one_exchange;
   if (!gat) {
     activations += act(owned, max_dim) + act(local, max_dim);              // dy, dlocal (dz reuses z)
     if (act_size != 4) activations += f32(owned, s.classes);               // fp32 dL/dlogits

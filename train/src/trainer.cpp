@@ -196,7 +196,7 @@ class Trainer {
   void init_params();
   void allocate();
   void precompute_input_aggregation();
-  void release_shard_copies();
+  void release_shard_structure();
 
   // --- views of the parameters (f32 master copy) and of their compute copy (f16 in fp16)
   TensorView param(size_t offset, int64_t rows, int64_t cols) const {
@@ -314,6 +314,7 @@ class Trainer {
   // Arrays of the shard on the device (views of the shard's own arrays on the CPU).
   std::deque<Tensor> placed_;
   LocalStructure ls_;
+  bool shared_transpose_ = false;  // the backward pass reads own_'s arrays for owned rows
   TensorView gid_, halo_gid_, labels_, train_mask_, send_indices_;
   ops::CsrAggregation own_, halo_, t_own_, t_halo_;
   ops::HalfPlan own_plan_, halo_plan_, t_own_plan_, t_halo_plan_;
@@ -392,6 +393,7 @@ Trainer::Trainer(const Shard& shard, Communicator& comm, const TrainOptions& opt
   for (const LayerParams& p : lp_) dims_.push_back(p.in);
   dims_.push_back(s_.num_classes);
   place_structure();
+  release_shard_structure();
   init_params();
   plan_compression();
   // The layer-0 inputs first: their set-up temporaries (all local features, their exchange,
@@ -399,7 +401,6 @@ Trainer::Trainer(const Shard& shard, Communicator& comm, const TrainOptions& opt
   precompute_input_aggregation();
   allocate();
   synchronize(ctx());  // host arrays placed on the device may go now
-  release_shard_copies();
 }
 
 template <typename T>
@@ -448,14 +449,30 @@ void Trainer::place_structure() {
   const int32_t* halo_idx = place(ls_.halo_idx.data(), static_cast<int64_t>(ls_.halo_idx.size())).ptr<int32_t>();
   const float* dst_scale = place(ls_.dst_scale.data(), static_cast<int64_t>(ls_.dst_scale.size())).ptr<float>();
   const float* src_scale = place(ls_.src_scale.data(), static_cast<int64_t>(ls_.src_scale.size())).ptr<float>();
-  const int64_t* t_off = place(s_.t_offsets.data(), static_cast<int64_t>(s_.t_offsets.size())).ptr<int64_t>();
-  const int32_t* t_idx = place(s_.t_indices.data(), static_cast<int64_t>(s_.t_indices.size())).ptr<int32_t>();
   // Forward: rows are owned nodes, the columns owned (own_) or halo (halo_) sources. Backward:
-  // the transposed structure, rows = local sources (owned, then halo), scales swapped.
+  // the transposed structure, rows = local sources (owned, then halo), scales swapped. On a
+  // symmetric graph the owned rows' transpose is the forward block itself: only the halo
+  // rows' part of the shard's transpose is used (and kept resident, release_shard_structure).
   own_ = {own_off, own_idx, owned(), dst_scale, src_scale, ls_.self_loops, nullptr};
   halo_ = {halo_off, halo_idx, owned(), dst_scale, src_scale, false, nullptr};
-  t_own_ = {t_off, t_idx, owned(), src_scale, dst_scale, ls_.self_loops, nullptr};
-  t_halo_ = {t_off + owned(), t_idx, s_.num_halo, src_scale + owned(), dst_scale, false, nullptr};
+  shared_transpose_ = train_detail::shared_transpose_entries(s_) > 0;
+  if (shared_transpose_) {
+    const int64_t first = s_.t_offsets[static_cast<size_t>(owned())];
+    ls_.t_halo_off.resize(static_cast<size_t>(s_.num_halo) + 1);
+    for (int64_t i = 0; i <= s_.num_halo; ++i)
+      ls_.t_halo_off[i] = s_.t_offsets[static_cast<size_t>(owned() + i)] - first;
+    const int64_t* t_halo_off =
+        place(ls_.t_halo_off.data(), static_cast<int64_t>(ls_.t_halo_off.size())).ptr<int64_t>();
+    const int32_t* t_halo_idx =
+        place(s_.t_indices.data() + first, static_cast<int64_t>(s_.t_indices.size()) - first).ptr<int32_t>();
+    t_own_ = {own_off, own_idx, owned(), src_scale, dst_scale, ls_.self_loops, nullptr};
+    t_halo_ = {t_halo_off, t_halo_idx, s_.num_halo, src_scale + owned(), dst_scale, false, nullptr};
+  } else {
+    const int64_t* t_off = place(s_.t_offsets.data(), static_cast<int64_t>(s_.t_offsets.size())).ptr<int64_t>();
+    const int32_t* t_idx = place(s_.t_indices.data(), static_cast<int64_t>(s_.t_indices.size())).ptr<int32_t>();
+    t_own_ = {t_off, t_idx, owned(), src_scale, dst_scale, ls_.self_loops, nullptr};
+    t_halo_ = {t_off + owned(), t_idx, s_.num_halo, src_scale + owned(), dst_scale, false, nullptr};
+  }
   if (act_ == DType::kF16) {
     own_plan_ = ops::HalfPlan(ctx(), own_);
     halo_plan_ = ops::HalfPlan(ctx(), halo_);
@@ -549,21 +566,25 @@ void Trainer::allocate() {
   dlocal_.reset(device_, act_, local(), max_dim);
 }
 
-// The shard's arrays that the trainer holds copies of leave the resident set (a memory-mapped
-// shard's pages are read again from its file if anything touches them later): the adjacency
-// (split by column, or GAT's structure), the input features (stored as the layer-0 inputs),
-// and on a GPU the transposed adjacency too. On the CPU the backward pass reads the shard's
-// transposed adjacency itself.
-void Trainer::release_shard_copies() {
+// The shard's adjacency leaves the resident set once the trainer holds its own (a
+// memory-mapped shard's pages are read again from its file if anything touches them later):
+// the forward adjacency (split by column, or GAT's structure), and on a GPU (or for GAT, which
+// builds its own) the transposed one too. On the CPU the backward pass of GCN and SAGE reads the
+// shard's transposed adjacency itself: its halo rows only, when the owned block is symmetric.
+// The input features go once the layer-0 set-up has copied them (precompute_input_aggregation).
+void Trainer::release_shard_structure() {
   const auto release = [](const auto& array) {
     release_resident_pages(array.data(), array.size() * sizeof(*array.data()));
   };
   release(s_.row_offsets);
   release(s_.col_indices);
-  release(s_.features);
-  if (device_ != kDevCpu) {
+  if (device_ != kDevCpu || gat()) {
     release(s_.t_offsets);
     release(s_.t_indices);
+  } else if (shared_transpose_) {  // the owned rows' part of the transpose
+    release(s_.t_offsets);
+    release_resident_pages(s_.t_indices.data(),
+                           static_cast<size_t>(s_.t_offsets[static_cast<size_t>(owned())]) * sizeof(int32_t));
   }
 }
 
@@ -572,6 +593,7 @@ void Trainer::precompute_input_aggregation() {
   // SAGE), or keep the halo rows to project them locally every epoch (GAT).
   const int64_t F = dims_[0];
   const Matrix<float> host = train_detail::input_features(s_, opt_, local());
+  release_resident_pages(s_.features.data(), s_.features.size() * sizeof(float));  // copied into `host`
   const TensorView x_host = TensorView::of(host.data(), host.rows(), F);
   Tensor x_device;
   TensorView x = x_host;

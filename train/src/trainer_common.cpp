@@ -54,6 +54,25 @@ LocalStructure build_structure(const Shard& s, ModelKind kind) {
   return ls;
 }
 
+int64_t shared_transpose_entries(const Shard& s) {
+  const int64_t n = s.num_owned;
+  if (s.t_offsets.size() < static_cast<size_t>(n) + 1) return 0;
+  int64_t entries = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    EdgeIdx t = s.t_offsets[r];
+    const EdgeIdx t_end = s.t_offsets[r + 1];
+    for (EdgeIdx e = s.row_offsets[r]; e < s.row_offsets[r + 1]; ++e) {
+      const int32_t c = s.col_indices[e];
+      if (c >= n) continue;
+      if (t == t_end || s.t_indices[t] != c) return 0;
+      ++t;
+    }
+    if (t != t_end) return 0;
+    entries += t_end - s.t_offsets[r];
+  }
+  return entries;
+}
+
 std::vector<LayerParams> layout_parameters(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {
   const bool gat = opt.model == ModelKind::kGat;
   std::vector<LayerParams> layout;

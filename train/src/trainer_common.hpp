@@ -33,8 +33,18 @@ struct LocalStructure {
   HostBuffer<float> dst_scale;  // per owned row
   HostBuffer<float> src_scale;  // per local node
   bool self_loops = false;
+  // With a shared transpose (shared_transpose_entries > 0): the halo rows' offsets into the
+  // shard's t_indices, from its first halo entry on.
+  HostBuffer<int64_t> t_halo_off;
 };
 LocalStructure build_structure(const Shard& s, ModelKind kind);
+/// The entries of the owned block (owned rows, owned columns) when its transpose, as the
+/// shard stores it (t_offsets/t_indices, rows 0..owned-1), is the block itself entry for
+/// entry: each owned row lists its owned neighbours in the order in which the transposed row
+/// lists the owned rows that have it as a neighbour (a symmetric graph); 0 otherwise. The
+/// backward pass then reads the forward arrays for owned rows and needs only the halo rows of
+/// the transpose.
+int64_t shared_transpose_entries(const Shard& s);
 
 // Parameter layout of one layer inside the flat parameter vector.
 struct LayerParams : LayerShape {

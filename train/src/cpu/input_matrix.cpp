@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <optional>
 
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
@@ -46,45 +45,34 @@ void InputMatrix::assign(const float* values, int64_t rows, int64_t cols, bool s
   }
 }
 
-void InputMatrix::prepare(float p, const DropoutKey& key, const int32_t* global_ids) {
-  // Nothing is materialised: the products below apply the mask as they read the values.
-  dropped_ = p > 0.0f;
-  HALOGEN_EXPECTS(p < 1.0f, "dropout probability must be in [0, 1), got {}", p);
-  p_ = p;
-  key_ = key;
-  global_ids_ = global_ids;
-}
-
 namespace {
 
 // The sparse form's mask, entry by entry: value j of a row uses 16-bit word j of the row's
 // Philox stream, 8 words per Philox call (the mask of dropout_copy); only the blocks holding
-// non-zeros are drawn. factor(j) is 0 or 1/(1-p), as dropout_copy multiplies.
+// non-zeros are drawn.
 class SparseRowMask {
  public:
   SparseRowMask(float p, const DropoutKey& key)
       : rng_(RngStream::make(key.seed, RngPurpose::kDropout)),
         key_(key),
-        threshold_(static_cast<uint32_t>(std::lround(static_cast<double>(p) * 65536.0))),
-        keep_scale_(1.0f / (1.0f - p)) {}
+        threshold_(static_cast<uint32_t>(std::lround(static_cast<double>(p) * 65536.0))) {}
   void start_row(uint32_t node) {
     node_ = node;
     block_ = -1;
   }
-  float factor(int64_t j) {
+  bool kept(int64_t j) {
     if (j / 8 != block_) {
       block_ = j / 8;
       const Philox4x32 r = rng_.bits(key_.epoch, key_.layer, node_, static_cast<uint32_t>(block_));
       std::memcpy(words_, r.v, sizeof(words_));
     }
-    return static_cast<float>(words_[j % 8] >= threshold_) * keep_scale_;
+    return words_[j % 8] >= threshold_;
   }
 
  private:
   RngStream rng_;
   DropoutKey key_;
   uint32_t threshold_;
-  float keep_scale_;
   uint32_t node_ = 0;
   int64_t block_ = -1;
   uint16_t words_[8] = {};
@@ -92,32 +80,48 @@ class SparseRowMask {
 
 }  // namespace
 
+void InputMatrix::prepare(float p, const DropoutKey& key, const int32_t* global_ids) {
+  // No dropped copy: the dense products draw the mask as they read the rows; the sparse form
+  // keeps one byte per non-zero for the epoch (drawing it in both products costs more).
+  dropped_ = p > 0.0f;
+  HALOGEN_EXPECTS(p < 1.0f, "dropout probability must be in [0, 1), got {}", p);
+  p_ = p;
+  key_ = key;
+  global_ids_ = global_ids;
+  if (!dropped_ || !sparse_) return;
+  keep_.resize(val_.size());
+  keep_scale_ = 1.0f / (1.0f - p);
+#pragma omp parallel
+  {
+    SparseRowMask mask(p, key);
+#pragma omp for schedule(dynamic, 256)
+    for (int64_t i = 0; i < rows_; ++i) {
+      mask.start_row(static_cast<uint32_t>(global_ids[i]));
+      for (int64_t e = off_[i]; e < off_[i + 1]; ++e) keep_[e] = mask.kept(col_[e]) ? 1 : 0;
+    }
+  }
+}
+
 void InputMatrix::multiply(const float* w, int64_t n, float beta, float* y, int64_t ldy) const {
   if (ldy == 0) ldy = n;
   if (!sparse_) {
     if (dropped_) return gemm_dropped(dense_.data(), rows_, cols_, global_ids_, p_, key_, w, n, beta, y, ldy);
     return gemm(false, false, rows_, n, cols_, 1.0f, dense_.data(), cols_, w, n, beta, y, ldy);
   }
-#pragma omp parallel
-  {
-    std::optional<SparseRowMask> mask;
-    if (dropped_) mask.emplace(p_, key_);
-#pragma omp for schedule(dynamic, 64)
-    for (int64_t i = 0; i < rows_; ++i) {
-      float* yi = y + i * ldy;
-      if (beta == 0.0f) {
-        std::fill(yi, yi + n, 0.0f);
-      } else if (beta != 1.0f) {
-        for (int64_t c = 0; c < n; ++c) yi[c] *= beta;
-      }
-      if (mask) mask->start_row(static_cast<uint32_t>(global_ids_[i]));
-      for (int64_t e = off_[i]; e < off_[i + 1]; ++e) {
-        const float v = mask ? val_[e] * mask->factor(col_[e]) : val_[e];
-        if (v == 0.0f) continue;  // dropped
-        const float* wk = w + static_cast<int64_t>(col_[e]) * n;
+#pragma omp parallel for schedule(dynamic, 64)
+  for (int64_t i = 0; i < rows_; ++i) {
+    float* yi = y + i * ldy;
+    if (beta == 0.0f) {
+      std::fill(yi, yi + n, 0.0f);
+    } else if (beta != 1.0f) {
+      for (int64_t c = 0; c < n; ++c) yi[c] *= beta;
+    }
+    for (int64_t e = off_[i]; e < off_[i + 1]; ++e) {
+      const float v = value(e);
+      if (v == 0.0f) continue;  // dropped
+      const float* wk = w + static_cast<int64_t>(col_[e]) * n;
 #pragma omp simd
-        for (int64_t c = 0; c < n; ++c) yi[c] += v * wk[c];
-      }
+      for (int64_t c = 0; c < n; ++c) yi[c] += v * wk[c];
     }
   }
 }
@@ -137,14 +141,11 @@ void InputMatrix::multiply_transposed(const float* dy, int64_t n, float* dw, boo
   {
     const int t = omp_get_thread_num();
     float* acc = t == 0 ? dw : partial.data() + static_cast<int64_t>(t - 1) * cols_ * n;
-    std::optional<SparseRowMask> mask;
-    if (dropped_) mask.emplace(p_, key_);
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < rows_; ++i) {
       const float* dyi = dy + i * n;
-      if (mask) mask->start_row(static_cast<uint32_t>(global_ids_[i]));
       for (int64_t e = off_[i]; e < off_[i + 1]; ++e) {
-        const float v = mask ? val_[e] * mask->factor(col_[e]) : val_[e];
+        const float v = value(e);
         if (v == 0.0f) continue;
         float* dwk = acc + static_cast<int64_t>(col_[e]) * n;
 #pragma omp simd

@@ -40,6 +40,9 @@ struct ShardCounts {
   int64_t feature_dim = 0;
   int64_t classes = 0;
   double feature_density = 1.0;  // non-zero share of the input features (sparse storage below 0.3)
+  // Entries of the owned block when its transpose is the block itself (a symmetric graph; the
+  // backward pass then shares the forward arrays), else 0. Described graphs: 0.
+  int64_t shared_transpose_entries = 0;
   static ShardCounts of(const Shard& shard);
 };
 
