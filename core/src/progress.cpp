@@ -44,7 +44,8 @@ void Progress::update(uint64_t done) {
   if (last_print_ >= 0 && t - last_print_ < 0.25) return;
   last_print_ = t;
   if (total_ > 0) {
-    std::fprintf(stderr, "\r%s: %5.1f%% (%.1f s)", what_.c_str(), 100.0 * static_cast<double>(done) / static_cast<double>(total_), t);
+    std::fprintf(stderr, "\r%s: %5.1f%% (%.1f s)", what_.c_str(),
+                 100.0 * static_cast<double>(done) / static_cast<double>(total_), t);
   } else {
     std::fprintf(stderr, "\r%s: %llu (%.1f s)", what_.c_str(), static_cast<unsigned long long>(done), t);
   }
