@@ -51,13 +51,15 @@ SavedExchange SavedExchange::decode(const std::string& bytes) {
                   "saved exchange has {} fp32 columns of {}", s.fp32_tail, s.cols);
   HALOGEN_EXPECTS(bytes.size() >= sizeof(header) + n_off * sizeof(size_t), "saved exchange is truncated");
   s.recv_offsets.resize(n_off);
-  std::memcpy(s.recv_offsets.data(), bytes.data() + sizeof(header), n_off * sizeof(size_t));
+  // memcpy needs valid pointers even for 0 bytes, and an empty vector's data() may be null (a
+  // rank that receives nothing).
+  if (n_off > 0) std::memcpy(s.recv_offsets.data(), bytes.data() + sizeof(header), n_off * sizeof(size_t));
   const size_t words = n_off ? s.recv_offsets.back() : 0;
   HALOGEN_EXPECTS(bytes.size() == sizeof(header) + n_off * sizeof(size_t) + words * 4,
                   "saved exchange has {} bytes, expected {}", bytes.size(),
                   sizeof(header) + n_off * sizeof(size_t) + words * 4);
   s.words.resize(words);
-  std::memcpy(s.words.data(), bytes.data() + sizeof(header) + n_off * sizeof(size_t), words * 4);
+  if (words > 0) std::memcpy(s.words.data(), bytes.data() + sizeof(header) + n_off * sizeof(size_t), words * 4);
   return s;
 }
 
