@@ -56,6 +56,25 @@ class StaleRuns : public testing::TestWithParam<Device> {
     t.device = GetParam();
     return t;
   }
+  // A rank that sends nothing: every rank trains alone on the whole of a small SBM
+  // (MPI_COMM_SELF), one part, no peers; fixed-staleness options for it.
+  static Shard lone_shard() {
+    SbmOptions o;
+    o.num_nodes = 600;
+    o.feature_dim = 16;
+    o.seed = 9;
+    const Dataset ds = generate_sbm(o);
+    return std::move(build_shards(ds, partition_graph(ds, PartitionOptions{}), 1)[0]);
+  }
+  TrainOptions lone_stale_options(ModelKind model) const {
+    auto t = base_options();
+    t.model = model;
+    t.hidden = 8;
+    t.heads = 2;
+    t.mode = ExchangeMode::kStale;
+    t.staleness.policy = StalePolicy::kFixed;
+    return t;
+  }
 };
 HALOGEN_INSTANTIATE_DEVICES(StaleRuns);
 
@@ -249,28 +268,15 @@ TEST_P(StaleRuns, SmoothingAveragesReceivedHalos) {
 // and no drift to measure: stale mode with smoothing and drift runs there as an ordinary case
 // (it once failed with "smoothing needs the running average"), equal to plain stale mode.
 TEST_P(StaleRuns, SmoothingWithNothingToSmooth) {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  SbmOptions o;
-  o.num_nodes = 600;
-  o.feature_dim = 16;
-  o.seed = 9;
-  const Dataset ds = generate_sbm(o);
-  // Every rank trains alone on the whole graph (MPI_COMM_SELF): one part, no peers.
-  const auto one = build_shards(ds, partition_graph(ds, PartitionOptions{}), 1);
+  const Shard one = lone_shard();
   MpiCommunicator self(MPI_COMM_SELF);
   for (ModelKind model : {ModelKind::kGcn, ModelKind::kGat}) {
-    auto t = base_options();
-    t.model = model;
-    t.hidden = 8;
-    t.heads = 2;
+    auto t = lone_stale_options(model);
     t.epochs = 6;
-    t.mode = ExchangeMode::kStale;
-    t.staleness.policy = StalePolicy::kFixed;
-    const auto plain = train(one[0], self, t);
+    const auto plain = train(one, self, t);
     t.staleness.smoothing = 0.5f;
     t.staleness.drift_threshold = 0.2;
-    const auto smoothed = train(one[0], self, t);
+    const auto smoothed = train(one, self, t);
     ASSERT_EQ(smoothed.epochs.size(), plain.epochs.size());
     for (size_t e = 0; e < plain.epochs.size(); ++e)
       EXPECT_EQ(smoothed.epochs[e]["loss"].get<double>(), plain.epochs[e]["loss"].get<double>())
@@ -281,33 +287,22 @@ TEST_P(StaleRuns, SmoothingWithNothingToSmooth) {
 // The smoothing state of a rank that sends nothing has a width but no rows: a checkpoint of
 // it resumes (it once failed with "has no record 'smoothed_grad/1'"), bit for bit.
 TEST_P(StaleRuns, ResumeWithNothingToSmooth) {
-  const int rank = test::world_rank();
-  SbmOptions o;
-  o.num_nodes = 600;
-  o.feature_dim = 16;
-  o.seed = 9;
-  const Dataset ds = generate_sbm(o);
-  const auto one = build_shards(ds, partition_graph(ds, PartitionOptions{}), 1);
+  const Shard one = lone_shard();
   MpiCommunicator self(MPI_COMM_SELF);
-  const test::ScratchDir dir("resume-nothing-to-smooth-" + std::to_string(rank));
+  const test::ScratchDir dir("resume-nothing-to-smooth-" + std::to_string(test::world_rank()));
   for (ModelKind model : {ModelKind::kGcn, ModelKind::kGat}) {
-    auto t = base_options();
-    t.model = model;
-    t.hidden = 8;
-    t.heads = 2;
+    auto t = lone_stale_options(model);
     t.epochs = 8;
-    t.mode = ExchangeMode::kStale;
-    t.staleness.policy = StalePolicy::kFixed;
     t.bits_fwd = t.bits_bwd = {1};
     t.staleness.smoothing = 0.5f;
-    const auto whole = train(one[0], self, t);
+    const auto whole = train(one, self, t);
     auto first = t;
     first.epochs = 3;
     first.checkpoint_dir = dir.path() / to_string(model);
-    train(one[0], self, first);
+    train(one, self, first);
     auto rest = t;
     rest.resume_dir = first.checkpoint_dir;
-    const auto resumed = train(one[0], self, rest);
+    const auto resumed = train(one, self, rest);
     ASSERT_EQ(resumed.epochs.size(), 5u) << to_string(model);
     for (size_t e = 0; e < resumed.epochs.size(); ++e)
       EXPECT_EQ(resumed.epochs[e]["loss"].get<double>(), whole.epochs[e + 3]["loss"].get<double>())

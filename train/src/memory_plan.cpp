@@ -167,22 +167,21 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   // split structure of the aggregation, parameters with gradients and Adam's two moments.
   const uint64_t shard_bytes = resident_shard_bytes(s);
   // GAT (gat.hpp): rows, columns and the transposed entries with their positions, global ids
-  // and the interior/boundary row lists; the others: the owned/halo split of the CSR.
-  // GCN and SAGE on a symmetric graph read the forward arrays for the owned rows' transpose:
-  // only the halo rows' part of the shard's transpose stays (with offsets of their own);
-  // GAT builds its own transposed structure.
+  // and the interior/boundary row lists; the others: the owned/halo split of the CSR and the
+  // halo rows' transpose offsets. GCN and SAGE on a symmetric graph read the forward arrays for
+  // the owned rows' transpose (Trainer::place_structure).
   const bool shared_transpose = !gat && s.shared_transpose_entries > 0;
-  const uint64_t halo_transpose_offsets = shared_transpose ? static_cast<uint64_t>(halo + 1) * 8 : 0;
+  const uint64_t halo_transpose_offsets = gat ? 0 : static_cast<uint64_t>(halo + 1) * 8;
   const uint64_t structure = gat ? static_cast<uint64_t>(edges) * 16 + static_cast<uint64_t>(owned + 1) * 8 +
                                        static_cast<uint64_t>(local + 1) * 8 + static_cast<uint64_t>(owned) * 8 +
                                        static_cast<uint64_t>(local) * 4
                                  : static_cast<uint64_t>(owned + 1) * 16 + static_cast<uint64_t>(edges) * 4 +
                                        static_cast<uint64_t>(owned + local) * 4 + halo_transpose_offsets;
-  // A GPU also holds the transposed structure (in the shard on the CPU) and the per-node ids,
-  // labels, training mask and send lists.
+  // A GPU also holds the transposed structure it reads (in the shard on the CPU) and the
+  // per-node ids, labels, training mask and send lists.
   const uint64_t device_arrays =
       on_gpu ? static_cast<uint64_t>(edges - (shared_transpose ? s.shared_transpose_entries : 0)) * 4 +
-                   static_cast<uint64_t>((shared_transpose ? halo : local) + 1) * 8 + static_cast<uint64_t>(owned) * 9 +
+                   static_cast<uint64_t>(shared_transpose ? 0 : owned + 1) * 8 + static_cast<uint64_t>(owned) * 9 +
                    static_cast<uint64_t>(sends) * 4
              : 0;
   uint64_t num_params = 0;
@@ -200,13 +199,12 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   const uint64_t input_matrices_training = on_gpu ? input_count * act(input_rows, F) * (opt.dropout > 0.0f ? 2 : 1)
                                                   : input_matrix_bytes(s, !gat, sage || gat, gat, opt.dropout > 0.0f);
 
-  // Set-up: local input features, their aggregation, the layer-0 exchange, and the stored
-  // input matrix (dense bound; sparse storage is only chosen when smaller).
   // Host-side items of a GPU run are not what its device must hold.
   const uint64_t runtime = on_gpu ? 0 : kRuntimeBytes;
-  // Once the trainer holds its own copies it releases the shard's adjacency and features from
-  // its resident set (Trainer::release_shard_copies; Linux 5.4 or later): training holds only
-  // the transposed adjacency, ids, degrees, labels and send lists of the shard.
+  // Once the trainer holds its own copies it releases the shard's adjacency (before the set-up,
+  // Trainer::release_shard_structure) and its features (once copied into the set-up) from its
+  // resident set (Linux 5.4 or later): what stays are the transposed adjacency it reads, ids,
+  // degrees, labels and send lists.
   uint64_t shard_released = f32(owned, F) + static_cast<uint64_t>(owned + 1) * 8 + static_cast<uint64_t>(edges) * 4;
   if (shared_transpose)
     shard_released += static_cast<uint64_t>(s.shared_transpose_entries) * 4 + static_cast<uint64_t>(local + 1) * 8;
@@ -220,8 +218,6 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   MemoryEstimate setup;
   setup.phase = "set-up";
   setup.device = opt.device;
-  // The shard's adjacency is released before the set-up, its features as soon as they are
-  // copied into the local features.
   setup.items = {{"runtime", runtime},
                  {"shard", shard_training},
                  {"structure", structure + device_arrays},
@@ -373,7 +369,9 @@ std::optional<uint64_t> parse_memory_limit(const std::string& text) {
 
 MemoryEstimate check_training_memory(const Shard& shard, Communicator& comm, const TrainOptions& options,
                                      std::optional<uint64_t> limit, int node_local_ranks) {
-  MemoryEstimate estimate = estimate_training_memory(shard, options);
+  // One pass over the shard (its feature density, its symmetry) for both uses below.
+  const ShardCounts counts = ShardCounts::of(shard);
+  MemoryEstimate estimate = estimate_training_memory(counts, options);
   if (options.device == Device::kCuda) {
     // The device must hold the estimate: refused on every rank, naming the worst one, before
     // anything large is allocated.
@@ -399,7 +397,7 @@ MemoryEstimate check_training_memory(const Shard& shard, Communicator& comm, con
   // more than the constant: a CUDA build maps cuBLAS and NCCL (~200 MiB resident in every rank,
   // GPU or not), and MPI transports differ.
   // The whole shard is resident now (the trainer releases part of it later).
-  const uint64_t shard_now = resident_shard_bytes(ShardCounts::of(shard));
+  const uint64_t shard_now = resident_shard_bytes(counts);
   for (MemoryItem& item : estimate.items)
     if (item.what == "runtime" && rss_now > shard_now) item.bytes = std::max(item.bytes, rss_now - shard_now);
   if (limit && *limit == 0) return estimate;

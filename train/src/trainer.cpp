@@ -455,23 +455,22 @@ void Trainer::place_structure() {
   // rows' part of the shard's transpose is used (and kept resident, release_shard_structure).
   own_ = {own_off, own_idx, owned(), dst_scale, src_scale, ls_.self_loops, nullptr};
   halo_ = {halo_off, halo_idx, owned(), dst_scale, src_scale, false, nullptr};
+  // The halo rows' transpose: the shard's entries from its first halo row on, with offsets of
+  // their own (from 0).
+  const int64_t first = s_.t_offsets[static_cast<size_t>(owned())];
+  ls_.t_halo_off.resize(static_cast<size_t>(s_.num_halo) + 1);
+  for (int64_t i = 0; i <= s_.num_halo; ++i) ls_.t_halo_off[i] = s_.t_offsets[static_cast<size_t>(owned() + i)] - first;
+  const int64_t* t_halo_off = place(ls_.t_halo_off.data(), static_cast<int64_t>(ls_.t_halo_off.size())).ptr<int64_t>();
+  const int32_t* t_halo_idx =
+      place(s_.t_indices.data() + first, static_cast<int64_t>(s_.t_indices.size()) - first).ptr<int32_t>();
+  t_halo_ = {t_halo_off, t_halo_idx, s_.num_halo, src_scale + owned(), dst_scale, false, nullptr};
   shared_transpose_ = train_detail::shared_transpose_entries(s_) > 0;
   if (shared_transpose_) {
-    const int64_t first = s_.t_offsets[static_cast<size_t>(owned())];
-    ls_.t_halo_off.resize(static_cast<size_t>(s_.num_halo) + 1);
-    for (int64_t i = 0; i <= s_.num_halo; ++i)
-      ls_.t_halo_off[i] = s_.t_offsets[static_cast<size_t>(owned() + i)] - first;
-    const int64_t* t_halo_off =
-        place(ls_.t_halo_off.data(), static_cast<int64_t>(ls_.t_halo_off.size())).ptr<int64_t>();
-    const int32_t* t_halo_idx =
-        place(s_.t_indices.data() + first, static_cast<int64_t>(s_.t_indices.size()) - first).ptr<int32_t>();
     t_own_ = {own_off, own_idx, owned(), src_scale, dst_scale, ls_.self_loops, nullptr};
-    t_halo_ = {t_halo_off, t_halo_idx, s_.num_halo, src_scale + owned(), dst_scale, false, nullptr};
   } else {
-    const int64_t* t_off = place(s_.t_offsets.data(), static_cast<int64_t>(s_.t_offsets.size())).ptr<int64_t>();
-    const int32_t* t_idx = place(s_.t_indices.data(), static_cast<int64_t>(s_.t_indices.size())).ptr<int32_t>();
+    const int64_t* t_off = place(s_.t_offsets.data(), owned() + 1).ptr<int64_t>();
+    const int32_t* t_idx = place(s_.t_indices.data(), first).ptr<int32_t>();
     t_own_ = {t_off, t_idx, owned(), src_scale, dst_scale, ls_.self_loops, nullptr};
-    t_halo_ = {t_off + owned(), t_idx, s_.num_halo, src_scale + owned(), dst_scale, false, nullptr};
   }
   if (act_ == DType::kF16) {
     own_plan_ = ops::HalfPlan(ctx(), own_);
@@ -581,7 +580,7 @@ void Trainer::release_shard_structure() {
   if (device_ != kDevCpu || gat()) {
     release(s_.t_offsets);
     release(s_.t_indices);
-  } else if (shared_transpose_) {  // the owned rows' part of the transpose
+  } else if (shared_transpose_) {  // the owned rows' part of the transpose (halo offsets are copied)
     release(s_.t_offsets);
     release_resident_pages(s_.t_indices.data(),
                            static_cast<size_t>(s_.t_offsets[static_cast<size_t>(owned())]) * sizeof(int32_t));

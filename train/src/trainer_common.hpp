@@ -33,8 +33,7 @@ struct LocalStructure {
   HostBuffer<float> dst_scale;  // per owned row
   HostBuffer<float> src_scale;  // per local node
   bool self_loops = false;
-  // With a shared transpose (shared_transpose_entries > 0): the halo rows' offsets into the
-  // shard's t_indices, from its first halo entry on.
+  // The halo rows' offsets into the shard's t_indices, from its first halo entry on.
   HostBuffer<int64_t> t_halo_off;
 };
 LocalStructure build_structure(const Shard& s, ModelKind kind);

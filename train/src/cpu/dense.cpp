@@ -23,19 +23,47 @@ namespace {
 // are fixed multiples of kReduceBlock, so the result still does not depend on the threads.
 constexpr int64_t kReduceBlock = 512;
 
+// OpenBLAS runs single-threaded (set_compute_threads); the rows of C are split across the
+// OpenMP threads instead. Its own thread pool would spin against OpenMP's on few cores, and
+// this way every element of C is computed whole by one thread: the result does not depend
+// on the thread count.
+int gemm_threads(int64_t c_rows) { return c_rows >= 64 ? omp_get_max_threads() : 1; }
+
+// One thread's rows of C (m x n, row stride ldc) = beta * C + alpha * A^T op(B), A k x m: one
+// sgemm when k <= kReduceBlock, else blocks of kReduceBlock rows of A, each by the BLAS in fp32,
+// the blocks summed in fp64 and rounded once. `a_rows(k0, kb)` returns A's rows [k0, k0 + kb)
+// at the thread's first column, row stride lda (a caller may fill them on demand).
+template <typename ARows>
+void gemm_tn_rows(int64_t m, int64_t n, int64_t k, float alpha, ARows&& a_rows, int64_t lda, bool trans_b,
+                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  auto sgemm = [&](const float* a, const float* bb, int64_t kk, float bt, float* cb, int64_t ldcb) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+                static_cast<blasint>(n), static_cast<blasint>(kk), alpha, a, static_cast<blasint>(lda), bb,
+                static_cast<blasint>(ldb), bt, cb, static_cast<blasint>(ldcb));
+  };
+  if (k <= kReduceBlock) return sgemm(a_rows(0, k), b, k, beta, c, ldc);
+  std::vector<float> part(static_cast<size_t>(m * n));
+  std::vector<double> acc(static_cast<size_t>(m * n), 0.0);
+  for (int64_t k0 = 0; k0 < k; k0 += kReduceBlock) {
+    const int64_t kb = std::min(kReduceBlock, k - k0);
+    sgemm(a_rows(k0, kb), trans_b ? b + k0 : b + k0 * ldb, kb, 0.0f, part.data(), n);
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] += part[i];
+  }
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const double prior = beta == 0.0f ? 0.0 : static_cast<double>(beta) * c[i * ldc + j];
+      c[i * ldc + j] = static_cast<float>(acc[static_cast<size_t>(i * n + j)] + prior);
+    }
+}
+
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  // OpenBLAS runs single-threaded (set_compute_threads); the rows of C are split across the
-  // OpenMP threads instead. Its own thread pool would spin against OpenMP's on few cores, and
-  // this way every element of C is computed whole by one thread: the result does not depend
-  // on the thread count. One parallel region per call (no barrier per block: on an
-  // oversubscribed node every barrier can cost a time slice).
-  const int threads = m >= 64 ? omp_get_max_threads() : 1;
-  const bool blocked = trans_a && k > kReduceBlock;
-#pragma omp parallel num_threads(threads)
+    // One parallel region per call (no barrier per block: on an oversubscribed node every
+    // barrier can cost a time slice).
+#pragma omp parallel num_threads(gemm_threads(m))
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t begin = m * t / nt, end = m * (t + 1) / nt;
@@ -44,29 +72,17 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
       const float* a_block = trans_a ? a + begin : a + begin * lda;
       float* c_block = c + begin * ldc;
       const int64_t rows = end - begin;
-      auto sgemm = [&](const float* ab, const float* bb, int64_t kk, float bt, float* cb, int64_t ldcb) {
-        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                    static_cast<blasint>(rows), static_cast<blasint>(n), static_cast<blasint>(kk), alpha, ab,
-                    static_cast<blasint>(lda), bb, static_cast<blasint>(ldb), bt, cb, static_cast<blasint>(ldcb));
-      };
       if (k == 0) {
         for (int64_t i = 0; i < rows; ++i)
           for (int64_t j = 0; j < n; ++j) c_block[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c_block[i * ldc + j];
-      } else if (!blocked) {
-        sgemm(a_block, b, k, beta, c_block, ldc);
+      } else if (trans_a) {
+        gemm_tn_rows(
+            rows, n, k, alpha, [&](int64_t k0, int64_t) { return a_block + k0 * lda; }, lda, trans_b, b, ldb, beta,
+            c_block, ldc);
       } else {
-        std::vector<float> part(static_cast<size_t>(rows * n));
-        std::vector<double> acc(static_cast<size_t>(rows * n), 0.0);
-        for (int64_t k0 = 0; k0 < k; k0 += kReduceBlock) {
-          const int64_t kb = std::min(kReduceBlock, k - k0);
-          sgemm(a_block + k0 * lda, trans_b ? b + k0 : b + k0 * ldb, kb, 0.0f, part.data(), n);
-          for (size_t i = 0; i < acc.size(); ++i) acc[i] += part[i];
-        }
-        for (int64_t i = 0; i < rows; ++i)
-          for (int64_t j = 0; j < n; ++j) {
-            const double prior = beta == 0.0f ? 0.0 : static_cast<double>(beta) * c_block[i * ldc + j];
-            c_block[i * ldc + j] = static_cast<float>(acc[static_cast<size_t>(i * n + j)] + prior);
-          }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(rows),
+                    static_cast<blasint>(n), static_cast<blasint>(k), alpha, a_block, static_cast<blasint>(lda), b,
+                    static_cast<blasint>(ldb), beta, c_block, static_cast<blasint>(ldc));
       }
     }
   }
@@ -166,8 +182,7 @@ void gemm_dropped(const float* x, int64_t rows, int64_t cols, const int32_t* glo
   const DropoutRowFn fn = pick_dropout_row();
   const int64_t blocks = (cols + 7) / 8;
   // The threads and rows of gemm(): each thread's rows, a chunk at a time.
-  const int threads = rows >= 64 ? omp_get_max_threads() : 1;
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(gemm_threads(rows))
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t begin = rows * t / nt, end = rows * (t + 1) / nt;
@@ -189,81 +204,40 @@ void gemm_dropped_tn(const float* x, int64_t rows, int64_t cols, const int32_t* 
                      const DropoutKey& key, const float* dy, int64_t n, float beta, float* dw) {
   if (cols == 0 || n == 0) return;
   if (rows == 0 || p <= 0.0f) return gemm(true, false, cols, n, rows, 1.0f, x, cols, dy, n, beta, dw, n);
-  if (cols < 64 && omp_get_max_threads() > 1) {
-    // gemm(trans_a) sums narrow dW on one thread; the mask is drawn by all threads instead, a
-    // group of row blocks at a time, and the blocks summed in order as gemm does.
+  const int threads = gemm_threads(cols);
+  if (threads == 1 && omp_get_max_threads() > 1) {
+    // gemm(trans_a) sums narrow dW on one thread; the mask is drawn by all threads instead,
+    // eight row blocks at a time, which that thread then sums as gemm does.
     constexpr int64_t kGroup = 8 * kReduceBlock;
     HostBuffer<float> group(static_cast<size_t>(std::min(kGroup, rows) * cols));
-    if (rows <= kReduceBlock) {
-      dropout_copy(x, cols, group.data(), cols, rows, cols, global_ids, p, key);
-      return gemm(true, false, cols, n, rows, 1.0f, group.data(), cols, dy, n, beta, dw, n);
-    }
-    std::vector<float> part(static_cast<size_t>(cols * n));
-    std::vector<double> acc(static_cast<size_t>(cols * n), 0.0);
-    for (int64_t g0 = 0; g0 < rows; g0 += kGroup) {
-      const int64_t gb = std::min(kGroup, rows - g0);
-      dropout_copy(x + g0 * cols, cols, group.data(), cols, gb, cols, global_ids + g0, p, key);
-      for (int64_t k0 = 0; k0 < gb; k0 += kReduceBlock) {
-        const int64_t kb = std::min(kReduceBlock, gb - k0);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<blasint>(cols), static_cast<blasint>(n),
-                    static_cast<blasint>(kb), 1.0f, group.data() + k0 * cols, static_cast<blasint>(cols),
-                    dy + (g0 + k0) * n, static_cast<blasint>(n), 0.0f, part.data(), static_cast<blasint>(n));
-        for (size_t i = 0; i < acc.size(); ++i) acc[i] += part[i];
-      }
-    }
-    for (int64_t i = 0; i < cols * n; ++i) {
-      const double prior = beta == 0.0f ? 0.0 : static_cast<double>(beta) * dw[i];
-      dw[i] = static_cast<float>(acc[static_cast<size_t>(i)] + prior);
-    }
-    return;
+    const auto a_rows = [&](int64_t k0, int64_t) {
+      if (k0 % kGroup == 0)
+        dropout_copy(x + k0 * cols, cols, group.data(), cols, std::min(kGroup, rows - k0), cols, global_ids + k0, p,
+                     key);
+      return group.data() + (k0 % kGroup) * cols;
+    };
+    return gemm_tn_rows(cols, n, rows, 1.0f, a_rows, cols, false, dy, n, beta, dw, n);
   }
   const DropoutRow d = dropout_row_of(p, key);
   const DropoutRowFn fn = pick_dropout_row();
-  // The threads, column shares and row blocks of gemm(trans_a): thread t owns rows
-  // [begin, end) of dW, i.e. columns [begin, end) of x, and drops only the Philox blocks
-  // covering them (from column 8 * first on).
-  const int threads = cols >= 64 ? omp_get_max_threads() : 1;
-  const bool blocked = rows > kReduceBlock;
+  // The threads and column shares of gemm(trans_a): thread t owns rows [begin, end) of dW,
+  // i.e. columns [begin, end) of x, and drops only the Philox blocks covering them (from
+  // column 8 * first on), one row block at a time.
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t begin = cols * t / nt, end = cols * (t + 1) / nt;
     if (end > begin) {
-      const int64_t first = begin / 8, width = end - 8 * first, m = end - begin;
+      const int64_t first = begin / 8, width = end - 8 * first;
       HostBuffer<uint32_t> words(static_cast<size_t>(((width + 7) / 8 + 7) / 8 * 8) * 4);
-      const int64_t block_rows = std::min(kReduceBlock, rows);
-      HostBuffer<float> block(static_cast<size_t>(block_rows * width));
-      // Dropped rows [k0, k0 + kb), columns [8 * first, end), into `block` (ld width).
-      auto drop = [&](int64_t k0, int64_t kb) {
+      HostBuffer<float> block(static_cast<size_t>(std::min(kReduceBlock, rows) * width));
+      const auto a_rows = [&](int64_t k0, int64_t kb) {
         for (int64_t i = 0; i < kb; ++i)
           fn(d, static_cast<uint32_t>(global_ids[k0 + i]), x + (k0 + i) * cols + 8 * first, block.data() + i * width,
              width, words.data(), static_cast<uint32_t>(first));
+        return static_cast<const float*>(block.data() + (begin - 8 * first));
       };
-      const float* a = block.data() + (begin - 8 * first);  // column `begin` of the block
-      auto sgemm = [&](int64_t kb, float bt, float* c, int64_t ldc, const float* b) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
-                    static_cast<blasint>(kb), 1.0f, a, static_cast<blasint>(width), b, static_cast<blasint>(n), bt, c,
-                    static_cast<blasint>(ldc));
-      };
-      float* c_block = dw + begin * n;
-      if (!blocked) {
-        drop(0, rows);
-        sgemm(rows, beta, c_block, n, dy);
-      } else {
-        std::vector<float> part(static_cast<size_t>(m * n));
-        std::vector<double> acc(static_cast<size_t>(m * n), 0.0);
-        for (int64_t k0 = 0; k0 < rows; k0 += kReduceBlock) {
-          const int64_t kb = std::min(kReduceBlock, rows - k0);
-          drop(k0, kb);
-          sgemm(kb, 0.0f, part.data(), n, dy + k0 * n);
-          for (size_t i = 0; i < acc.size(); ++i) acc[i] += part[i];
-        }
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t j = 0; j < n; ++j) {
-            const double prior = beta == 0.0f ? 0.0 : static_cast<double>(beta) * c_block[i * n + j];
-            c_block[i * n + j] = static_cast<float>(acc[static_cast<size_t>(i * n + j)] + prior);
-          }
-      }
+      gemm_tn_rows(end - begin, n, rows, 1.0f, a_rows, width, false, dy, n, beta, dw + begin * n, n);
     }
   }
 }
