@@ -43,13 +43,17 @@ CONFIGS = [
     ("gcn 1-bit sync", ["--model", "gcn", "--bits-fwd", "1", "--bits-bwd", "1"], None, False),
     ("gcn 1-bit stale fixed", ["--model", "gcn", *STALE_1BIT, "--stale-policy", "fixed"], None, False),
     ("gcn fp32 sync powersgd r4", ["--model", "gcn", "--grad-compression", "powersgd", "--grad-rank", "4"], None, False),
+    ("gcn fp32 sync bf16 inputs", ["--model", "gcn", "--input-storage", "bf16"], None, False),
+    ("sage fp32 sync bf16 inputs", ["--model", "sage", "--input-storage", "bf16"], None, False),
 ]
 # Which synchronous fp32 row each stale row is judged against.
 REFERENCE = {"gcn 1-bit stale": "gcn fp32 sync", "sage 1-bit stale": "sage fp32 sync",
              "gat 1-bit stale": "gat fp32 sync", "gat4 1-bit stale": "gat4 fp32 sync",
              "gcn 1-bit stale fixed": "gcn fp32 sync",
              # Issue 17: PowerSGD (rank 4, the default --grad-rank) against exact gradients.
-             "gcn fp32 sync powersgd r4": "gcn fp32 sync"}
+             "gcn fp32 sync powersgd r4": "gcn fp32 sync",
+             # bf16 storage of the layer-0 inputs against fp32 storage.
+             "gcn fp32 sync bf16 inputs": "gcn fp32 sync", "sage fp32 sync bf16 inputs": "sage fp32 sync"}
 
 
 def mpi_flags():

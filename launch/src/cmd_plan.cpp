@@ -19,7 +19,7 @@ namespace halogen::cli {
 int cmd_plan(const std::vector<std::string>& args) {
   po::options_description opts("plan options");
   std::string report_arg, cluster_name, metrics, bits = "32,16,8,4,2,1", modes = "sync,overlap", model = "gcn",
-                                                 json_out;
+                                                 json_out, input_storage = "fp32";
   double compute_s = 0.0;
   int calib_ranks = 0, hidden = 0, layers = 0;
   int64_t features = 0, classes = 0;
@@ -57,6 +57,7 @@ int cmd_plan(const std::vector<std::string>& args) {
       ("grad-allreduce", po::value<std::string>()->default_value("layerwise"), "as train: layerwise (fp32) | packed (fp64)")
       ("grad-compression", po::value<std::string>()->default_value("none"), "as train: none | powersgd")
       ("grad-rank", po::value<int>()->default_value(4), "as train: PowerSGD rank")
+      ("input-storage", po::value(&input_storage)->default_value(input_storage), "as train (CPU clusters): the layer-0 inputs as fp32 | bf16, for the memory per rank")
       ("json", po::value(&json_out), "also write the plan as JSON to this file");
   // clang-format on
   po::positional_options_description pos;
@@ -147,6 +148,11 @@ int cmd_plan(const std::vector<std::string>& args) {
   t.layers = shape.layers;
   t.hidden = static_cast<int>(shape.hidden);
   t.device = cluster.has_gpus() ? Device::kCuda : Device::kCpu;
+  t.input_storage = parse_input_storage(input_storage);
+  HALOGEN_EXPECTS(t.input_storage == InputStorage::kFp32 || !cluster.has_gpus(),
+                  "--input-storage bf16 is for CPU clusters (cluster '{}' has GPUs)", cluster.name);
+  const std::string memory_setting =
+      fmt::format("fp32{}, sync", t.input_storage == InputStorage::kBf16 ? ", bf16 inputs" : "");
   if (is_described) {
     // Every part alike: the largest (the first) stands for all.
     const auto& first = report.at("parts").at(0);
@@ -159,8 +165,9 @@ int cmd_plan(const std::vector<std::string>& args) {
     c.classes = shape.num_classes;
     c.feature_density = feature_density;
     const MemoryEstimate e = estimate_training_memory(c, t);
-    std::cout << fmt::format("memory per rank ({} memory, fp32, sync): {} ({} phase: {})\n",
-                             cluster.has_gpus() ? "GPU" : "host", format_bytes(e.total()), e.phase, e.breakdown());
+    std::cout << fmt::format("memory per rank ({} memory, {}): {} ({} phase: {})\n",
+                             cluster.has_gpus() ? "GPU" : "host", memory_setting, format_bytes(e.total()), e.phase,
+                             e.breakdown());
     memory = {{"device", to_string(t.device)}, {"max_bytes", e.total()}};
   } else if (parts > 0 && std::filesystem::exists(shard_path(report_path.parent_path(), 0, parts))) {
     uint64_t worst = 0;
@@ -174,9 +181,9 @@ int cmd_plan(const std::vector<std::string>& args) {
     }
     const MemoryEstimate at_worst =
         estimate_training_memory(read_shard(shard_path(report_path.parent_path(), worst_rank, parts), false), t);
-    std::cout << fmt::format("memory per rank ({} memory, fp32, sync): at most {} (rank {}: {} phase: {})\n",
-                             cluster.has_gpus() ? "GPU" : "host", format_bytes(worst), worst_rank, at_worst.phase,
-                             at_worst.breakdown());
+    std::cout << fmt::format("memory per rank ({} memory, {}): at most {} (rank {}: {} phase: {})\n",
+                             cluster.has_gpus() ? "GPU" : "host", memory_setting, format_bytes(worst), worst_rank,
+                             at_worst.phase, at_worst.breakdown());
     memory = {{"device", to_string(t.device)}, {"bytes_per_rank", per_rank}, {"max_bytes", worst}};
   }
   if (!json_out.empty()) {

@@ -76,7 +76,10 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "stale mode: use g * previous + (1 - g) * received for halo rows and gradients (0 = off; 0.9 steadies deep "
       "models)")("feature-norm", po::value<std::string>()->default_value("l2"),
                  "input feature normalisation: row (rows sum to 1) | l2 (rows of unit length) | none")(
-      "checkpoint-dir", po::value<std::string>(), "write checkpoints into this directory")(
+      "input-storage", po::value<std::string>()->default_value("fp32"),
+      "cpu: the layer-0 input matrices (features, their aggregation) as fp32 | bf16 (half the bytes, values "
+      "rounded to 8 significant bits, products in fp32)")("checkpoint-dir", po::value<std::string>(),
+                                                          "write checkpoints into this directory")(
       "checkpoint-every", po::value(&t.checkpoint_every)->default_value(0),
       "checkpoint every N epochs (0: only after the last)")("resume", po::value<std::string>(),
                                                             "continue from the newest checkpoint in this directory")(
@@ -138,6 +141,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       t.staleness.policy = StalePolicy::kFixed;
     }
     t.feature_norm = parse_feature_norm(vm["feature-norm"].as<std::string>());
+    t.input_storage = parse_input_storage(vm["input-storage"].as<std::string>());
     t.progress = !quiet;
     t.memory_limit = parse_memory_limit(vm["memory-limit"].as<std::string>());
     t.device = parse_device(device);

@@ -340,8 +340,11 @@ Prediction evaluate(const Model& m, const cluster::ClusterConfig& cluster, const
   const double q_ns = pick(options.quant_ns_per_value, 2.5, 0.01);
   const double dq_ns = pick(options.dequant_ns_per_value, 1.0, 0.01);
   const double copy_ns = pick(options.copy_ns_per_value, 0.5, 0.01);
+  // The per-value costs are one core's; the quantizer and the gather/scatter run on the rank's
+  // OpenMP threads (cores / ranks of the node, as the launchers set them), and ranks that
+  // outnumber the cores share them. Linear in the threads: memory bandwidth is not modelled.
   const int ranks_here = std::min(m.P, cluster.ranks_per_node);
-  const double slowdown = gpu ? 1.0 : std::max(1.0, static_cast<double>(ranks_here) / cluster.cores_per_node);
+  const double slowdown = gpu ? 1.0 : static_cast<double>(ranks_here) / cluster.cores_per_node;
   const double send_ns = bits < 16 ? q_ns : (bits == 16 ? 2.0 * copy_ns : copy_ns);
   const double recv_ns = bits < 16 ? dq_ns : (bits == 16 ? 2.0 * copy_ns : copy_ns);
   double quant_ns_per_col = 0.0;

@@ -138,6 +138,26 @@ TEST(CostModel, PredictionsAreConsistent) {
   EXPECT_EQ(half.find(32, "sync")->halo_bytes_per_epoch, report_total_32 + report_fwd_32 / 2);
 }
 
+// Quantization runs on the rank's threads: a CPU rank with 8 cores quantizes 8 times faster
+// than a rank with one core, and 4 ranks sharing 2 cores take twice as long as 4 with a core each.
+TEST(CostModel, QuantizationScalesWithTheCoresOfARank) {
+  const auto& r = report();
+  Calibration calib;
+  calib.compute_s = 0.2;
+  calib.ranks = 4;
+  const CostOptions opt;
+  const auto quant_s = [&](int cores_per_node, int ranks_per_node) {
+    auto c = two_level(4 / ranks_per_node, ranks_per_node, 10.0, 10.0, false, false);
+    c.cores_per_node = cores_per_node;
+    return predict(r, shape(), c, calib, opt).find(1, "sync")->quant_s;
+  };
+  const double one_core = quant_s(1, 1);
+  ASSERT_GT(one_core, 0.0);
+  EXPECT_NEAR(quant_s(8, 1), one_core / 8.0, 1e-12);
+  EXPECT_NEAR(quant_s(4, 4), one_core, 1e-12);
+  EXPECT_NEAR(quant_s(2, 4), 2.0 * one_core, 1e-12);
+}
+
 // A graph described by its counts (`halogen plan --nodes`) becomes a report of equal parts that
 // holds the same nodes, edges and halo rows; on the SBM it predicts the real partition's epoch
 // within the real partition's imbalance. Counts that describe no graph are refused.

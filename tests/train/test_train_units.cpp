@@ -200,6 +200,72 @@ TEST(Gemm, DroppedProductsEqualADroppedCopyBitForBit) {
   set_compute_threads(1);
 }
 
+// bf16 input storage: a product over bf16-stored values is the fp32 product over the rounded
+// values, bit for bit (dense: forward and backward, with and without dropout, on one and two
+// threads, across the 512-row blocks of the backward sum; sparse: the same entries); and the
+// rounding is round-to-nearest-even on the upper 16 bits.
+TEST(Gemm, Bf16StoredInputsEqualTheRoundedFp32InputsBitForBit) {
+  EXPECT_EQ(to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(from_bf16(to_bf16(1.0f + 1.0f / 256.0f)), 1.0f);                  // a tie: to even (down)
+  EXPECT_EQ(from_bf16(to_bf16(1.0f + 3.0f / 256.0f)), 1.0f + 4.0f / 256.0f);  // a tie: to even (up)
+  EXPECT_EQ(from_bf16(to_bf16(1.0f + 1.0f / 128.0f + 1.0f / 4096.0f)), 1.0f + 1.0f / 128.0f);
+  EXPECT_LE(std::abs(from_bf16(to_bf16(-3.0e38f)) / -3.0e38f - 1.0f), 1.0f / 512.0f);  // within half an ulp
+  EXPECT_TRUE(std::isinf(from_bf16(to_bf16(3.4e38f))));                                // rounds past the largest bf16
+  EXPECT_TRUE(std::isnan(from_bf16(to_bf16(std::nanf("")))));
+  const DropoutKey key{5, 2, 0};
+  for (int threads : {1, 2}) {
+    set_compute_threads(threads);
+    for (const int64_t rows : {int64_t{37}, int64_t{1300}}) {
+      for (const int64_t cols : {int64_t{1}, int64_t{19}, int64_t{70}}) {
+        SCOPED_TRACE(testing::Message() << threads << " threads, " << rows << " x " << cols);
+        const int64_t n = 11;
+        std::vector<float> x(static_cast<size_t>(rows * cols)), w(static_cast<size_t>(cols * n));
+        std::vector<float> dy(static_cast<size_t>(rows * n)), rounded(x.size());
+        std::vector<uint16_t> x16(x.size());
+        std::vector<int32_t> gid(static_cast<size_t>(rows));
+        for (size_t i = 0; i < x.size(); ++i) {
+          x[i] = (i % 3 == 0) ? 0.0f : std::sin(0.37f * static_cast<float>(i)) * 3.7f;
+          x16[i] = to_bf16(x[i]);
+          rounded[i] = from_bf16(x16[i]);
+        }
+        ASSERT_NE(rounded, x);  // the rounding is real
+        for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.11f * static_cast<float>(i));
+        for (size_t i = 0; i < dy.size(); ++i) dy[i] = std::sin(0.23f * static_cast<float>(i) + 1.0f);
+        for (size_t i = 0; i < gid.size(); ++i) gid[i] = static_cast<int32_t>(5 * i + 2);
+        for (const float p : {0.0f, 0.5f}) {
+          for (const float beta : {0.0f, 0.5f}) {
+            std::vector<float> want(static_cast<size_t>(rows * (n + 1)), 0.25f), got = want;
+            gemm_dropped(rounded.data(), rows, cols, gid.data(), p, key, w.data(), n, beta, want.data(), n + 1);
+            gemm_dropped(x16.data(), rows, cols, gid.data(), p, key, w.data(), n, beta, got.data(), n + 1);
+            EXPECT_EQ(got, want) << "forward, p " << p << " beta " << beta;
+            std::vector<float> want_t(static_cast<size_t>(cols * n), 0.75f), got_t = want_t;
+            gemm_dropped_tn(rounded.data(), rows, cols, gid.data(), p, key, dy.data(), n, beta, want_t.data());
+            gemm_dropped_tn(x16.data(), rows, cols, gid.data(), p, key, dy.data(), n, beta, got_t.data());
+            EXPECT_EQ(got_t, want_t) << "backward, p " << p << " beta " << beta;
+          }
+          for (const bool sparse : {false, true}) {
+            InputMatrix fp32, bf16;
+            fp32.assign(rounded.data(), rows, cols, sparse);
+            bf16.assign(x.data(), rows, cols, sparse, /*bf16=*/true);
+            ASSERT_TRUE(bf16.bf16());
+            EXPECT_LT(bf16.stored_bytes(), fp32.stored_bytes());
+            for (InputMatrix* m : {&fp32, &bf16}) m->prepare(p, key, gid.data());
+            std::vector<float> y32(static_cast<size_t>(rows * n)), y16(y32.size()), g32(static_cast<size_t>(cols * n)),
+                g16(g32.size());
+            fp32.multiply(w.data(), n, 0.0f, y32.data());
+            bf16.multiply(w.data(), n, 0.0f, y16.data());
+            fp32.multiply_transposed(dy.data(), n, g32.data());
+            bf16.multiply_transposed(dy.data(), n, g16.data());
+            EXPECT_EQ(y16, y32) << (sparse ? "sparse" : "dense") << " forward, p " << p;
+            EXPECT_EQ(g16, g32) << (sparse ? "sparse" : "dense") << " backward, p " << p;
+          }
+        }
+      }
+    }
+  }
+  set_compute_threads(1);
+}
+
 // The drift of sent rows against a reference kept as a column range of a wider matrix (the
 // adaptive policy measures GAT's [h | el] rows in two ranges of one reference): the sums are
 // those of the range alone, the range is updated, the columns beside it are left alone.
@@ -377,6 +443,16 @@ TEST(TrainOptions, GpuPathTakesEveryOptionOfTheCpuPath) {
             std::string::npos);
   EXPECT_EQ(parse_precision("fp16"), Precision::kFp16);
   EXPECT_THROW(parse_precision("bf16"), Error);
+  // bf16 input storage is the CPU's: a GPU stores the inputs in the activation dtype.
+  EXPECT_NE(message([](TrainOptions& t) { t.input_storage = InputStorage::kBf16; }).find("--input-storage bf16"),
+            std::string::npos);
+  EXPECT_EQ(message([](TrainOptions& t) {
+              t.device = Device::kCpu;
+              t.input_storage = InputStorage::kBf16;
+            }),
+            "");
+  EXPECT_EQ(parse_input_storage("bf16"), InputStorage::kBf16);
+  EXPECT_THROW(parse_input_storage("fp16"), Error);
 }
 
 }  // namespace

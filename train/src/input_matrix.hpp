@@ -16,8 +16,11 @@ namespace halogen {
 
 class InputMatrix {
  public:
-  /// Takes rows x cols values (row-major). Stored sparse when `sparse` is set.
-  void assign(const float* values, int64_t rows, int64_t cols, bool sparse);
+  /// Takes rows x cols values (row-major). Stored sparse when `sparse` is set; with `bf16`,
+  /// the values are kept as bfloat16 (kernels/dense.hpp: half the bytes, rounded to 8
+  /// significant bits) and widened to fp32 as the products read them, which then equal the
+  /// products of an fp32 matrix of the rounded values bit for bit.
+  void assign(const float* values, int64_t rows, int64_t cols, bool sparse, bool bf16 = false);
   /// Fraction of non-zeros of a dense matrix.
   static int64_t count_nonzeros(const float* values, int64_t n);
   /// Density (nonzeros / entries) under which CSR storage beats dense GEMM on these ranks.
@@ -37,25 +40,34 @@ class InputMatrix {
   int64_t rows() const noexcept { return rows_; }
   int64_t cols() const noexcept { return cols_; }
   bool sparse() const noexcept { return sparse_; }
-  int64_t nonzeros() const noexcept { return static_cast<int64_t>(val_.size()); }
+  bool bf16() const noexcept { return bf16_; }
+  int64_t nonzeros() const noexcept { return static_cast<int64_t>(col_.size()); }
+  /// Bytes held for the values and their structure (the memory model's input matrices).
+  uint64_t stored_bytes() const noexcept;
 
  private:
   int64_t rows_ = 0, cols_ = 0;
   bool sparse_ = false;
+  bool bf16_ = false;
   bool dropped_ = false;  // prepare() set a mask for this epoch
   float p_ = 0.0f;
   DropoutKey key_;
   const int32_t* global_ids_ = nullptr;
-  // Dense form.
+  // Dense form (fp32 or bf16).
   HostBuffer<float> dense_;
+  HostBuffer<uint16_t> dense16_;
   // Sparse form; with dropout, each non-zero's keep decision for the epoch (0 or 1).
   HostBuffer<int64_t> off_;
   HostBuffer<int32_t> col_;
   HostBuffer<float> val_;
+  HostBuffer<uint16_t> val16_;  // bf16 values instead of val_
   HostBuffer<uint8_t> keep_;
   float keep_scale_ = 1.0f;
   /// Non-zero e as this epoch's products see it (dropout_copy's expression, bit for bit).
-  float value(int64_t e) const { return dropped_ ? val_[e] * (static_cast<float>(keep_[e]) * keep_scale_) : val_[e]; }
+  float stored(int64_t e) const { return bf16_ ? from_bf16(val16_[e]) : val_[e]; }
+  float value(int64_t e) const {
+    return dropped_ ? stored(e) * (static_cast<float>(keep_[e]) * keep_scale_) : stored(e);
+  }
 };
 
 /// A layer-0 input matrix on the trainer's device: on the CPU an InputMatrix (sparse or dense,
@@ -64,8 +76,9 @@ class InputMatrix {
 class LayerInput {
  public:
   /// Stores `values` (owned rows x features, fp32, on ctx's device). Collective over `comm`
-  /// on the CPU (the sparse-or-dense decision uses global counts).
-  void assign(const ExecContext& ctx, Communicator& comm, const TensorView& values, DType dtype);
+  /// on the CPU (the sparse-or-dense decision uses global counts). On the CPU, `bf16` keeps
+  /// the values as bfloat16 (--input-storage bf16); on a GPU they are stored as `dtype`.
+  void assign(const ExecContext& ctx, Communicator& comm, const TensorView& values, DType dtype, bool bf16 = false);
   /// This epoch's input: the stored values with dropout p at `key` (p = 0: as stored).
   void prepare(const ExecContext& ctx, float p, const DropoutKey& key, const TensorView& global_ids);
   /// y = beta * y + D w (D: the prepared input, rows x cols; w: cols x n).
@@ -74,6 +87,8 @@ class LayerInput {
   void multiply_transposed(const ExecContext& ctx, const TensorView& dy, const TensorView& dw,
                            bool accumulate = false) const;
   bool sparse() const noexcept { return host_.sparse(); }
+  /// CPU: bytes of the stored matrix (InputMatrix::stored_bytes).
+  uint64_t stored_bytes() const noexcept { return host_.stored_bytes(); }
 
  private:
   Device device_ = kDevCpu;

@@ -6,7 +6,7 @@
 
 namespace halogen {
 
-void LayerInput::assign(const ExecContext& ctx, Communicator& comm, const TensorView& values, DType dtype) {
+void LayerInput::assign(const ExecContext& ctx, Communicator& comm, const TensorView& values, DType dtype, bool bf16) {
   device_ = ctx.device;
   if (device_ == kDevCpu) {
     const float* v = values.ptr<const float>();
@@ -18,7 +18,8 @@ void LayerInput::assign(const ExecContext& ctx, Communicator& comm, const Tensor
     comm.allreduce_sum(std::span<int64_t>(counts));
     host_.assign(v, values.rows, values.cols,
                  static_cast<double>(counts[0]) <
-                     InputMatrix::kSparseBelow * static_cast<double>(std::max<int64_t>(counts[1], 1)));
+                     InputMatrix::kSparseBelow * static_cast<double>(std::max<int64_t>(counts[1], 1)),
+                 bf16);
     return;
   }
   stored_.reset(device_, dtype, values.rows, values.cols);

@@ -36,17 +36,19 @@ constexpr uint64_t kRuntimeBytes = uint64_t{48} << 20;
 // non-zero for the epoch.
 // GAT stores only the raw features (it projects before aggregating), of its halo rows too
 // (`raw_halo`), at the owned rows' density.
-uint64_t input_matrix_bytes(const ShardCounts& s, bool aggregated, bool raw, bool raw_halo, bool dropout) {
+// With bf16 storage a value takes 2 bytes instead of 4 (a non-zero: 6 with its column).
+uint64_t input_matrix_bytes(const ShardCounts& s, bool aggregated, bool raw, bool raw_halo, bool dropout, bool bf16) {
   const int64_t owned = s.owned, F = s.feature_dim;
   const double cells = static_cast<double>(std::max<int64_t>(owned * F, 1));
   const double density = s.feature_density;
   const double halo_scale = static_cast<double>(s.halo) / static_cast<double>(std::max<int64_t>(owned, 1));
   const double mean_row_entries = static_cast<double>(s.local_edges) / std::max<double>(owned, 1) + 1.0;
   const double aggregated_density = std::min(1.0, density * mean_row_entries);
+  const double value_bytes = bf16 ? 2.0 : 4.0;
   const auto stored = [&](double d) {
-    return d < InputMatrix::kSparseBelow
-               ? static_cast<uint64_t>(d * cells * (dropout ? 9 : 8)) + static_cast<uint64_t>(owned + 1) * 8
-               : static_cast<uint64_t>(cells * 4);
+    return d < InputMatrix::kSparseBelow ? static_cast<uint64_t>(d * cells * (value_bytes + 4 + (dropout ? 1 : 0))) +
+                                               static_cast<uint64_t>(owned + 1) * 8
+                                         : static_cast<uint64_t>(cells * value_bytes);
   };
   return (aggregated ? stored(aggregated_density) : 0) + (raw ? stored(density) : 0) +
          (raw_halo ? static_cast<uint64_t>(static_cast<double>(stored(density)) * halo_scale) : 0);
@@ -193,11 +195,13 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   // On a GPU the layer-0 inputs are dense, in the activation dtype, with a dropped copy. GAT
   // keeps its halo rows' features too (layer 0 projects them itself).
   const int input_count = (!gat ? 1 : 0) + (sage || gat ? 1 : 0);
+  const bool bf16_inputs = opt.input_storage == InputStorage::kBf16;
   const int64_t input_rows = gat ? local : owned;
   const uint64_t input_matrices =
-      on_gpu ? input_count * act(input_rows, F) : input_matrix_bytes(s, !gat, sage || gat, gat, false);
-  const uint64_t input_matrices_training = on_gpu ? input_count * act(input_rows, F) * (opt.dropout > 0.0f ? 2 : 1)
-                                                  : input_matrix_bytes(s, !gat, sage || gat, gat, opt.dropout > 0.0f);
+      on_gpu ? input_count * act(input_rows, F) : input_matrix_bytes(s, !gat, sage || gat, gat, false, bf16_inputs);
+  const uint64_t input_matrices_training =
+      on_gpu ? input_count * act(input_rows, F) * (opt.dropout > 0.0f ? 2 : 1)
+             : input_matrix_bytes(s, !gat, sage || gat, gat, opt.dropout > 0.0f, bf16_inputs);
 
   // Host-side items of a GPU run are not what its device must hold.
   const uint64_t runtime = on_gpu ? 0 : kRuntimeBytes;

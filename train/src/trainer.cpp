@@ -74,6 +74,14 @@ Precision parse_precision(const std::string& name) {
 
 std::string to_string(Precision p) { return p == Precision::kFp16 ? "fp16" : "fp32"; }
 
+InputStorage parse_input_storage(const std::string& name) {
+  if (name == "fp32") return InputStorage::kFp32;
+  if (name == "bf16") return InputStorage::kBf16;
+  HALOGEN_FAIL("--input-storage must be 'fp32' or 'bf16', got '{}'", name);
+}
+
+std::string to_string(InputStorage s) { return s == InputStorage::kBf16 ? "bf16" : "fp32"; }
+
 FeatureNorm parse_feature_norm(const std::string& name) {
   if (name == "row") return FeatureNorm::kRow;
   if (name == "l2") return FeatureNorm::kL2;
@@ -120,6 +128,9 @@ void TrainOptions::validate() const {
                   loss_scale);
   HALOGEN_EXPECTS(precision == Precision::kFp32 || device == Device::kCuda,
                   "--precision fp16 needs --device cuda (the CPU path computes in fp32)");
+  HALOGEN_EXPECTS(input_storage == InputStorage::kFp32 || device == Device::kCpu,
+                  "--input-storage bf16 is for CPU ranks; on a GPU the layer-0 inputs are stored in the activation "
+                  "dtype (--precision fp16 halves them)");
 }
 int TrainOptions::bits_fwd_at(int layer) const { return bits_fwd.size() == 1 ? bits_fwd[0] : bits_fwd[layer]; }
 int TrainOptions::bits_bwd_at(int layer) const { return bits_bwd.size() == 1 ? bits_bwd[0] : bits_bwd[layer]; }
@@ -610,21 +621,22 @@ void Trainer::precompute_input_aggregation() {
     Exchange pending = exchange.start_forward(x, 32, key, 0);
     exchange.finish_forward(pending, x);
   }
+  const bool bf16_inputs = opt_.input_storage == InputStorage::kBf16;
   if (gat()) {
     // GAT projects before it aggregates. With the halo rows' features at hand, layer 0
     // computes its halo rows' projections itself: the same keyed dropout and weights as
     // their owners use, so the same rows, without a quantized (or stale) exchange and with
     // exact layer-0 weight gradients.
-    x0_.assign(ctx(), comm_, x.row_range(0, owned()), act_);
-    x0_halo_.assign(ctx(), comm_, x.row_range(owned(), local()), act_);
+    x0_.assign(ctx(), comm_, x.row_range(0, owned()), act_, bf16_inputs);
+    x0_halo_.assign(ctx(), comm_, x.row_range(owned(), local()), act_, bf16_inputs);
   } else {
     Tensor agg(device_, DType::kF32, owned(), F);
     ops::CsrAggregation own = own_, halo = halo_;
     own.half_plan = halo.half_plan = nullptr;  // fp32 here
     ops::aggregate(ctx(), own, x, agg, /*accumulate=*/false);
     if (s_.num_halo > 0) ops::aggregate(ctx(), halo, x, agg, /*accumulate=*/true);
-    agg0_.assign(ctx(), comm_, agg, act_);
-    if (sage()) x0_.assign(ctx(), comm_, x.row_range(0, owned()), act_);
+    agg0_.assign(ctx(), comm_, agg, act_, bf16_inputs);
+    if (sage()) x0_.assign(ctx(), comm_, x.row_range(0, owned()), act_, bf16_inputs);
     synchronize(ctx());  // agg is freed at scope exit
   }
   synchronize(ctx());  // x is freed at scope exit

@@ -327,6 +327,7 @@ nlohmann::json training_description(const TrainOptions& opt) {
           {"lr", opt.lr},
           {"weight_decay", opt.weight_decay},
           {"feature_norm", to_string(opt.feature_norm)},
+          {"input_storage", to_string(opt.input_storage)},
           {"attn_dropout", opt.attention_dropout()},
           {"attn_terms", opt.quantize_attention_terms ? "quantized" : "fp32"},
           {"grad_allreduce", to_string(opt.grad_allreduce)},

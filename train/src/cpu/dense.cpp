@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/philox_batch.hpp"  // quant/src: the batched Philox of the quantizer
@@ -174,11 +175,30 @@ constexpr int64_t kDroppedChunk = 256;
 
 }  // namespace
 
-void gemm_dropped(const float* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p, const DropoutKey& key,
-                  const float* w, int64_t n, float beta, float* y, int64_t ldy) {
+namespace {
+
+// A row of X as fp32: fp32 storage is read in place; bf16 storage is widened into `buffer`
+// (exact), where the dropout mask is then applied in place.
+inline const float* fp32_row(const float* src, float*, int64_t) { return src; }
+inline const float* fp32_row(const uint16_t* src, float* buffer, int64_t cols) {
+  for (int64_t j = 0; j < cols; ++j) buffer[j] = from_bf16(src[j]);
+  return buffer;
+}
+
+// dst = dropout(row) (p > 0) or the row as fp32 (p = 0; bf16 storage only).
+template <typename T>
+inline void load_row(const T* src, float* dst, int64_t cols, bool drop, DropoutRowFn fn, const DropoutRow& d,
+                     uint32_t node, uint32_t* words, uint32_t first_block) {
+  const float* row = fp32_row(src, dst, cols);
+  if (drop) fn(d, node, row, dst, cols, words, first_block);
+}
+
+template <typename T>
+void gemm_rows_loaded(const T* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p, const DropoutKey& key,
+                      const float* w, int64_t n, float beta, float* y, int64_t ldy) {
   if (rows == 0 || n == 0) return;
-  if (cols == 0 || p <= 0.0f) return gemm(false, false, rows, n, cols, 1.0f, x, cols, w, n, beta, y, ldy);
-  const DropoutRow d = dropout_row_of(p, key);
+  const bool drop = p > 0.0f;
+  const DropoutRow d = drop ? dropout_row_of(p, key) : DropoutRow{};
   const DropoutRowFn fn = pick_dropout_row();
   const int64_t blocks = (cols + 7) / 8;
   // The threads and rows of gemm(): each thread's rows, a chunk at a time.
@@ -191,8 +211,13 @@ void gemm_dropped(const float* x, int64_t rows, int64_t cols, const int32_t* glo
     for (int64_t r0 = begin; r0 < end; r0 += kDroppedChunk) {
       const int64_t count = std::min(kDroppedChunk, end - r0);
       for (int64_t i = 0; i < count; ++i)
-        fn(d, static_cast<uint32_t>(global_ids[r0 + i]), x + (r0 + i) * cols, chunk.data() + i * cols, cols,
-           words.data(), 0);
+        load_row(x + (r0 + i) * cols, chunk.data() + i * cols, cols, drop, fn, d,
+                 drop ? static_cast<uint32_t>(global_ids[r0 + i]) : 0u, words.data(), 0);
+      if (cols == 0) {
+        for (int64_t i = 0; i < count; ++i)
+          for (int64_t j = 0; j < n; ++j) y[(r0 + i) * ldy + j] = beta == 0.0f ? 0.0f : beta * y[(r0 + i) * ldy + j];
+        continue;
+      }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(count), static_cast<blasint>(n),
                   static_cast<blasint>(cols), 1.0f, chunk.data(), static_cast<blasint>(cols), w,
                   static_cast<blasint>(n), beta, y + r0 * ldy, static_cast<blasint>(ldy));
@@ -200,29 +225,41 @@ void gemm_dropped(const float* x, int64_t rows, int64_t cols, const int32_t* glo
   }
 }
 
-void gemm_dropped_tn(const float* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p,
-                     const DropoutKey& key, const float* dy, int64_t n, float beta, float* dw) {
+template <typename T>
+void gemm_tn_loaded(const T* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p, const DropoutKey& key,
+                    const float* dy, int64_t n, float beta, float* dw) {
   if (cols == 0 || n == 0) return;
-  if (rows == 0 || p <= 0.0f) return gemm(true, false, cols, n, rows, 1.0f, x, cols, dy, n, beta, dw, n);
+  const bool drop = p > 0.0f;
   const int threads = gemm_threads(cols);
+  if (rows == 0) {
+    for (int64_t k = 0; k < cols * n; ++k) dw[k] = beta == 0.0f ? 0.0f : beta * dw[k];
+    return;
+  }
   if (threads == 1 && omp_get_max_threads() > 1) {
-    // gemm(trans_a) sums narrow dW on one thread; the mask is drawn by all threads instead,
-    // eight row blocks at a time, which that thread then sums as gemm does.
+    // gemm(trans_a) sums narrow dW on one thread; the rows are loaded (and the mask drawn) by
+    // all threads instead, eight row blocks at a time, which that thread then sums as gemm does.
     constexpr int64_t kGroup = 8 * kReduceBlock;
     HostBuffer<float> group(static_cast<size_t>(std::min(kGroup, rows) * cols));
     const auto a_rows = [&](int64_t k0, int64_t) {
-      if (k0 % kGroup == 0)
-        dropout_copy(x + k0 * cols, cols, group.data(), cols, std::min(kGroup, rows - k0), cols, global_ids + k0, p,
-                     key);
-      return group.data() + (k0 % kGroup) * cols;
+      if (k0 % kGroup == 0) {
+        const int64_t count = std::min(kGroup, rows - k0);
+        if constexpr (std::is_same_v<T, float>) {
+          dropout_copy(x + k0 * cols, cols, group.data(), cols, count, cols, global_ids + k0, p, key);
+        } else {
+#pragma omp parallel for schedule(static)
+          for (int64_t i = 0; i < count; ++i) fp32_row(x + (k0 + i) * cols, group.data() + i * cols, cols);
+          if (drop) dropout_apply(group.data(), count, cols, cols, global_ids + k0, p, key);
+        }
+      }
+      return static_cast<const float*>(group.data() + (k0 % kGroup) * cols);
     };
     return gemm_tn_rows(cols, n, rows, 1.0f, a_rows, cols, false, dy, n, beta, dw, n);
   }
-  const DropoutRow d = dropout_row_of(p, key);
+  const DropoutRow d = drop ? dropout_row_of(p, key) : DropoutRow{};
   const DropoutRowFn fn = pick_dropout_row();
   // The threads and column shares of gemm(trans_a): thread t owns rows [begin, end) of dW,
-  // i.e. columns [begin, end) of x, and drops only the Philox blocks covering them (from
-  // column 8 * first on), one row block at a time.
+  // i.e. columns [begin, end) of x, and loads (and drops) only the Philox blocks covering them
+  // (from column 8 * first on), one row block at a time.
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -233,13 +270,37 @@ void gemm_dropped_tn(const float* x, int64_t rows, int64_t cols, const int32_t* 
       HostBuffer<float> block(static_cast<size_t>(std::min(kReduceBlock, rows) * width));
       const auto a_rows = [&](int64_t k0, int64_t kb) {
         for (int64_t i = 0; i < kb; ++i)
-          fn(d, static_cast<uint32_t>(global_ids[k0 + i]), x + (k0 + i) * cols + 8 * first, block.data() + i * width,
-             width, words.data(), static_cast<uint32_t>(first));
+          load_row(x + (k0 + i) * cols + 8 * first, block.data() + i * width, width, drop, fn, d,
+                   drop ? static_cast<uint32_t>(global_ids[k0 + i]) : 0u, words.data(), static_cast<uint32_t>(first));
         return static_cast<const float*>(block.data() + (begin - 8 * first));
       };
       gemm_tn_rows(end - begin, n, rows, 1.0f, a_rows, width, false, dy, n, beta, dw + begin * n, n);
     }
   }
+}
+
+}  // namespace
+
+void gemm_dropped(const float* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p, const DropoutKey& key,
+                  const float* w, int64_t n, float beta, float* y, int64_t ldy) {
+  if (cols == 0 || p <= 0.0f) return gemm(false, false, rows, n, cols, 1.0f, x, cols, w, n, beta, y, ldy);
+  gemm_rows_loaded(x, rows, cols, global_ids, p, key, w, n, beta, y, ldy);
+}
+
+void gemm_dropped_tn(const float* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p,
+                     const DropoutKey& key, const float* dy, int64_t n, float beta, float* dw) {
+  if (rows == 0 || p <= 0.0f) return gemm(true, false, cols, n, rows, 1.0f, x, cols, dy, n, beta, dw, n);
+  gemm_tn_loaded(x, rows, cols, global_ids, p, key, dy, n, beta, dw);
+}
+
+void gemm_dropped(const uint16_t* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p,
+                  const DropoutKey& key, const float* w, int64_t n, float beta, float* y, int64_t ldy) {
+  gemm_rows_loaded(x, rows, cols, global_ids, p, key, w, n, beta, y, ldy);
+}
+
+void gemm_dropped_tn(const uint16_t* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p,
+                     const DropoutKey& key, const float* dy, int64_t n, float beta, float* dw) {
+  gemm_tn_loaded(x, rows, cols, global_ids, p, key, dy, n, beta, dw);
 }
 
 void dropout_copy(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t cols,

@@ -18,20 +18,39 @@ int64_t InputMatrix::count_nonzeros(const float* values, int64_t n) {
   return nnz;
 }
 
-void InputMatrix::assign(const float* values, int64_t rows, int64_t cols, bool sparse) {
+void InputMatrix::assign(const float* values, int64_t rows, int64_t cols, bool sparse, bool bf16) {
   rows_ = rows;
   cols_ = cols;
   sparse_ = sparse;
+  bf16_ = bf16;
+  dense_ = {};
+  dense16_ = {};
+  off_ = {};
+  col_ = {};
+  val_ = {};
+  val16_ = {};
+  keep_ = {};
   if (!sparse) {
-    dense_.resize(static_cast<size_t>(rows * cols));
-    if (!dense_.empty()) std::memcpy(dense_.data(), values, dense_.size() * sizeof(float));
+    const int64_t n = rows * cols;
+    if (!bf16) {
+      dense_.resize(static_cast<size_t>(n));
+      if (n > 0) std::memcpy(dense_.data(), values, static_cast<size_t>(n) * sizeof(float));
+      return;
+    }
+    dense16_.resize(static_cast<size_t>(n));
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) dense16_[i] = to_bf16(values[i]);
     return;
   }
   off_.resize(static_cast<size_t>(rows) + 1);
   off_[0] = 0;
   for (int64_t i = 0; i < rows; ++i) off_[i + 1] = off_[i] + count_nonzeros(values + i * cols, cols);
   col_.resize(static_cast<size_t>(off_[rows]));
-  val_.resize(static_cast<size_t>(off_[rows]));
+  if (bf16) {
+    val16_.resize(static_cast<size_t>(off_[rows]));
+  } else {
+    val_.resize(static_cast<size_t>(off_[rows]));
+  }
 #pragma omp parallel for schedule(dynamic, 256)
   for (int64_t i = 0; i < rows; ++i) {
     int64_t e = off_[i];
@@ -39,10 +58,19 @@ void InputMatrix::assign(const float* values, int64_t rows, int64_t cols, bool s
       const float v = values[i * cols + j];
       if (v != 0.0f) {
         col_[e] = static_cast<int32_t>(j);
-        val_[e++] = v;
+        if (bf16) {
+          val16_[e++] = to_bf16(v);
+        } else {
+          val_[e++] = v;
+        }
       }
     }
   }
+}
+
+uint64_t InputMatrix::stored_bytes() const noexcept {
+  return (dense_.size() + val_.size() + col_.size()) * 4 + (dense16_.size() + val16_.size()) * 2 + off_.size() * 8 +
+         keep_.size();
 }
 
 namespace {
@@ -89,7 +117,7 @@ void InputMatrix::prepare(float p, const DropoutKey& key, const int32_t* global_
   key_ = key;
   global_ids_ = global_ids;
   if (!dropped_ || !sparse_) return;
-  keep_.resize(val_.size());
+  keep_.resize(col_.size());
   keep_scale_ = 1.0f / (1.0f - p);
 #pragma omp parallel
   {
@@ -105,6 +133,8 @@ void InputMatrix::prepare(float p, const DropoutKey& key, const int32_t* global_
 void InputMatrix::multiply(const float* w, int64_t n, float beta, float* y, int64_t ldy) const {
   if (ldy == 0) ldy = n;
   if (!sparse_) {
+    if (bf16_)
+      return gemm_dropped(dense16_.data(), rows_, cols_, global_ids_, dropped_ ? p_ : 0.0f, key_, w, n, beta, y, ldy);
     if (dropped_) return gemm_dropped(dense_.data(), rows_, cols_, global_ids_, p_, key_, w, n, beta, y, ldy);
     return gemm(false, false, rows_, n, cols_, 1.0f, dense_.data(), cols_, w, n, beta, y, ldy);
   }
@@ -128,6 +158,9 @@ void InputMatrix::multiply(const float* w, int64_t n, float beta, float* y, int6
 
 void InputMatrix::multiply_transposed(const float* dy, int64_t n, float* dw, bool accumulate) const {
   if (!sparse_) {
+    if (bf16_)
+      return gemm_dropped_tn(dense16_.data(), rows_, cols_, global_ids_, dropped_ ? p_ : 0.0f, key_, dy, n,
+                             accumulate ? 1.0f : 0.0f, dw);
     if (dropped_)
       return gemm_dropped_tn(dense_.data(), rows_, cols_, global_ids_, p_, key_, dy, n, accumulate ? 1.0f : 0.0f, dw);
     return gemm(true, false, cols_, n, rows_, 1.0f, dense_.data(), cols_, dy, n, accumulate ? 1.0f : 0.0f, dw, n);

@@ -42,6 +42,33 @@ void gemm_dropped(const float* x, int64_t rows, int64_t cols, const int32_t* glo
 void gemm_dropped_tn(const float* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p,
                      const DropoutKey& key, const float* dy, int64_t n, float beta, float* dw);
 
+/// bfloat16 storage: the upper half of an fp32 (sign, the full 8-bit exponent, 7 stored
+/// significand bits), rounded to nearest even; NaN stays NaN. Widening back is exact, so a
+/// product over bf16-stored values equals the same product over fp32 copies of the rounded
+/// values. Half the bytes of fp32 with fp32's range (fp16 would overflow raw count features
+/// above 65504).
+inline uint16_t to_bf16(float v) {
+  uint32_t u;
+  __builtin_memcpy(&u, &v, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float v;
+  __builtin_memcpy(&v, &u, 4);
+  return v;
+}
+
+/// The products above for X stored as bf16 (rows x cols, contiguous), each value widened to
+/// fp32 as it is read, a few rows (or a thread's columns) at a time: bit for bit the fp32
+/// products (gemm, gemm_dropped, gemm_dropped_tn) of the widened matrix. p = 0: no dropout.
+void gemm_dropped(const uint16_t* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p,
+                  const DropoutKey& key, const float* w, int64_t n, float beta, float* y, int64_t ldy);
+void gemm_dropped_tn(const uint16_t* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p,
+                     const DropoutKey& key, const float* dy, int64_t n, float beta, float* dw);
+
 /// sums[j] += sum over rows of x[i, j] (x rows x cols, dense): bias gradients.
 void add_column_sums(const float* x, int64_t rows, int64_t cols, float* sums);
 

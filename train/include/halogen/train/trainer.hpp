@@ -42,6 +42,12 @@ enum class FeatureNorm { kNone, kRow, kL2 };
 FeatureNorm parse_feature_norm(const std::string& name);
 std::string to_string(FeatureNorm n);
 
+/// How a CPU rank stores its layer-0 input matrices (the features, their aggregation): fp32, or
+/// bfloat16 (half the bytes; values rounded to 8 significant bits, products in fp32).
+enum class InputStorage { kFp32, kBf16 };
+InputStorage parse_input_storage(const std::string& name);
+std::string to_string(InputStorage s);
+
 enum class GradAllreduce { kLayerwise, kPacked };
 GradAllreduce parse_grad_allreduce(const std::string& name);
 std::string to_string(GradAllreduce g);
@@ -75,6 +81,7 @@ struct TrainOptions {
   ExchangeMode mode = ExchangeMode::kSync;
   StalenessOptions staleness;  // stale mode: bound S, sync every k, drift threshold
   FeatureNorm feature_norm = FeatureNorm::kL2;
+  InputStorage input_storage = InputStorage::kFp32;  // CPU only
   /// Checkpoints: every N epochs (0 = only at the end) into checkpoint_dir (empty = none);
   /// resume_dir continues from the newest complete checkpoint there.
   int checkpoint_every = 0;
