@@ -67,6 +67,14 @@ TEST(ClusterConfig, ShippedConfigsParse) {
   EXPECT_EQ(dgx.threads_per_rank(), 14);
   EXPECT_EQ(dgx.threads_per_rank(2), 14);  // one rank per GPU, whatever the job size
 
+  // SAR's CPU cluster (bench/plan_papers100m.sh): one rank per node, on all its cores.
+  const auto icelake = load_cluster_config("icelake-hdr-128");
+  EXPECT_EQ(icelake.nodes, 128);
+  EXPECT_EQ(icelake.ranks_per_node, 1);
+  EXPECT_EQ(icelake.threads_per_rank(), 72);
+  EXPECT_DOUBLE_EQ(icelake.inter_node.bandwidth_GBps, 25.0);
+  EXPECT_EQ(icelake.max_ranks(), 128);
+
   const auto eth = load_cluster_config((kConfigs / "eth100g-4x4.yaml").string());
   EXPECT_EQ(eth.nodes, 4);
   EXPECT_EQ(eth.ranks_per_node, 4);
