@@ -24,9 +24,11 @@ namespace halogen {
 namespace {
 
 // Fixed cost of a rank besides its data: the MPI library and its transport buffers, the C++
-// and OpenBLAS runtimes, thread stacks. Measured as the peak RSS of a 1-epoch run on a tiny
-// graph (about 60-90 MiB with Open MPI over shared memory), rounded up.
-constexpr uint64_t kRuntimeBytes = uint64_t{48} << 20;
+// and OpenBLAS runtimes, thread stacks. Measured as the peak RSS of a 2-epoch run on a tiny
+// graph (a 200-node SBM: 20.0 MiB on 1 rank, 22.6-22.8 MiB on each of 4 ranks with Open MPI
+// over shared memory), rounded up. (48 MiB before, which made a small graph's estimate 30-60%
+// high: Amazon-Photo on 1 rank, Cora's ranks 1-3 of 4.)
+constexpr uint64_t kRuntimeBytes = uint64_t{24} << 20;
 
 // Bytes of the stored layer-0 input matrices (input_matrix.hpp): CSR (value + column, 8 bytes
 // a nonzero) when under 30% dense, else dense. The aggregation's nonzeros are bounded by the
