@@ -41,6 +41,9 @@ CONFIGS = [
     # On request only.
     ("gcn 8-bit sync", ["--model", "gcn", "--bits-fwd", "8", "--bits-bwd", "8"], None, False),
     ("gcn 1-bit sync", ["--model", "gcn", "--bits-fwd", "1", "--bits-bwd", "1"], None, False),
+    ("gat 1-bit sync", ["--model", "gat", "--bits-fwd", "1", "--bits-bwd", "1"], None, False),
+    ("gat 1-bit stale bound 0.1", ["--model", "gat", *STALE_1BIT, "--stale-error-bound", "0.1"], None, False),
+    ("gat 1-bit always stale", ["--model", "gat", *STALE_1BIT, "--stale-policy", "fixed", "--sync-every", "0"], None, False),
     ("gcn 1-bit stale fixed", ["--model", "gcn", *STALE_1BIT, "--stale-policy", "fixed"], None, False),
     ("gcn fp32 sync powersgd r4", ["--model", "gcn", "--grad-compression", "powersgd", "--grad-rank", "4"], None, False),
     ("gcn fp32 sync bf16 inputs", ["--model", "gcn", "--input-storage", "bf16"], None, False),
@@ -49,7 +52,8 @@ CONFIGS = [
 # Which synchronous fp32 row each stale row is judged against.
 REFERENCE = {"gcn 1-bit stale": "gcn fp32 sync", "sage 1-bit stale": "sage fp32 sync",
              "gat 1-bit stale": "gat fp32 sync", "gat4 1-bit stale": "gat4 fp32 sync",
-             "gcn 1-bit stale fixed": "gcn fp32 sync",
+             "gcn 1-bit stale fixed": "gcn fp32 sync", "gat 1-bit sync": "gat fp32 sync",
+             "gat 1-bit stale bound 0.1": "gat fp32 sync", "gat 1-bit always stale": "gat fp32 sync",
              # Issue 17: PowerSGD (rank 4, the default --grad-rank) against exact gradients.
              "gcn fp32 sync powersgd r4": "gcn fp32 sync",
              # bf16 storage of the layer-0 inputs against fp32 storage.
