@@ -67,7 +67,7 @@ std::string PendingExchange::save() const {
   HALOGEN_EXPECTS(active_ && !transfer_.in_flight(), "only a completed exchange can be saved");
   SavedExchange s{cols_,         bits_,
                   backward_,     fp32_tail_,
-                  recv_offsets_, std::vector<uint32_t>(recv_words_.data(), recv_words_.data() + recv_words_.size())};
+                  recv_offsets_, std::vector<uint32_t>(recv_words_.data(), recv_words_.data() + recv_words())};
   return s.encode();
 }
 
@@ -147,8 +147,15 @@ PendingExchange HostHaloExchanger::post(bool backward, int64_t cols, int64_t fp3
   p.epoch_ = static_cast<int>(key.epoch);
   p.layer_ = static_cast<int>(key.layer);
   MessageLayout layout = message_layout(shard_, backward, bits, cols, fp32_tail);
-  p.send_words_.resize(layout.send[P]);
-  p.recv_words_.resize(layout.recv[P]);
+  // The buffers may be larger than this exchange needs (reused from a larger one).
+  const auto take = [](HostBuffer<uint32_t>& spare, size_t words) {
+    HostBuffer<uint32_t> b = std::move(spare);
+    spare = {};
+    if (b.size() < words) b.resize(words);
+    return b;
+  };
+  p.send_words_ = take(spare_send_, layout.send[P]);
+  p.recv_words_ = take(spare_recv_, layout.recv[P]);
   for (int q = 0; q < P; ++q) {
     if (send_rows(q) > 0) {
       quant::QuantKey k = key;
@@ -197,7 +204,8 @@ PendingExchange HostHaloExchanger::start_forward(const float* local, int64_t col
   const int P = shard_.num_parts;
   const int64_t total_send = shard_.send_offsets[P];
   Stopwatch sw;
-  gather_.resize(static_cast<size_t>(std::max<int64_t>(total_send * cols, 1)));
+  if (gather_.size() < static_cast<size_t>(std::max<int64_t>(total_send * cols, 1)))
+    gather_.resize(static_cast<size_t>(std::max<int64_t>(total_send * cols, 1)));
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < total_send; ++i) {
     std::memcpy(gather_.data() + i * cols, local + static_cast<int64_t>(shard_.send_indices[i]) * ld,
@@ -235,7 +243,7 @@ void HostHaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t
       unpack_forward_rows(p, q, rows, dst, ld);
       continue;
     }
-    gather_.resize(static_cast<size_t>(rows * cols));
+    if (gather_.size() < static_cast<size_t>(rows * cols)) gather_.resize(static_cast<size_t>(rows * cols));
     unpack_forward_rows(p, q, rows, gather_.data(), cols);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
@@ -246,6 +254,13 @@ void HostHaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t
   }
   stats_.quant_s += sw.seconds();
   p.active_ = false;
+  recycle(p);
+}
+
+void HostHaloExchanger::recycle(PendingExchange& p) {
+  // Keep the larger buffer of each kind; the other is freed with the exchange.
+  if (p.send_words_.size() > spare_send_.size()) std::swap(p.send_words_, spare_send_);
+  if (p.recv_words_.size() > spare_recv_.size()) std::swap(p.recv_words_, spare_recv_);
 }
 
 PendingExchange HostHaloExchanger::start_backward(const float* local_grad, int64_t cols, int64_t ld, int bits,
@@ -266,7 +281,7 @@ void HostHaloExchanger::finish_backward(PendingExchange& p, float* local_grad, i
   for (int q = 0; q < shard_.num_parts; ++q) {
     const int64_t rows = shard_.send_count_to(q);
     if (rows == 0) continue;
-    gather_.resize(static_cast<size_t>(rows * cols));
+    if (gather_.size() < static_cast<size_t>(rows * cols)) gather_.resize(static_cast<size_t>(rows * cols));
     quant::dequantize_rows<kDevCpu>(p.recv_words_.data() + p.recv_offsets_[q], rows, cols, p.bits_, gather_.data(),
                                     cols, false);
     // A node appears at most once in one peer's send list, so rows are disjoint here; peers
@@ -290,6 +305,7 @@ void HostHaloExchanger::finish_backward(PendingExchange& p, float* local_grad, i
   }
   stats_.quant_s += sw.seconds();
   p.active_ = false;
+  recycle(p);
 }
 
 // --- HaloExchanger on host TensorViews --------------------------------------------------------

@@ -620,6 +620,7 @@ void Trainer::precompute_input_aggregation() {
     const quant::QuantKey key{opt_.seed, 0, 0, quant::Direction::kForward, 0, 0};
     Exchange pending = exchange.start_forward(x, 32, key, 0);
     exchange.finish_forward(pending, x);
+    exchange.release_buffers();  // the features' exchange is wider than the layers' to come
   }
   const bool bf16_inputs = opt_.input_storage == InputStorage::kBf16;
   if (gat()) {
