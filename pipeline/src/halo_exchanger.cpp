@@ -204,17 +204,16 @@ PendingExchange HostHaloExchanger::start_forward(const float* local, int64_t col
   const int P = shard_.num_parts;
   const int64_t total_send = shard_.send_offsets[P];
   Stopwatch sw;
-  if (gather_.size() < static_cast<size_t>(std::max<int64_t>(total_send * cols, 1)))
-    gather_.resize(static_cast<size_t>(std::max<int64_t>(total_send * cols, 1)));
+  float* gathered = staging(static_cast<size_t>(total_send * cols));
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < total_send; ++i) {
-    std::memcpy(gather_.data() + i * cols, local + static_cast<int64_t>(shard_.send_indices[i]) * ld,
+    std::memcpy(gathered + i * cols, local + static_cast<int64_t>(shard_.send_indices[i]) * ld,
                 static_cast<size_t>(cols) * sizeof(float));
   }
   stats_.quant_s += sw.seconds();
   return post(false, cols, fp32_tail, bits, key, tag, [&](int q, int64_t& row_ld) {
     row_ld = cols;
-    return gather_.data() + static_cast<int64_t>(shard_.send_offsets[q]) * cols;
+    return gathered + static_cast<int64_t>(shard_.send_offsets[q]) * cols;
   });
 }
 
@@ -243,18 +242,23 @@ void HostHaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t
       unpack_forward_rows(p, q, rows, dst, ld);
       continue;
     }
-    if (gather_.size() < static_cast<size_t>(rows * cols)) gather_.resize(static_cast<size_t>(rows * cols));
-    unpack_forward_rows(p, q, rows, gather_.data(), cols);
+    float* received_rows = staging(static_cast<size_t>(rows * cols));
+    unpack_forward_rows(p, q, rows, received_rows, cols);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       float* row = dst + r * ld;
-      const float* received = gather_.data() + r * cols;
+      const float* received = received_rows + r * cols;
       for (int64_t j = 0; j < cols; ++j) row[j] = keep * row[j] + (1.0f - keep) * received[j];
     }
   }
   stats_.quant_s += sw.seconds();
   p.active_ = false;
   recycle(p);
+}
+
+float* HostHaloExchanger::staging(size_t values) {
+  if (gather_.size() < std::max<size_t>(values, 1)) gather_.resize(std::max<size_t>(values, 1));
+  return gather_.data();
 }
 
 void HostHaloExchanger::recycle(PendingExchange& p) {
@@ -281,9 +285,9 @@ void HostHaloExchanger::finish_backward(PendingExchange& p, float* local_grad, i
   for (int q = 0; q < shard_.num_parts; ++q) {
     const int64_t rows = shard_.send_count_to(q);
     if (rows == 0) continue;
-    if (gather_.size() < static_cast<size_t>(rows * cols)) gather_.resize(static_cast<size_t>(rows * cols));
-    quant::dequantize_rows<kDevCpu>(p.recv_words_.data() + p.recv_offsets_[q], rows, cols, p.bits_, gather_.data(),
-                                    cols, false);
+    float* received = staging(static_cast<size_t>(rows * cols));
+    quant::dequantize_rows<kDevCpu>(p.recv_words_.data() + p.recv_offsets_[q], rows, cols, p.bits_, received, cols,
+                                    false);
     // A node appears at most once in one peer's send list, so rows are disjoint here; peers
     // are added in ascending order, so the sum order is fixed.
     const int32_t* idx = shard_.send_indices.data() + shard_.send_offsets[q];
@@ -291,7 +295,7 @@ void HostHaloExchanger::finish_backward(PendingExchange& p, float* local_grad, i
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
       float* dst = local_grad + static_cast<int64_t>(idx[i]) * ld;
-      const float* src = gather_.data() + i * cols;
+      const float* src = received + i * cols;
       if (avg == nullptr) {
         for (int64_t j = 0; j < cols; ++j) dst[j] += src[j];
       } else {

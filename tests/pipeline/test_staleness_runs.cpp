@@ -16,6 +16,7 @@
 #include "halogen/partition/generate.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/train/trainer.hpp"
+#include "sbm_shards.hpp"
 #include "test_data.hpp"
 
 namespace halogen {
@@ -58,14 +59,7 @@ class StaleRuns : public testing::TestWithParam<Device> {
   }
   // A rank that sends nothing: every rank trains alone on the whole of a small SBM
   // (MPI_COMM_SELF), one part, no peers; fixed-staleness options for it.
-  static Shard lone_shard() {
-    SbmOptions o;
-    o.num_nodes = 600;
-    o.feature_dim = 16;
-    o.seed = 9;
-    const Dataset ds = generate_sbm(o);
-    return std::move(build_shards(ds, partition_graph(ds, PartitionOptions{}), 1)[0]);
-  }
+  static Shard lone_shard() { return std::move(test::sbm_shards(600, 16, 9, 1)[0]); }
   TrainOptions lone_stale_options(ModelKind model) const {
     auto t = base_options();
     t.model = model;

@@ -87,8 +87,6 @@ class LayerInput {
   void multiply_transposed(const ExecContext& ctx, const TensorView& dy, const TensorView& dw,
                            bool accumulate = false) const;
   bool sparse() const noexcept { return host_.sparse(); }
-  /// CPU: bytes of the stored matrix (InputMatrix::stored_bytes).
-  uint64_t stored_bytes() const noexcept { return host_.stored_bytes(); }
 
  private:
   Device device_ = kDevCpu;

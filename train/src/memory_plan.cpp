@@ -253,8 +253,7 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   // Stale mode keeps S + 1 exchanges of every layer and direction in flight; otherwise, on the
   // CPU, one exchange (one layer, one direction) holds its send and receive words at a time
   // (HostHaloExchanger keeps the largest exchange's words for reuse by the next). The device
-  // exchanger is counted as if
-  // every layer's and direction's buffers were held at once.
+  // exchanger is counted as if every layer's and direction's buffers were held at once.
   uint64_t one_exchange = 0;
   const auto add_exchange = [&](uint64_t forward_words, uint64_t backward_words) {
     if (opt.mode == ExchangeMode::kStale || on_gpu) {

@@ -613,14 +613,12 @@ void Trainer::precompute_input_aggregation() {
     x = x_device.view();
   }
   {
-    // The exchanger of the activations may hold fp16; the input features travel as fp32.
-    std::unique_ptr<HaloExchanger> fp32 =
-        act_ == DType::kF32 ? nullptr : make_halo_exchanger(s_, comm_, ctx(), DType::kF32);
-    HaloExchanger& exchange = fp32 ? *fp32 : *exch_;
+    // A one-off fp32 exchanger: the activations' may hold fp16, and it keeps its buffers for
+    // the next exchange, which this one (F columns, fp32) would leave oversized for training.
+    const std::unique_ptr<HaloExchanger> exchange = make_halo_exchanger(s_, comm_, ctx(), DType::kF32);
     const quant::QuantKey key{opt_.seed, 0, 0, quant::Direction::kForward, 0, 0};
-    Exchange pending = exchange.start_forward(x, 32, key, 0);
-    exchange.finish_forward(pending, x);
-    exchange.release_buffers();  // the features' exchange is wider than the layers' to come
+    Exchange pending = exchange->start_forward(x, 32, key, 0);
+    exchange->finish_forward(pending, x);
   }
   const bool bf16_inputs = opt_.input_storage == InputStorage::kBf16;
   if (gat()) {

@@ -100,9 +100,6 @@ class HaloExchanger {
   virtual Exchange restore(const std::string& bytes) = 0;
 
   virtual ExchangeStats& stats() noexcept = 0;
-  /// Frees the buffers kept for reuse between exchanges (after a one-off exchange wider than
-  /// the ones to come, such as the layer-0 features').
-  virtual void release_buffers() {}
   /// The device of the matrices this exchanger takes.
   virtual Device device() const noexcept = 0;
 
@@ -215,11 +212,6 @@ class HostHaloExchanger final : public HaloExchanger {
   std::string save(Exchange& exchange) override;
   Exchange restore(const std::string& bytes) override;
   Device device() const noexcept override { return kDevCpu; }
-  void release_buffers() override {
-    gather_ = {};
-    spare_send_ = {};
-    spare_recv_ = {};
-  }
 
   const ExchangeStats& stats() const noexcept { return stats_; }
   ExchangeStats& stats() noexcept override { return stats_; }
@@ -240,16 +232,18 @@ class HostHaloExchanger final : public HaloExchanger {
 
   // Gives a completed exchange's words back for the next one to reuse.
   void recycle(PendingExchange& p);
+  // gather_ with room for `values` floats (grown, never shrunk).
+  float* staging(size_t values);
 
   const Shard& shard_;
   Communicator& comm_;
   ProgressThread* progress_;
   ExchangeStats stats_;
-  // Staging for gathered send rows / dequantized receive rows; grown, never shrunk.
+  // Staging for gathered send rows / dequantized receive rows (staging()).
   HostBuffer<float> gather_;
   // The send and receive words of the last completed exchange, reused by the next one (outside
   // stale mode one exchange is in flight at a time, so these are all it needs). Allocating
-  // them per exchange, and gather_ per peer, let glibc's heap fragment: at RMAT scale 20 the
+  // them per exchange, and the staging rows per peer, let glibc's heap fragment: at RMAT scale 20 the
   // ranks peaked up to 37% above their live memory, more with every epoch.
   HostBuffer<uint32_t> spare_send_, spare_recv_;
 };
