@@ -21,10 +21,16 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 model=(--model sage --hidden 256 --layers 3)
 "$halogen" generate rmat --scale 17 --feature-dim 128 --classes 172 --out "$work/g" >/dev/null
 "$halogen" partition "$work/g" --parts 1 --out "$work/p" --hidden 256 --layers 3 >/dev/null
-OMP_NUM_THREADS=1 "$halogen" train --parts "$work/p" "${model[@]}" --epochs "$epochs" --patience 0 -q \
-  --metrics "$work/m.jsonl" >/dev/null 2>&1
-compute_s=$(python3 -c "import json,statistics,sys; r=[json.loads(l) for l in open(sys.argv[1])]; \
-print(statistics.median([x['compute_s'] for x in r if 'epoch_s' in x][1:]))" "$work/m.jsonl")
+# Median compute_s per epoch (after the first) of one rank on $1 threads.
+calibrate() {
+  OMP_NUM_THREADS=$1 "$halogen" train --parts "$work/p" "${model[@]}" --epochs "$epochs" --patience 0 -q \
+    --metrics "$work/m$1.jsonl" >/dev/null 2>&1
+  python3 -c "import json,statistics,sys; r=[json.loads(l) for l in open(sys.argv[1])]; \
+print(statistics.median([x['compute_s'] for x in r if 'epoch_s' in x][1:]))" "$work/m$1.jsonl"
+}
+compute_s=$(calibrate 1)
+# Two threads, to see how the rate scales with cores on this machine (the plan assumes linear).
+compute_s2=$(calibrate 2)
 # The plan's compute at 1 GFLOP/s is the work of an epoch in GFLOP-equivalents.
 work_gflop=$("$halogen" plan "$work/p/partition.json" --cluster local-cpu "${model[@]}" --gflops 1 --bits 32 \
   --modes sync | sed -n 's/^compute from a nominal rate: \([0-9.]*\) s\/epoch/\1/p')
@@ -32,6 +38,8 @@ per_core=$(python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[
 per_rank=$(python3 -c "import sys; print(f'{float(sys.argv[1]) * 72:.0f}')" "$per_core")
 echo "calibration: SAGE 3 x 256 on RMAT scale 17 (128 features), 1 thread: ${compute_s} s/epoch for ${work_gflop} GFLOP-eq"
 echo "  -> ${per_core} GFLOP/s per core, ${per_rank} GFLOP/s for a 72-core rank"
+echo "  2 threads: ${compute_s2} s/epoch, $(python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.2f}')" \
+  "$compute_s" "$compute_s2")x the 1-thread rate"
 echo "published: SAR 3.8 s/epoch (fp32, 128 machines)"
 printf "%6s %14s %14s %14s %12s\n" R "fp32 sync s" "fp32 overlap s" "1-bit overlap s" "GiB/rank"
 for r in $ratios; do
