@@ -42,6 +42,8 @@ CONFIGS = [
     ("gcn 8-bit sync", ["--model", "gcn", "--bits-fwd", "8", "--bits-bwd", "8"], None, False),
     ("gcn 1-bit sync", ["--model", "gcn", "--bits-fwd", "1", "--bits-bwd", "1"], None, False),
     ("gat 1-bit sync", ["--model", "gat", "--bits-fwd", "1", "--bits-bwd", "1"], None, False),
+    ("gat 2-bit sync", ["--model", "gat", "--bits-fwd", "2", "--bits-bwd", "2"], None, False),
+    ("gat fp32 stale", ["--model", "gat", "--mode", "stale"], None, False),
     ("gat 1-bit stale bound 0.1", ["--model", "gat", *STALE_1BIT, "--stale-error-bound", "0.1"], None, False),
     ("gat 1-bit always stale", ["--model", "gat", *STALE_1BIT, "--stale-policy", "fixed", "--sync-every", "0"], None, False),
     ("gcn 1-bit stale fixed", ["--model", "gcn", *STALE_1BIT, "--stale-policy", "fixed"], None, False),
@@ -52,7 +54,7 @@ CONFIGS = [
 # Which synchronous fp32 row each stale row is judged against.
 REFERENCE = {"gcn 1-bit stale": "gcn fp32 sync", "sage 1-bit stale": "sage fp32 sync",
              "gat 1-bit stale": "gat fp32 sync", "gat4 1-bit stale": "gat4 fp32 sync",
-             "gcn 1-bit stale fixed": "gcn fp32 sync", "gat 1-bit sync": "gat fp32 sync",
+             "gcn 1-bit stale fixed": "gcn fp32 sync", "gat 1-bit sync": "gat fp32 sync", "gat fp32 stale": "gat fp32 sync", "gat 2-bit sync": "gat fp32 sync",
              "gat 1-bit stale bound 0.1": "gat fp32 sync", "gat 1-bit always stale": "gat fp32 sync",
              # Issue 17: PowerSGD (rank 4, the default --grad-rank) against exact gradients.
              "gcn fp32 sync powersgd r4": "gcn fp32 sync",
