@@ -1,6 +1,7 @@
 // Sizes of the packed form and the argument checks shared by both backends.
 #include "halogen/quant/quantize.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "halogen/core/error.hpp"
@@ -15,6 +16,11 @@ const char* direction_name(Direction d) noexcept {
 
 bool is_supported_bits(int bits) noexcept {
   return bits == 1 || bits == 2 || bits == 4 || bits == 8 || bits == 16 || bits == 32;
+}
+
+int code_bits(int bits, int64_t cols) noexcept {
+  if (bits != 1 && bits != 2 && bits != 4) return bits;
+  return detail::code_bits(bits, std::max<int64_t>(cols, 0));
 }
 
 size_t packed_words(int bits, int64_t rows, int64_t cols) noexcept {

@@ -291,4 +291,12 @@ HALOGEN_HD Philox4x32 column_block_bits(const RngStream& rng, const CounterWords
 /// Words of codes per row.
 HALOGEN_HD int64_t code_words(int bits, int64_t cols) { return (cols * bits + 31) / 32; }
 
+/// The code width a row of `cols` values is packed with at a budget of `bits` (1, 2, 4, 8):
+/// the widest of 1, 2, 4, 8 bits whose codes fill no more words than `bits` would.
+HALOGEN_HD int code_bits(int bits, int64_t cols) {
+  int width = bits;
+  while (width < 8 && code_words(2 * width, cols) == code_words(bits, cols)) width *= 2;
+  return width;
+}
+
 }  // namespace halogen::quant::detail

@@ -53,10 +53,19 @@ std::vector<float> dequantize(const std::vector<uint32_t>& packed, int64_t rows,
 
 int64_t code_words(int bits, int64_t cols) { return (cols * bits + 31) / 32; }
 
+/// The documented code width of a coded row: the widest of 8, 4, 2, 1 (and at least `bits`)
+/// whose codes take as many words as `bits` would.
+int width_of_codes(int bits, int64_t cols) {
+  for (int b : {8, 4, 2, 1})
+    if (b >= bits && code_words(b, cols) == code_words(bits, cols)) return b;
+  return bits;
+}
+
 /// Code of (row, col) read straight from the documented layout.
 uint32_t code_at(const std::vector<uint32_t>& packed, int bits, int64_t cols, int64_t row, int64_t col) {
-  const size_t word = 1 + static_cast<size_t>(row * (1 + code_words(bits, cols)) + 1 + col * bits / 32);
-  return (packed[word] >> ((col * bits) % 32)) & ((1u << bits) - 1u);
+  const int b = width_of_codes(bits, cols);
+  const size_t word = 1 + static_cast<size_t>(row * (1 + code_words(bits, cols)) + 1 + col * b / 32);
+  return (packed[word] >> ((col * b) % 32)) & ((1u << b) - 1u);
 }
 
 QuantKey test_key(uint32_t epoch = 3) {
@@ -184,14 +193,53 @@ TEST(QuantSizes, PackedWordsAndWireBytes) {
   EXPECT_EQ(wire_bytes_per_row(16, 256), 512.0);
 }
 
+TEST(QuantSizes, NarrowRowsSpendTheirIdleBitsOnFinerCodes) {
+  struct Case {
+    int bits;
+    int64_t cols;
+    int width;
+  };
+  // 15 values at 1 bit leave 17 bits of their word idle: 2-bit codes fill 30 of them.
+  for (const Case c : {Case{1, 15, 2}, Case{1, 16, 2}, Case{1, 17, 1}, Case{1, 8, 4}, Case{1, 4, 8}, Case{1, 1, 8},
+                       Case{1, 64, 1}, Case{1, 70, 1}, Case{2, 5, 4}, Case{2, 16, 2}, Case{4, 33, 4}, Case{4, 4, 8},
+                       Case{8, 3, 8}, Case{16, 3, 16}, Case{32, 3, 32}}) {
+    EXPECT_EQ(code_bits(c.bits, c.cols), c.width) << c.bits << " bits, " << c.cols << " columns";
+    // The widening is free: the message has exactly the words the budget gives it.
+    if (c.bits <= 8) {
+      EXPECT_EQ(packed_words(c.bits, 3, c.cols), packed_words(c.width, 3, c.cols)) << c.bits << " bits " << c.cols;
+      EXPECT_EQ(wire_bytes_per_row(c.bits, c.cols), wire_bytes_per_row(c.width, c.cols));
+    }
+  }
+  // And finer: a 15-value row at a 1-bit budget comes back within a third of its range (2-bit
+  // codes), where 1-bit codes would only promise the whole range.
+  const auto x = random_matrix(40, 15, 15, -1.0f, 1.0f, 16);
+  const auto packed = quantize(x, 40, 15, 15, 1, test_key());
+  const auto y = dequantize(packed, 40, 15, 1);
+  double sq_err = 0.0;
+  for (int64_t r = 0; r < 40; ++r) {
+    float lo = x[static_cast<size_t>(r * 15)], hi = lo;
+    for (int64_t c = 0; c < 15; ++c) {
+      lo = std::min(lo, x[static_cast<size_t>(r * 15 + c)]);
+      hi = std::max(hi, x[static_cast<size_t>(r * 15 + c)]);
+      const double e = y[static_cast<size_t>(r * 15 + c)] - x[static_cast<size_t>(r * 15 + c)];
+      sq_err += e * e;
+    }
+    EXPECT_LE(packed_row_range(packed.data(), 1, 15, r).scale, ((hi - lo) + 0x1p-9f) / 3.0f * 1.002f) << "row " << r;
+  }
+  // Stochastic rounding with step d has a mean squared error of d^2 / 6 on uniform values:
+  // about 0.67 with 1-bit codes over [-1, 1) (d = 2), 0.07 with 2-bit codes (d = 2/3).
+  EXPECT_LT(sq_err / (40.0 * 15.0), 0.15);
+}
+
 TEST(QuantRoundTrip, CodedWithinScaleForManyShapes) {
   struct Shape {
     int64_t rows, cols, ld;
   };
   for (const Shape s : {Shape{37, 256, 256}, Shape{5, 1, 3}, Shape{9, 33, 40}, Shape{3, 100, 100}, Shape{4, 45, 47},
-                        Shape{2, 31, 31}}) {
+                        Shape{2, 31, 31}, Shape{6, 15, 15}, Shape{7, 8, 9}}) {
     const auto x = random_matrix(s.rows, s.cols, s.ld, -1.0f, 1.0f, 11);
     for (int bits : kCodedBits) {
+      const int b = width_of_codes(bits, s.cols);
       const auto packed = quantize(x, s.rows, s.cols, s.ld, bits, test_key());
       const auto y = dequantize(packed, s.rows, s.cols, bits);
       expect_within_scale(x, s.ld, packed, y, s.rows, s.cols, bits);
@@ -205,11 +253,11 @@ TEST(QuantRoundTrip, CodedWithinScaleForManyShapes) {
         const RowRange range = packed_row_range(packed.data(), bits, s.cols, r);
         EXPECT_LE(range.min, lo);
         EXPECT_GE(range.min, lo - 0x1p-10f);
-        EXPECT_LE(range.scale, ((hi - lo) + 0x1p-9f) / static_cast<float>((1 << bits) - 1) * 1.002f);
-        EXPECT_GE(range.min + range.scale * static_cast<float>((1 << bits) - 1), hi);
+        EXPECT_LE(range.scale, ((hi - lo) + 0x1p-9f) / static_cast<float>((1 << b) - 1) * 1.002f);
+        EXPECT_GE(range.min + range.scale * static_cast<float>((1 << b) - 1), hi);
       }
       // Padding bits of each row's last code word are zero.
-      const int64_t used_bits = s.cols * bits % 32;
+      const int64_t used_bits = s.cols * b % 32;
       if (used_bits != 0) {
         for (int64_t r = 0; r < s.rows; ++r) {
           const size_t last = 1 + static_cast<size_t>(r * (1 + code_words(bits, s.cols)) + code_words(bits, s.cols));
@@ -252,7 +300,7 @@ TEST(QuantCodes, MatchDocumentedPhiloxKeying) {
   const RngStream rng = RngStream::make(key.seed, RngPurpose::kQuantize);
   for (int bits : kCodedBits) {
     const auto packed = quantize(x, rows, cols, cols, bits, key);
-    const uint32_t qmax = (1u << bits) - 1u;
+    const uint32_t qmax = (1u << width_of_codes(bits, cols)) - 1u;
     for (int64_t r = 0; r < rows; ++r) {
       const RowRange range = packed_row_range(packed.data(), bits, cols, r);
       for (int64_t c = 0; c < cols; ++c) {

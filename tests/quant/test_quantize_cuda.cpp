@@ -79,7 +79,9 @@ TEST_F(QuantCuda, PackedWordsAndDequantizedValuesMatchCpu) {
   cudaStream_t stream;
   HALOGEN_CHECK_CUDA(cudaStreamCreate(&stream));
   for (const Shape s : {Shape{1, 1, 1}, Shape{3, 5, 8}, Shape{7, 33, 33}, Shape{64, 256, 260}, Shape{1000, 100, 100},
-                        Shape{3, 1000, 1001}, Shape{20000, 64, 64}, Shape{4, 0, 0}}) {
+                        Shape{3, 1000, 1001}, Shape{20000, 64, 64}, Shape{4, 0, 0},
+                        // Narrow rows whose codes widen (quantize.hpp): a GAT output layer's 15 and 8.
+                        Shape{1000, 15, 15}, Shape{333, 8, 9}}) {
     for (const float magnitude : {1e-9f, 1.0f, 1e6f}) {
       const auto x = test_matrix(s.rows, s.cols, s.ld, magnitude, 7 + static_cast<uint64_t>(s.cols));
       DeviceArray<float> x_dev(x);

@@ -116,6 +116,15 @@ TEST(QuantIsa, BatchedPhiloxMatchesScalarReference) {
 
 // ---- scalar reference of the documented format ------------------------------------------------
 
+/// The documented code width: the widest of 8, 4, 2, 1 bits, at least `bits`, whose codes take
+/// the words `bits` would.
+int documented_code_width(int bits, int64_t cols) {
+  const auto words = [cols](int b) { return (cols * b + 31) / 32; };
+  for (int b : {8, 4, 2, 1})
+    if (b >= bits && words(b) == words(bits)) return b;
+  return bits;
+}
+
 /// quantize_rows<kDevCpu> one column at a time: one philox4x32_10 per value (counter as
 /// documented in quantize.hpp), codes OR-ed into place. The grid and code arithmetic
 /// (row_coding, stochastic_code) is the shared, separately tested quantize_common.hpp.
@@ -130,8 +139,9 @@ std::vector<uint32_t> reference_quantize(const std::vector<float>& x, int64_t ro
   out[0] = static_cast<uint32_t>(exponent);
   const float unit_inv = detail::pow2(-exponent);
   const RngStream rng = RngStream::make(key.seed, RngPurpose::kQuantize);
-  const uint32_t qmax = (1u << bits) - 1u;
   const size_t row_words = 1 + static_cast<size_t>((cols * bits + 31) / 32);
+  bits = documented_code_width(bits, cols);
+  const uint32_t qmax = (1u << bits) - 1u;
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x.data() + r * ld;
     const float lo = cols == 0 ? 0.0f : *std::min_element(row, row + cols);
@@ -157,6 +167,7 @@ void reference_dequantize(const std::vector<uint32_t>& packed, int64_t rows, int
                           std::vector<float>& y, int64_t ld, bool accumulate) {
   const float unit = detail::pow2(static_cast<int32_t>(packed[0]));
   const size_t row_words = 1 + static_cast<size_t>((cols * bits + 31) / 32);
+  bits = documented_code_width(bits, cols);
   for (int64_t r = 0; r < rows; ++r) {
     const uint32_t* row_in = packed.data() + 1 + static_cast<size_t>(r) * row_words;
     const float min = detail::half_to_float(static_cast<uint16_t>(row_in[0] & 0xffffu));
@@ -238,8 +249,9 @@ void expect_all_isas_match_reference(int64_t rows, int64_t cols, int64_t ld, flo
 
 TEST(QuantIsa, QuantizeAndDequantizeMatchScalarReferenceForAwkwardWidths) {
   // 1, 3, 31..33, 100, 257 as asked; 63..65 and 127..129 straddle the half and full steps of
-  // the AVX-512 kernel (64 and 128 columns), 16/17 the SSE2/AVX2 half steps.
-  for (int64_t cols : {1, 3, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 257}) {
+  // the AVX-512 kernel (64 and 128 columns), 16/17 the SSE2/AVX2 half steps; 8 and 15 are
+  // rows whose codes widen into their idle bits (GAT output layers).
+  for (int64_t cols : {1, 3, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 257}) {
     expect_all_isas_match_reference(6, cols, cols, -3.0f, 2.0f, 100 + static_cast<uint64_t>(cols));
     if (HasFatalFailure()) return;
   }

@@ -399,7 +399,7 @@ void quantize_rows<kDevCpu>(const float* in, int64_t rows, int64_t cols, int64_t
   const int32_t exponent = detail::message_exponent(scan.max_abs);
   out[0] = static_cast<uint32_t>(exponent);
   if (coded) {
-    quantize_coded(in, rows, cols, ld, bits, lo_hi.data(), exponent, key, out);
+    quantize_coded(in, rows, cols, ld, code_bits(bits, cols), lo_hi.data(), exponent, key, out);
   } else {
     quantize_half(in, rows, cols, ld, exponent, out);
   }
@@ -425,7 +425,7 @@ void dequantize_rows<kDevCpu>(const uint32_t* in, int64_t rows, int64_t cols, in
   }
   const float unit = detail::pow2(packed_exponent(in));
   if (bits <= 8) {
-    dequantize_coded(in, rows, cols, bits, unit, out, ld, accumulate);
+    dequantize_coded(in, rows, cols, code_bits(bits, cols), unit, out, ld, accumulate);
   } else {
     dequantize_half(in, rows, cols, unit, out, ld, accumulate);
   }

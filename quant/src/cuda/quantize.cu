@@ -246,7 +246,7 @@ void quantize_rows<kDevCuda>(const float* in, int64_t rows, int64_t cols, int64_
   const RngStream rng = RngStream::make(key.seed, RngPurpose::kQuantize);
   const CounterWords counter = detail::counter_words(key);
   const unsigned int row_blocks = blocks_for(rows, kWarpsPerBlock);
-  switch (bits) {
+  switch (code_bits(bits, cols)) {
     case 1:
       quantize_kernel<1>
           <<<row_blocks, kThreadsPerBlock, 0, s>>>(in, rows, cols, ld, lo_hi, exponent, rng, counter, out);
@@ -278,7 +278,7 @@ void dequantize_rows<kDevCuda>(const uint32_t* in, int64_t rows, int64_t cols, i
   if (rows == 0 || cols == 0) return;
   const cudaStream_t s = as_stream(stream);
   const unsigned int blocks = blocks_for(rows * cols, kThreadsPerBlock);
-  switch (bits) {
+  switch (code_bits(bits, cols)) {
     case 1:
       dequantize_kernel<1><<<blocks, kThreadsPerBlock, 0, s>>>(in, rows, cols, out, ld, accumulate);
       break;

@@ -5,7 +5,12 @@
 //   word 0            : int32 exponent e shared by the whole message (all widths but 32)
 //   bits 1, 2, 4, 8   : per row, 1 metadata word = fp16 min (low half) | fp16 scale (high
 //                       half), both in units of 2^e, then ceil(cols * bits / 32) words of
-//                       codes, value j at bit offset j*bits (little-endian within a word).
+//                       codes, value j at bit offset j*b (little-endian within a word), where
+//                       b = code_bits(bits, cols) >= bits is the widest of 1, 2, 4, 8 whose
+//                       codes fit the same words: `bits` is the budget a row is charged, and a
+//                       row narrower than a word's worth of codes spends the bits its last
+//                       word would leave idle on finer codes (15 values at 1 bit: 2-bit codes
+//                       in the one word; 8 values at 1 bit: 4-bit codes). No byte more travels.
 //   bits 16           : per row, ceil(cols / 2) words: fp16 of x * 2^-e, rounded to nearest
 //                       even, value j in the low (j even) or high (j odd) half; no metadata.
 //   bits 32           : the fp32 values, rows * cols words, no exponent.
@@ -14,9 +19,9 @@
 // The exponent is chosen so that max |x| * 2^-e lies in [2^13, 2^14) (clamped to e >= -100),
 // which keeps fp16 metadata (and fp16 pass-through values) in range for gradients of 1e-9
 // as well as activations of 1e6; scaling by 2^e is exact. The stored min is rounded down
-// and the scale is the smallest fp16 with min + scale * (2^bits - 1) >= max (max rounded up
+// and the scale is the smallest fp16 with min + scale * (2^b - 1) >= max (max rounded up
 // to fp16), found in exact fixed point, so every value lies in
-// [min, min + scale * (2^bits - 1)] and |x - dequant(quant(x))| <= scale (plus one fp32
+// [min, min + scale * (2^b - 1)] and |x - dequant(quant(x))| <= scale (plus one fp32
 // rounding of the dequantized value). A row whose values are all equal to an
 // fp16-representable value (after scaling) has scale 0, all codes 0, and dequantizes exactly.
 //
@@ -58,6 +63,9 @@ struct QuantKey {
 
 /// True for 1, 2, 4, 8, 16, 32.
 bool is_supported_bits(int bits) noexcept;
+/// The width of the codes a row of `cols` values is packed with at `bits` (1, 2, 4 or 8; see
+/// above): `bits`, widened while the codes still fill no more words. Other widths: `bits`.
+int code_bits(int bits, int64_t cols) noexcept;
 /// Words in the packed form of a rows x cols message (0 for unsupported bits).
 size_t packed_words(int bits, int64_t rows, int64_t cols) noexcept;
 /// Bytes per row on the wire, counting metadata (exponent word amortised out); 0 for
