@@ -7,8 +7,8 @@ flags (model, bits, mode), so the table shows what a new user gets.
 For each model (GCN, GraphSAGE, GAT; 2 layers) it runs fp32 synchronous training and 1-bit
 stale training (`--bits-fwd 1 --bits-bwd 1 --mode stale`, the adaptive staleness policy), and
 checks issue 21's targets:
-  - 1-bit stale within 0.5 points of fp32 sync on the mean, and no seed more than 2 points below
-    fp32 sync's worst seed;
+  - 1-bit stale within 0.5 points of fp32 sync on the mean (the 4-layer GAT: 1 point), and no
+    seed more than 2 points below fp32 sync's worst seed;
   - fp32 sync within 1 point of the published accuracy (GCN: Kipf & Welling, Shchur et al.).
 Further configurations (8-bit, 1-bit synchronous, PowerSGD gradients, the 4-layer GAT on
 Amazon-Photo, the fixed stale policy) run when named with --configs.
@@ -157,9 +157,11 @@ def main():
                 r = accs(name, ref)
                 gap = statistics.mean(r) - statistics.mean(a)
                 worst = min(r) - min(a)
-                ok = gap <= 0.5 and worst <= 2.0
+                # Issue 21: 0.5 points for the 2-layer models, 1 point for the 4-layer GAT.
+                limit = 1.0 if label.startswith("gat4") else 0.5
+                ok = gap <= limit and worst <= 2.0
                 verdicts.append(f"{'PASS' if ok else 'FAIL'}  {name:13s} {label:22s} mean {gap:+.2f} below {ref} "
-                                f"(≤ 0.5), worst seed {worst:+.2f} below its worst (≤ 2)")
+                                f"(≤ {limit:g}), worst seed {worst:+.2f} below its worst (≤ 2)")
             if label == "gcn fp32 sync":
                 gap = PUBLISHED_GCN[name] - statistics.mean(a)
                 verdicts.append(f"{'PASS' if abs(gap) <= 1.0 or gap < 0 else 'FAIL'}  {name:13s} {label:22s} "
