@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cpu/cpu_isa.hpp"
+#include "documented_layout.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
 #include "halogen/quant/quantize.hpp"
@@ -116,15 +117,6 @@ TEST(QuantIsa, BatchedPhiloxMatchesScalarReference) {
 
 // ---- scalar reference of the documented format ------------------------------------------------
 
-/// The documented code width: the widest of 8, 4, 2, 1 bits, at least `bits`, whose codes take
-/// the words `bits` would.
-int documented_code_width(int bits, int64_t cols) {
-  const auto words = [cols](int b) { return (cols * b + 31) / 32; };
-  for (int b : {8, 4, 2, 1})
-    if (b >= bits && words(b) == words(bits)) return b;
-  return bits;
-}
-
 /// quantize_rows<kDevCpu> one column at a time: one philox4x32_10 per value (counter as
 /// documented in quantize.hpp), codes OR-ed into place. The grid and code arithmetic
 /// (row_coding, stochastic_code) is the shared, separately tested quantize_common.hpp.
@@ -139,8 +131,8 @@ std::vector<uint32_t> reference_quantize(const std::vector<float>& x, int64_t ro
   out[0] = static_cast<uint32_t>(exponent);
   const float unit_inv = detail::pow2(-exponent);
   const RngStream rng = RngStream::make(key.seed, RngPurpose::kQuantize);
-  const size_t row_words = 1 + static_cast<size_t>((cols * bits + 31) / 32);
-  bits = documented_code_width(bits, cols);
+  const size_t row_words = 1 + static_cast<size_t>(test::code_words(bits, cols));
+  bits = test::code_width(bits, cols);
   const uint32_t qmax = (1u << bits) - 1u;
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x.data() + r * ld;
@@ -166,8 +158,8 @@ std::vector<uint32_t> reference_quantize(const std::vector<float>& x, int64_t ro
 void reference_dequantize(const std::vector<uint32_t>& packed, int64_t rows, int64_t cols, int bits,
                           std::vector<float>& y, int64_t ld, bool accumulate) {
   const float unit = detail::pow2(static_cast<int32_t>(packed[0]));
-  const size_t row_words = 1 + static_cast<size_t>((cols * bits + 31) / 32);
-  bits = documented_code_width(bits, cols);
+  const size_t row_words = 1 + static_cast<size_t>(test::code_words(bits, cols));
+  bits = test::code_width(bits, cols);
   for (int64_t r = 0; r < rows; ++r) {
     const uint32_t* row_in = packed.data() + 1 + static_cast<size_t>(r) * row_words;
     const float min = detail::half_to_float(static_cast<uint16_t>(row_in[0] & 0xffffu));
