@@ -12,6 +12,7 @@
 
 #include "cpu/philox_batch.hpp"  // quant/src: the batched Philox of the quantizer
 #include "halogen/core/error.hpp"
+#include "kernels/row_block_sum.hpp"
 
 namespace halogen {
 
@@ -21,33 +22,39 @@ namespace {
 // blocks of kReduceBlock rows, each block by the BLAS in fp32 and the blocks in fp64: the
 // rounding then depends far less on how the rows are ordered or split over ranks (node order,
 // partition), which keeps P ranks within the exactness tolerance of 1 rank. Block boundaries
-// are fixed multiples of kReduceBlock, so the result still does not depend on the threads.
+// are fixed multiples of kReduceBlock, so the result does not depend on the threads.
 constexpr int64_t kReduceBlock = 512;
 
-// OpenBLAS runs single-threaded (set_compute_threads); the rows of C are split across the
-// OpenMP threads instead. Its own thread pool would spin against OpenMP's on few cores, and
-// this way every element of C is computed whole by one thread: the result does not depend
-// on the thread count.
-int gemm_threads(int64_t c_rows) { return c_rows >= 64 ? omp_get_max_threads() : 1; }
+// The BLAS every product is built from; tests swap in one whose rounding depends on the
+// call's shape (set_sgemm_kernel).
+void cblas_kernel(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+SgemmKernel sgemm_kernel = &cblas_kernel;
 
-// One thread's rows of C (m x n, row stride ldc) = beta * C + alpha * A^T op(B), A k x m: one
+// The threads that share `blocks` row blocks (OpenBLAS itself runs single-threaded, see
+// set_compute_threads).
+int block_threads(int64_t blocks) {
+  return static_cast<int>(std::min<int64_t>(std::max<int64_t>(blocks, 1), omp_get_max_threads()));
+}
+
+// One row block of C (m x n, row stride ldc) = beta * C + alpha * A^T op(B), A k x m: one
 // sgemm when k <= kReduceBlock, else blocks of kReduceBlock rows of A, each by the BLAS in fp32,
 // the blocks summed in fp64 and rounded once. `a_rows(k0, kb)` returns A's rows [k0, k0 + kb)
-// at the thread's first column, row stride lda (a caller may fill them on demand).
+// at the block's first column, row stride lda (a caller may fill them on demand).
 template <typename ARows>
 void gemm_tn_rows(int64_t m, int64_t n, int64_t k, float alpha, ARows&& a_rows, int64_t lda, bool trans_b,
                   const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  auto sgemm = [&](const float* a, const float* bb, int64_t kk, float bt, float* cb, int64_t ldcb) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-                static_cast<blasint>(n), static_cast<blasint>(kk), alpha, a, static_cast<blasint>(lda), bb,
-                static_cast<blasint>(ldb), bt, cb, static_cast<blasint>(ldcb));
-  };
-  if (k <= kReduceBlock) return sgemm(a_rows(0, k), b, k, beta, c, ldc);
+  if (k <= kReduceBlock) return sgemm_kernel(true, trans_b, m, n, k, alpha, a_rows(0, k), lda, b, ldb, beta, c, ldc);
   std::vector<float> part(static_cast<size_t>(m * n));
   std::vector<double> acc(static_cast<size_t>(m * n), 0.0);
   for (int64_t k0 = 0; k0 < k; k0 += kReduceBlock) {
     const int64_t kb = std::min(kReduceBlock, k - k0);
-    sgemm(a_rows(k0, kb), trans_b ? b + k0 : b + k0 * ldb, kb, 0.0f, part.data(), n);
+    sgemm_kernel(true, trans_b, m, n, kb, alpha, a_rows(k0, kb), lda, trans_b ? b + k0 : b + k0 * ldb, ldb, 0.0f,
+                 part.data(), n);
     for (size_t i = 0; i < acc.size(); ++i) acc[i] += part[i];
   }
   for (int64_t i = 0; i < m; ++i)
@@ -57,38 +64,51 @@ void gemm_tn_rows(int64_t m, int64_t n, int64_t k, float alpha, ARows&& a_rows, 
     }
 }
 
+void scale_rows(float* c, int64_t rows, int64_t n, int64_t ldc, float beta) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+}
+
 }  // namespace
+
+int64_t product_row_block(int64_t m) {
+  // About 16 blocks (enough to share among the threads of a rank), whole multiples of 64 rows,
+  // at most 1024 (the buffer a thread fills for a dropped or bf16-stored block).
+  const int64_t per_block = (m + 15) / 16;
+  return std::clamp<int64_t>((per_block + 63) / 64 * 64, 64, 1024);
+}
+
+SgemmKernel set_sgemm_kernel(SgemmKernel kernel) {
+  const SgemmKernel previous = sgemm_kernel;
+  sgemm_kernel = kernel != nullptr ? kernel : &cblas_kernel;
+  return previous;
+}
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-    // One parallel region per call (no barrier per block: on an oversubscribed node every
-    // barrier can cost a time slice).
-#pragma omp parallel num_threads(gemm_threads(m))
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t begin = m * t / nt, end = m * (t + 1) / nt;
-    if (end > begin) {
-      // Rows [begin, end) of op(A): row offset for A, column offset for A^T.
-      const float* a_block = trans_a ? a + begin : a + begin * lda;
-      float* c_block = c + begin * ldc;
-      const int64_t rows = end - begin;
-      if (k == 0) {
-        for (int64_t i = 0; i < rows; ++i)
-          for (int64_t j = 0; j < n; ++j) c_block[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c_block[i * ldc + j];
-      } else if (trans_a) {
-        gemm_tn_rows(
-            rows, n, k, alpha, [&](int64_t k0, int64_t) { return a_block + k0 * lda; }, lda, trans_b, b, ldb, beta,
-            c_block, ldc);
-      } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(rows),
-                    static_cast<blasint>(n), static_cast<blasint>(k), alpha, a_block, static_cast<blasint>(lda), b,
-                    static_cast<blasint>(ldb), beta, c_block, static_cast<blasint>(ldc));
-      }
+  const int64_t block = product_row_block(m), blocks = (m + block - 1) / block;
+#pragma omp parallel for schedule(static) num_threads(block_threads(blocks))
+  for (int64_t bi = 0; bi < blocks; ++bi) {
+    // Rows [begin, begin + rows) of op(A): row offset for A, column offset for A^T.
+    const int64_t begin = bi * block, rows = std::min(block, m - begin);
+    const float* a_block = trans_a ? a + begin : a + begin * lda;
+    float* c_block = c + begin * ldc;
+    if (k == 0) {
+      scale_rows(c_block, rows, n, ldc, beta);
+    } else if (trans_a) {
+      gemm_tn_rows(
+          rows, n, k, alpha, [&](int64_t k0, int64_t) { return a_block + k0 * lda; }, lda, trans_b, b, ldb, beta,
+          c_block, ldc);
+    } else {
+      sgemm_kernel(false, trans_b, rows, n, k, alpha, a_block, lda, b, ldb, beta, c_block, ldc);
     }
   }
 }
 
+// OpenBLAS runs single-threaded; gemm() shares its row blocks among the OpenMP threads
+// instead. Its own thread pool would spin against OpenMP's on few cores, and this way every
+// block of C is computed whole by one thread.
 void set_compute_threads(int threads) {
   if (threads < 1) threads = 1;
   openblas_set_num_threads(1);
@@ -170,9 +190,6 @@ DropoutRow dropout_row_of(float p, const DropoutKey& key) {
   return d;
 }
 
-// Rows of each thread's share dropped into a buffer this many at a time (forward product).
-constexpr int64_t kDroppedChunk = 256;
-
 }  // namespace
 
 namespace {
@@ -200,27 +217,25 @@ void gemm_rows_loaded(const T* x, int64_t rows, int64_t cols, const int32_t* glo
   const bool drop = p > 0.0f;
   const DropoutRow d = drop ? dropout_row_of(p, key) : DropoutRow{};
   const DropoutRowFn fn = pick_dropout_row();
-  const int64_t blocks = (cols + 7) / 8;
-  // The threads and rows of gemm(): each thread's rows, a chunk at a time.
-#pragma omp parallel num_threads(gemm_threads(rows))
+  const int64_t philox_blocks = (cols + 7) / 8;
+  // The row blocks of gemm(), each loaded into the thread's buffer and multiplied by one call
+  // of the same shape as gemm() makes for it.
+  const int64_t block = product_row_block(rows), blocks = (rows + block - 1) / block;
+#pragma omp parallel num_threads(block_threads(blocks))
   {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t begin = rows * t / nt, end = rows * (t + 1) / nt;
-    HostBuffer<uint32_t> words(static_cast<size_t>((blocks + 7) / 8 * 8) * 4);
-    HostBuffer<float> chunk(static_cast<size_t>(std::min(kDroppedChunk, std::max<int64_t>(end - begin, 0)) * cols));
-    for (int64_t r0 = begin; r0 < end; r0 += kDroppedChunk) {
-      const int64_t count = std::min(kDroppedChunk, end - r0);
-      for (int64_t i = 0; i < count; ++i)
-        load_row(x + (r0 + i) * cols, chunk.data() + i * cols, cols, drop, fn, d,
-                 drop ? static_cast<uint32_t>(global_ids[r0 + i]) : 0u, words.data(), 0);
+    HostBuffer<uint32_t> words(static_cast<size_t>((philox_blocks + 7) / 8 * 8) * 4);
+    HostBuffer<float> buffer(static_cast<size_t>(std::min(block, rows) * cols));
+#pragma omp for schedule(static)
+    for (int64_t bi = 0; bi < blocks; ++bi) {
+      const int64_t r0 = bi * block, count = std::min(block, rows - r0);
       if (cols == 0) {
-        for (int64_t i = 0; i < count; ++i)
-          for (int64_t j = 0; j < n; ++j) y[(r0 + i) * ldy + j] = beta == 0.0f ? 0.0f : beta * y[(r0 + i) * ldy + j];
+        scale_rows(y + r0 * ldy, count, n, ldy, beta);
         continue;
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(count), static_cast<blasint>(n),
-                  static_cast<blasint>(cols), 1.0f, chunk.data(), static_cast<blasint>(cols), w,
-                  static_cast<blasint>(n), beta, y + r0 * ldy, static_cast<blasint>(ldy));
+      for (int64_t i = 0; i < count; ++i)
+        load_row(x + (r0 + i) * cols, buffer.data() + i * cols, cols, drop, fn, d,
+                 drop ? static_cast<uint32_t>(global_ids[r0 + i]) : 0u, words.data(), 0);
+      sgemm_kernel(false, false, count, n, cols, 1.0f, buffer.data(), cols, w, n, beta, y + r0 * ldy, ldy);
     }
   }
 }
@@ -230,14 +245,12 @@ void gemm_tn_loaded(const T* x, int64_t rows, int64_t cols, const int32_t* globa
                     const float* dy, int64_t n, float beta, float* dw) {
   if (cols == 0 || n == 0) return;
   const bool drop = p > 0.0f;
-  const int threads = gemm_threads(cols);
-  if (rows == 0) {
-    for (int64_t k = 0; k < cols * n; ++k) dw[k] = beta == 0.0f ? 0.0f : beta * dw[k];
-    return;
-  }
-  if (threads == 1 && omp_get_max_threads() > 1) {
-    // gemm(trans_a) sums narrow dW on one thread; the rows are loaded (and the mask drawn) by
-    // all threads instead, eight row blocks at a time, which that thread then sums as gemm does.
+  if (rows == 0) return scale_rows(dw, cols, n, n, beta);
+  // The row blocks of dW (columns of X) of gemm(trans_a), summed the same way.
+  const int64_t block = product_row_block(cols), blocks = (cols + block - 1) / block;
+  if (blocks == 1 && omp_get_max_threads() > 1) {
+    // One block of dW is summed on one thread; the rows are loaded (and the mask drawn) by all
+    // threads instead, eight row blocks at a time, which that thread then sums as gemm does.
     constexpr int64_t kGroup = 8 * kReduceBlock;
     HostBuffer<float> group(static_cast<size_t>(std::min(kGroup, rows) * cols));
     const auto a_rows = [&](int64_t k0, int64_t) {
@@ -257,22 +270,22 @@ void gemm_tn_loaded(const T* x, int64_t rows, int64_t cols, const int32_t* globa
   }
   const DropoutRow d = drop ? dropout_row_of(p, key) : DropoutRow{};
   const DropoutRowFn fn = pick_dropout_row();
-  // The threads and column shares of gemm(trans_a): thread t owns rows [begin, end) of dW,
-  // i.e. columns [begin, end) of x, and loads (and drops) only the Philox blocks covering them
-  // (from column 8 * first on), one row block at a time.
-#pragma omp parallel num_threads(threads)
+  // Block [begin, end) of dW is columns [begin, end) of x: a thread loads (and drops) only the
+  // Philox blocks covering them (from column 8 * first on), one row block at a time.
+#pragma omp parallel num_threads(block_threads(blocks))
   {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t begin = cols * t / nt, end = cols * (t + 1) / nt;
-    if (end > begin) {
+    const int64_t widest = std::min(block, cols) + 8;
+    HostBuffer<uint32_t> words(static_cast<size_t>(((widest + 7) / 8 + 7) / 8 * 8) * 4);
+    HostBuffer<float> buffer(static_cast<size_t>(std::min(kReduceBlock, rows) * widest));
+#pragma omp for schedule(static)
+    for (int64_t bi = 0; bi < blocks; ++bi) {
+      const int64_t begin = bi * block, end = std::min(cols, begin + block);
       const int64_t first = begin / 8, width = end - 8 * first;
-      HostBuffer<uint32_t> words(static_cast<size_t>(((width + 7) / 8 + 7) / 8 * 8) * 4);
-      HostBuffer<float> block(static_cast<size_t>(std::min(kReduceBlock, rows) * width));
       const auto a_rows = [&](int64_t k0, int64_t kb) {
         for (int64_t i = 0; i < kb; ++i)
-          load_row(x + (k0 + i) * cols + 8 * first, block.data() + i * width, width, drop, fn, d,
+          load_row(x + (k0 + i) * cols + 8 * first, buffer.data() + i * width, width, drop, fn, d,
                    drop ? static_cast<uint32_t>(global_ids[k0 + i]) : 0u, words.data(), static_cast<uint32_t>(first));
-        return static_cast<const float*>(block.data() + (begin - 8 * first));
+        return static_cast<const float*>(buffer.data() + (begin - 8 * first));
       };
       gemm_tn_rows(end - begin, n, rows, 1.0f, a_rows, width, false, dy, n, beta, dw + begin * n, n);
     }
@@ -361,28 +374,29 @@ void elu_backward(const float* y, float* grad, int64_t n) {
 double softmax_xent(const float* logits, int64_t rows, int64_t classes, const int32_t* labels, const uint8_t* mask,
                     float grad_scale, float* grad) {
   double loss = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : loss)
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* z = logits + i * classes;
-    float* g = grad ? grad + i * classes : nullptr;
-    if (!mask[i] || labels[i] < 0) {
-      if (g)
-        for (int64_t c = 0; c < classes; ++c) g[c] = 0.0f;
-      continue;
-    }
-    double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t c = 0; c < classes; ++c) mx = std::max(mx, static_cast<double>(z[c]));
-    double sum = 0.0;
-    for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(z[c]) - mx);
-    const double log_sum = std::log(sum) + mx;
-    loss += log_sum - static_cast<double>(z[labels[i]]);
-    if (g) {
-      for (int64_t c = 0; c < classes; ++c) {
-        const double p = std::exp(static_cast<double>(z[c]) - log_sum);
-        g[c] = static_cast<float>((p - (c == labels[i] ? 1.0 : 0.0)) * grad_scale);
+  sum_row_blocks(rows, 1, &loss, [&](int64_t begin, int64_t end, double* block_loss) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* z = logits + i * classes;
+      float* g = grad ? grad + i * classes : nullptr;
+      if (!mask[i] || labels[i] < 0) {
+        if (g)
+          for (int64_t c = 0; c < classes; ++c) g[c] = 0.0f;
+        continue;
+      }
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t c = 0; c < classes; ++c) mx = std::max(mx, static_cast<double>(z[c]));
+      double sum = 0.0;
+      for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(z[c]) - mx);
+      const double log_sum = std::log(sum) + mx;
+      *block_loss += log_sum - static_cast<double>(z[labels[i]]);
+      if (g) {
+        for (int64_t c = 0; c < classes; ++c) {
+          const double p = std::exp(static_cast<double>(z[c]) - log_sum);
+          g[c] = static_cast<float>((p - (c == labels[i] ? 1.0 : 0.0)) * grad_scale);
+        }
       }
     }
-  }
+  });
   return loss;
 }
 

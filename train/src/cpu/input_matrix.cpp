@@ -165,31 +165,28 @@ void InputMatrix::multiply_transposed(const float* dy, int64_t n, float* dw, boo
       return gemm_dropped_tn(dense_.data(), rows_, cols_, global_ids_, p_, key_, dy, n, accumulate ? 1.0f : 0.0f, dw);
     return gemm(true, false, cols_, n, rows_, 1.0f, dense_.data(), cols_, dy, n, accumulate ? 1.0f : 0.0f, dw, n);
   }
-  const int threads = omp_get_max_threads();
-  // Per-thread partial sums, added in thread order (deterministic for a given thread count).
-  HostBuffer<float> partial(static_cast<size_t>(threads > 1 ? (threads - 1) * cols_ * n : 0));
-  partial.zero();
-  if (!accumulate) std::fill(dw, dw + cols_ * n, 0.0f);  // thread 0 sums into dw itself
+  // Each thread owns a range of dW's rows (columns of X) and scans every stored row for its
+  // entries, adding them in row order: every value of dW is summed in the same order on any
+  // number of threads, with no per-thread copy of dW. Scanning costs a compare per non-zero;
+  // the products, n values each, are split.
+  if (!accumulate) std::fill(dw, dw + cols_ * n, 0.0f);
+  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), std::max<int64_t>(cols_ / 8, 1)));
 #pragma omp parallel num_threads(threads)
   {
-    const int t = omp_get_thread_num();
-    float* acc = t == 0 ? dw : partial.data() + static_cast<int64_t>(t - 1) * cols_ * n;
-#pragma omp for schedule(static)
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int32_t first = static_cast<int32_t>(cols_ * t / nt), last = static_cast<int32_t>(cols_ * (t + 1) / nt);
     for (int64_t i = 0; i < rows_; ++i) {
       const float* dyi = dy + i * n;
       for (int64_t e = off_[i]; e < off_[i + 1]; ++e) {
+        const int32_t col = col_[e];
+        if (col < first || col >= last) continue;
         const float v = value(e);
         if (v == 0.0f) continue;
-        float* dwk = acc + static_cast<int64_t>(col_[e]) * n;
+        float* dwk = dw + static_cast<int64_t>(col) * n;
 #pragma omp simd
         for (int64_t c = 0; c < n; ++c) dwk[c] += v * dyi[c];
       }
     }
-  }
-  for (int t = 1; t < threads; ++t) {
-    const float* src = partial.data() + static_cast<int64_t>(t - 1) * cols_ * n;
-#pragma omp parallel for simd schedule(static)
-    for (int64_t k = 0; k < cols_ * n; ++k) dw[k] += src[k];
   }
 }
 

@@ -1,6 +1,6 @@
 // The CPU implementations of the op layer (ops_impl.hpp): fp32, OpenMP, the kernels of
 // train/src/kernels/. Loops that are not kernels of their own are written so that a result
-// does not depend on the thread count (or, where a reduction is threaded, on nothing but it).
+// does not depend on the thread count (threaded reductions sum fixed row blocks in order).
 #include <omp.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include "kernels/aggregate.hpp"
 #include "kernels/dense.hpp"
 #include "kernels/gat.hpp"
+#include "kernels/row_block_sum.hpp"
 
 namespace halogen::ops::impl {
 
@@ -155,18 +156,20 @@ std::pair<double, double> drift<kDevCpu>(const ExecContext&, const TensorView& x
   const int32_t* index = static_cast<const int32_t*>(rows.data);
   const float* values = f32(x);
   float* previous = f32(last);
-  double num = 0.0, den = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : num, den)
-  for (int64_t i = 0; i < n; ++i) {
-    const float* row = values + static_cast<int64_t>(index[i]) * x.ld;
-    float* prev = previous + i * last.ld;
-    for (int64_t j = 0; j < cols; ++j) {
-      const double d = static_cast<double>(row[j]) - prev[j];
-      num += d * d;
-      den += static_cast<double>(row[j]) * row[j];
-      prev[j] = row[j];
+  double sums[2] = {0.0, 0.0};  // the squared change and the squared values
+  sum_row_blocks(n, 2, sums, [&](int64_t begin, int64_t end, double* block) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* row = values + static_cast<int64_t>(index[i]) * x.ld;
+      float* prev = previous + i * last.ld;
+      for (int64_t j = 0; j < cols; ++j) {
+        const double d = static_cast<double>(row[j]) - prev[j];
+        block[0] += d * d;
+        block[1] += static_cast<double>(row[j]) * row[j];
+        prev[j] = row[j];
+      }
     }
-  }
+  });
+  const double num = sums[0], den = sums[1];
   return {num, den};
 }
 
@@ -214,41 +217,31 @@ template <>
 void gat_attention_vector_grads<kDevCpu>(const ExecContext&, const TensorView& h, int heads, int64_t head_dim,
                                          const TensorView& del, const TensorView& der, const TensorView& ga_src,
                                          const TensorView& ga_dst) {
-  // Per-thread fp64 partial sums over a static split of the rows, added in thread order: the
-  // same result on every run with the same thread count.
+  // fp64 sums over fixed row blocks, added in block order (sum_row_blocks): the same bits on
+  // any number of threads.
   const int H = heads;
   const int64_t D = head_dim, pw = H * D, rows = h.rows, owned = der.rows;
   const float* ge_all = f32(del);
   const float* gr_all = f32(der);
   const float* hv = f32(h);
-  std::vector<std::vector<double>> partial(static_cast<size_t>(omp_get_max_threads()));
-#pragma omp parallel
-  {
-    std::vector<double>& mine = partial[static_cast<size_t>(omp_get_thread_num())];
-    mine.assign(static_cast<size_t>(2 * pw), 0.0);
-#pragma omp for schedule(static)
-    for (int64_t j = 0; j < rows; ++j) {
+  std::vector<double> sums(static_cast<size_t>(2 * pw), 0.0);  // [src | dst]
+  sum_row_blocks(rows, 2 * pw, sums.data(), [&](int64_t begin, int64_t end, double* block) {
+    for (int64_t j = begin; j < end; ++j) {
       const float* hj = hv + j * h.ld;
       for (int hh = 0; hh < H; ++hh) {
         const double ge = ge_all[j * H + hh], gr = j < owned ? gr_all[j * H + hh] : 0.0;
         for (int64_t d = 0; d < D; ++d) {
-          mine[static_cast<size_t>(hh * D + d)] += ge * hj[hh * D + d];
-          mine[static_cast<size_t>(pw + hh * D + d)] += gr * hj[hh * D + d];
+          block[hh * D + d] += ge * hj[hh * D + d];
+          block[pw + hh * D + d] += gr * hj[hh * D + d];
         }
       }
     }
-  }
+  });
   float* gs = f32(ga_src);
   float* gd = f32(ga_dst);
   for (int64_t c = 0; c < pw; ++c) {
-    double s_src = 0.0, s_dst = 0.0;
-    for (const auto& mine : partial) {
-      if (mine.empty()) continue;
-      s_src += mine[static_cast<size_t>(c)];
-      s_dst += mine[static_cast<size_t>(pw + c)];
-    }
-    gs[c] += static_cast<float>(s_src);
-    gd[c] += static_cast<float>(s_dst);
+    gs[c] += static_cast<float>(sums[static_cast<size_t>(c)]);
+    gd[c] += static_cast<float>(sums[static_cast<size_t>(pw + c)]);
   }
 }
 

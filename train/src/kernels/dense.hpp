@@ -10,9 +10,28 @@
 
 namespace halogen {
 
-/// C (m x n) = alpha * op(A) * op(B) + beta * C, row-major, fp32 (cblas_sgemm).
+/// C (m x n) = alpha * op(A) * op(B) + beta * C, row-major, fp32.
+///
+/// The bits of C depend on m, n, k and the values only, never on the thread count: the rows
+/// of C are cut into blocks of product_row_block(m) rows from row 0, each block is computed
+/// whole by one thread with one single-threaded BLAS call (op(A) = A^T: one call per
+/// 512-row block of the k sum, the calls summed in fp64 in order). A BLAS micro-kernel
+/// rounds a row differently depending on where it falls in the call's tiles (OpenBLAS's
+/// Haswell, Zen and generic kernels do), so a split that followed the threads would make the
+/// result depend on them.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+/// The rows of C that one BLAS call of gemm() computes: a function of m alone.
+int64_t product_row_block(int64_t m);
+
+/// The single-threaded fp32 GEMM (row-major, cblas_sgemm's arguments) every product here is
+/// built from. set_sgemm_kernel replaces it (nullptr: back to cblas_sgemm) and returns the
+/// previous one: tests install a kernel whose rounding depends on the call's shape, so that a
+/// product whose bits followed the split fails on any machine, whatever its BLAS.
+using SgemmKernel = void (*)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                             int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+SgemmKernel set_sgemm_kernel(SgemmKernel kernel);
 
 /// Sets the thread count of OpenBLAS and OpenMP for this process.
 void set_compute_threads(int threads);
@@ -32,9 +51,9 @@ void dropout_copy(const float* src, int64_t lds, float* dst, int64_t ldd, int64_
                   const int32_t* global_ids, float p, const DropoutKey& key);
 
 /// Products with dropout(X) (X rows x cols, contiguous; the mask of dropout_copy) that never
-/// hold the dropped matrix: each thread drops a few rows of its share at a time into a small
-/// buffer (the backward product only the columns it sums). Bit for bit dropout_copy followed
-/// by gemm: the same threads, row blocks and fp64 block sums.
+/// hold the dropped matrix: each thread drops one of gemm()'s row blocks at a time into a small
+/// buffer (the backward product only the columns of its block of dW). Bit for bit dropout_copy
+/// followed by gemm: the same row blocks, BLAS calls and fp64 block sums.
 /// Y (rows x n, row stride ldy) = beta * Y + dropout(X) W (W cols x n).
 void gemm_dropped(const float* x, int64_t rows, int64_t cols, const int32_t* global_ids, float p, const DropoutKey& key,
                   const float* w, int64_t n, float beta, float* y, int64_t ldy);
