@@ -12,11 +12,17 @@ optimizer step; the first epoch of each run warms up and is dropped) and the pea
 memory of the process (the maximum over rounds).
 
 PyG is never a dependency of halogen: the script creates its own virtual environment
-(default build/pyg-venv) and installs torch and torch_geometric there from PyPI by name.
+(default build/pyg-venv) and installs torch and torch_geometric there from PyPI by name, when
+a PyG system is asked for.
+
+`--baseline PATH` adds the system `baseline`: another halogen executable (a build of an
+earlier commit) run the same way, alternating with this one, to measure a change side by
+side: `--systems halogen,baseline --baseline /tmp/old/halogen` needs no PyG.
 
 usage: bench/pyg_compare.py [--build build] [--venv build/pyg-venv] [--scale 18]
                             [--edge-factor 16] [--models gcn,sage] [--hidden 64,256]
                             [--epochs 6] [--rounds 3] [--threads 2] [--out DIR]
+                            [--systems halogen,pyg-edge_index,pyg-adj_t,baseline] [--baseline PATH]
 """
 import argparse, json, os, resource, statistics, subprocess, sys, tempfile, time
 
@@ -129,14 +135,19 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--systems", default="halogen,pyg-edge_index,pyg-adj_t")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--baseline", default=None, help="another halogen executable, the system 'baseline'")
     args = ap.parse_args()
     if args.worker:
         args.hidden = int(args.hidden)
         return pyg_worker(args)
 
     halogen = os.path.join(args.build, "halogen")
+    systems = args.systems.split(",")
+    if "baseline" in systems and not args.baseline:
+        sys.exit("the system 'baseline' needs --baseline PATH (a halogen executable)")
+    executables = {"halogen": halogen, "baseline": args.baseline}
     venv = args.venv or os.path.join(args.build, "pyg-venv")
-    py = ensure_venv(venv)
+    py = ensure_venv(venv) if any(s.startswith("pyg") for s in systems) else None
     out = args.out or tempfile.mkdtemp(prefix="pyg_compare.")
     os.makedirs(out, exist_ok=True)
     ds = os.path.join(out, f"rmat{args.scale}")
@@ -147,15 +158,14 @@ def main():
     if not os.path.isdir(parts):
         run([halogen, "partition", ds, "--parts", "1", "--out", parts])
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
-    systems = args.systems.split(",")
 
     def one(system, model, hidden, tag):
-        if system == "halogen":
+        if system in executables:
             metrics = os.path.join(out, f"{tag}.jsonl")
             if os.path.exists(metrics):
                 os.remove(metrics)
             # Evaluation only after the last epoch, which is then not counted.
-            run([halogen, "train", "--parts", parts, "--model", model, "--hidden", str(hidden), "--dropout", "0.5",
+            run([executables[system], "train", "--parts", parts, "--model", model, "--hidden", str(hidden), "--dropout", "0.5",
                  "--epochs", str(args.epochs + 1), "--eval-every", str(args.epochs + 1), "-q", "--metrics", metrics],
                 env=env)
             recs = [json.loads(l) for l in open(metrics)]
@@ -195,6 +205,9 @@ def main():
                 best = min(pyg, key=lambda s: med[s])
                 print(f"halogen vs fastest PyG ({best}): {med[best] / med['halogen']:.2f}x faster, "
                       f"{peaks[best] / peaks['halogen']:.2f}x less memory")
+            if "halogen" in systems and "baseline" in systems:
+                print(f"halogen vs baseline: median epoch {med['baseline'] / med['halogen']:.3f}x faster, "
+                      f"peak memory {peaks['baseline'] / peaks['halogen']:.3f}x less")
             sys.stdout.flush()
 
 

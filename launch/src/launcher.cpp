@@ -50,6 +50,11 @@ Command build_command(const LaunchRequest& rq) {
     for (const auto& [key, value] : c.mpi_mca) a.insert(a.end(), {"--mca", key, value});
     a.insert(a.end(), c.mpi_args.begin(), c.mpi_args.end());
     for (const auto& [key, value] : rank_env) a.insert(a.end(), {"-x", key + "=" + value});
+    // mpirun starts remote ranks in a clean environment (as ssh does): without these, a BLAS
+    // kernel chosen on the launching host would hold for its ranks only, and ranks on different
+    // kernels round their products differently. srun passes the whole environment on.
+    for (const char* blas : kForwardedBlasVariables)
+      if (std::getenv(blas) != nullptr) a.insert(a.end(), {"-x", blas});
     a.insert(a.end(), rq.launcher_args.begin(), rq.launcher_args.end());
   } else {
     auto& a = cmd.argv;

@@ -38,9 +38,14 @@ struct LaunchRequest {
   std::vector<std::string> launcher_args;  // extra arguments for mpirun / srun
 };
 
+/// The launching environment's BLAS kernel choice, passed on to every rank by mpirun (-x NAME)
+/// when set, so that all ranks of a job run one kernel.
+inline constexpr const char* kForwardedBlasVariables[] = {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"};
+
 /// mpirun: -np R --map-by ppr:K:node [--hostfile F] [--oversubscribe when K exceeds the
 /// cores of a CPU node] [--allow-run-as-root as root] --mca KEY VALUE... config args,
-/// -x NAME=VALUE for every rank variable, then halogen and its arguments.
+/// -x NAME=VALUE for every rank variable, -x NAME for each of kForwardedBlasVariables set
+/// here, then halogen and its arguments.
 /// srun: --mpi=M -n R --ntasks-per-node=K [--gpus-per-task=1 --cpus-per-task=C] [--overcommit],
 /// with the rank variables and OMPI_MCA_KEY=VALUE set in its environment (srun exports its
 /// environment to the tasks).

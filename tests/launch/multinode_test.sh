@@ -4,7 +4,8 @@
 # The test trains cora on 2 hosts x 2 ranks with `halogen launch --hostfile` (mpirun reaches
 # the second host through the script's rsh agent, no sshd) and checks its metrics against
 # 1 host x 4 ranks, the placement each rank reports (host, node-local rank, wait policy, also
-# for an uneven 3 + 1 placement) and that traffic crossed the shaped links; runs a Slurm
+# for an uneven 3 + 1 placement), that every rank runs one BLAS kernel or is warned of it, and
+# that traffic crossed the shaped links; runs a Slurm
 # cluster over the hosts (slurmctld, one slurmd per host) with a `halogen slurm` job (srun
 # --mpi=pmix) and a job array (mpirun inside the allocation) that must give the same metrics;
 # then loses a rank (stopped), a host (every process killed) and a link (cut) mid-run and
@@ -115,11 +116,47 @@ echo "bytes through the shaped links: $n1 sent $d1, $n2 sent $d2"
 no_leftovers "2 hosts x 2 ranks"
 
 # --- uneven: 3 ranks on host 1, 1 on host 2 (the wait policy is decided per host) ----------
+# mpirun starts host 2's rank in a clean environment: the BLAS kernel variables set here are
+# passed on as halogen launch does, so that every rank runs one kernel.
 printf '%s slots=3\n%s slots=1\n' "$n1" "$n2" > "$work/hosts31"
-on "$n1" timeout 120 mpirun --allow-run-as-root -np 4 --hostfile "$work/hosts31" --bind-to none \
-  --mca btl tcp,vader,self --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 -x OMP_NUM_THREADS=1 \
-  "$halogen" train "${train_args[@]}" --metrics "$work/31.jsonl" > "$work/31.log" 2>&1 || { cat "$work/31.log"; die "3 + 1 ranks"; }
+blas_forward=()
+for v in OPENBLAS_CORETYPE OPENBLAS_L2_SIZE; do [ -n "${!v+set}" ] && blas_forward+=(-x "$v"); done
+run31() {  # run31 NAME [mpirun args...]
+  local out=$1; shift
+  on "$n1" timeout 120 mpirun --allow-run-as-root -np 4 --hostfile "$work/hosts31" --bind-to none \
+    --mca btl tcp,vader,self --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 \
+    -x OMP_NUM_THREADS=1 "$@" "$halogen" train "${train_args[@]}" --metrics "$work/$out.jsonl" > "$work/$out.log" 2>&1 \
+    || { cat "$work/$out.log"; die "3 + 1 ranks ($out)"; }
+}
+kernels() { sed -n 's/.*placement: rank [0-9]* on host .*, BLAS kernel \([A-Za-z0-9_]*\).*/\1/p' "$1" | sort -u | tr '\n' ' '; }
+run31 31 "${blas_forward[@]}"
 compare "3 + 1 ranks" "$work/31.jsonl"
+[ "$(kernels "$work/31.log" | wc -w)" = 1 ] && ! grep -q "different BLAS kernels" "$work/31.log" \
+  && pass "3 + 1 ranks: every rank reports the same BLAS kernel ($(kernels "$work/31.log"))" \
+  || fail "3 + 1 ranks: BLAS kernels $(kernels "$work/31.log")"
+# Without passing them on, host 2's rank picks its own kernel: where that differs from the one
+# set here, rank 0 warns, naming each rank's kernel, and the metrics stay within the stated
+# tolerance across kernels (1e-5 relative on the loss, accuracies within 1%).
+run31 31-own-env
+if [ "$(kernels "$work/31-own-env.log" | wc -w)" = 2 ]; then
+  grep -q "ranks run different BLAS kernels (rank 0: .*rank 3: " "$work/31-own-env.log" \
+    && pass "ranks on different BLAS kernels ($(kernels "$work/31-own-env.log")): rank 0 warns, naming them" \
+    || fail "no warning for ranks on different BLAS kernels"
+  python3 - "$work/31-own-env.jsonl" "$work/ref.jsonl" << 'PY' && pass "different BLAS kernels: metrics within the tolerance" || fail "different BLAS kernels: metrics beyond the tolerance"
+import json, sys
+got, ref = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert len(got) == len(ref) == 13, (len(got), len(ref))
+for g, r in zip(got[:-1], ref[:-1]):
+    assert abs(g["loss"] - r["loss"]) <= 1e-5 * abs(r["loss"]), (g["epoch"], g["loss"], r["loss"])
+    for k in ("train_acc", "val_acc", "test_acc"):
+        assert abs(g[k] - r[k]) <= 0.01, (g["epoch"], k, g[k], r[k])
+PY
+else
+  compare "3 + 1 ranks, each host's own environment (one BLAS kernel: $(kernels "$work/31-own-env.log"))" \
+    "$work/31-own-env.jsonl"
+  ! grep -q "different BLAS kernels" "$work/31-own-env.log" && pass "one BLAS kernel: no warning" \
+    || fail "a warning although every rank runs one BLAS kernel"
+fi
 [ "$(placement "$work/31.log" | tr '\n' ';')" = "0 $n1 0 3 sleep;1 $n1 1 3 sleep;2 $n1 2 3 sleep;3 $n2 0 1 spin;" ] \
   && pass "3 + 1 ranks: $n1 has node-local ranks 0..2 of 3 and sleeps (3 > 2 cores), $n2 has rank 3 alone and spins" \
   || { fail "3 + 1 placement"; placement "$work/31.log"; }

@@ -23,7 +23,6 @@ bool has_sequence(const std::vector<std::string>& v, const std::vector<std::stri
   return std::search(v.begin(), v.end(), seq.begin(), seq.end()) != v.end();
 }
 
-
 // A fake partition directory: partition.json with `parts` and `files` shard files.
 void fake_partition(const std::filesystem::path& dir, int parts, int files, bool empty_last = false) {
   std::filesystem::create_directories(dir);
@@ -50,6 +49,10 @@ TEST(Launch, MpirunCommandCarriesClusterSettings) {
   EXPECT_TRUE(has_sequence(a, {"--mca", "btl_tcp_if_include", "lo"}));
   EXPECT_TRUE(has_sequence(a, {"-x", "OMP_NUM_THREADS=1"}));
   EXPECT_TRUE(has_sequence(a, {"-x", "HALOGEN_RANKS_PER_NODE=4"}));
+  // The launching environment's BLAS kernel choice reaches every rank, when it has one (the
+  // test reads this machine's environment and changes nothing in it).
+  for (const char* blas : kForwardedBlasVariables)
+    EXPECT_EQ(has_sequence(a, {"-x", blas}), std::getenv(blas) != nullptr) << blas;
   EXPECT_TRUE(has_sequence(a, {"/opt/halogen", "train", "--parts", "/data/p4"}));
   EXPECT_TRUE(cmd.env.empty());
   const std::string line = format_command(cmd);

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -1748,6 +1749,7 @@ void prepare_process(Communicator& comm, const TrainOptions& options, int& node_
     char host[64];
     char device[16];
     char wait[32];
+    char blas[32];
     int local_rank, local_size, cores;
   };
   Placement mine{};
@@ -1758,6 +1760,7 @@ void prepare_process(Communicator& comm, const TrainOptions& options, int& node_
                 options.device == kDevCpu ? "cpu" : fmt::format("cuda:{}", current_cuda_device()).c_str());
   std::snprintf(mine.wait, sizeof mine.wait, "%s (%s)", sleep ? "sleep" : "spin",
                 wait != nullptr ? "HALOGEN_WAIT" : "auto");
+  std::snprintf(mine.blas, sizeof mine.blas, "%s", blas_kernel_name().c_str());
   mine.local_rank = node.local_rank;
   mine.local_size = node.local_size;
   mine.cores = node_cores;
@@ -1770,9 +1773,24 @@ void prepare_process(Communicator& comm, const TrainOptions& options, int& node_
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
     const Placement& p = all[static_cast<size_t>(r)];
     if (size > 64 && p.local_rank != 0) continue;
-    log::info("placement: rank {} on host {}, node-local rank {} of {}, {} cores, device {}, wait {}", r, p.host,
-              p.local_rank, p.local_size, p.cores, p.device, p.wait);
+    log::info("placement: rank {} on host {}, node-local rank {} of {}, {} cores, device {}, wait {}, BLAS kernel {}",
+              r, p.host, p.local_rank, p.local_size, p.cores, p.device, p.wait, p.blas);
   }
+  // Ranks that run different BLAS kernels round their products differently, so the run's bits
+  // depend on where its ranks landed. The usual cause: OPENBLAS_CORETYPE set on the launching
+  // host and not passed on to the others (mpirun starts remote ranks in a clean environment).
+  for (const Placement& p : all)
+    if (std::strcmp(p.blas, all.front().blas) != 0) {
+      std::string kernels;
+      for (int r = 0; r < static_cast<int>(all.size()); ++r)
+        kernels += fmt::format("{}rank {}: {}", r == 0 ? "" : ", ", r, all[static_cast<size_t>(r)].blas);
+      log::warn(
+          "ranks run different BLAS kernels ({}): the results will differ in the last bits from a run whose ranks "
+          "all use one kernel; to make them agree, give every rank the same OPENBLAS_CORETYPE (mpirun -x "
+          "OPENBLAS_CORETYPE; halogen launch passes it on)",
+          kernels);
+      break;
+    }
 }
 
 }  // namespace

@@ -106,6 +106,11 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   }
 }
 
+std::string blas_kernel_name() {
+  const char* name = openblas_get_corename();
+  return name != nullptr ? name : "unknown";
+}
+
 // OpenBLAS runs single-threaded; gemm() shares its row blocks among the OpenMP threads
 // instead. Its own thread pool would spin against OpenMP's on few cores, and this way every
 // block of C is computed whole by one thread.

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "halogen/core/buffer.hpp"
 #include "halogen/core/rng.hpp"
@@ -32,6 +33,10 @@ int64_t product_row_block(int64_t m);
 using SgemmKernel = void (*)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                              int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 SgemmKernel set_sgemm_kernel(SgemmKernel kernel);
+
+/// The BLAS kernel this process runs (OpenBLAS's core name, e.g. "Haswell", "SkylakeX"), which
+/// OPENBLAS_CORETYPE overrides. Ranks on different kernels round products differently.
+std::string blas_kernel_name();
 
 /// Sets the thread count of OpenBLAS and OpenMP for this process.
 void set_compute_threads(int threads);
