@@ -20,8 +20,9 @@ int cmd_generate(const std::vector<std::string>& args) {
   bool overwrite = false;
   opts.add_options()("kind", po::value(&kind)->required(), "sbm or rmat")("out,o", po::value(&out)->required(),
                                                                           "output dataset directory")(
-      "overwrite", po::bool_switch(&overwrite), "replace an existing output directory")("seed", po::value<uint64_t>(),
-                                                                                        "random seed (default 1)")(
+      "overwrite", po::bool_switch(&overwrite),
+      "replace an existing dataset in --out (never a directory of other files)")("seed", po::value<uint64_t>(),
+                                                                                 "random seed (default 1)")(
       "nodes", po::value(&sbm.num_nodes)->default_value(sbm.num_nodes), "sbm: number of nodes")(
       "classes", po::value<int32_t>(), "number of classes (sbm default 8, rmat 16)")(
       "avg-degree", number(&sbm.avg_degree, sbm.avg_degree), "sbm: mean degree")(
@@ -75,7 +76,8 @@ int cmd_convert(const std::vector<std::string>& args) {
                                                                                   "output dataset directory")(
       "split", po::value(&split), "ogb: split scheme (default: the only one present)")(
       "num-nodes", po::value(&num_nodes), "edgelist: node count (default max id + 1)")(
-      "overwrite", po::bool_switch(&overwrite), "replace an existing output directory");
+      "overwrite", po::bool_switch(&overwrite),
+      "replace an existing dataset in --out (never a directory of other files)");
   po::positional_options_description pos;
   pos.add("input", 1);
   po::variables_map vm;

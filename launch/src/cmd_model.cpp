@@ -1,6 +1,7 @@
 // halogen predict / evaluate / export-model: using a trained model (train/model.hpp).
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 
 #include "cli.hpp"
@@ -9,6 +10,7 @@
 #include "halogen/core/io.hpp"
 #include "halogen/core/log.hpp"
 #include "halogen/core/mpi.hpp"
+#include "halogen/core/output.hpp"
 #include "halogen/train/model.hpp"
 
 namespace halogen::cli {
@@ -71,6 +73,27 @@ nlohmann::json accuracy_json(const Inference& r) {
   return {{"loss", r.loss}, {"train_acc", r.train_acc}, {"val_acc", r.val_acc}, {"test_acc", r.test_acc}};
 }
 
+// The output of an earlier `halogen predict`: its predict.json lists the files it wrote.
+bool is_predict_dir(const std::filesystem::path& dir) {
+  const nlohmann::json j = read_json_object_or_null(dir / "predict.json");
+  return j.is_object() && j.contains("files") && j["files"].is_array() && j.contains("model") && j.contains("nodes");
+}
+
+// The --json file of an earlier `halogen evaluate`.
+bool is_evaluate_json(const std::filesystem::path& file) {
+  const nlohmann::json j = read_json_object_or_null(file);
+  for (const char* key : {"loss", "train_acc", "val_acc", "test_acc"})
+    if (!j.is_object() || !j.contains(key)) return false;
+  return true;
+}
+
+// Rank 0 checks an output before any rank loads a model; every rank learns the outcome.
+void check_output_collectively(const MpiSession& mpi, const std::function<void()>& check) {
+  run_collectively(MPI_COMM_WORLD, "checking the output path", [&] {
+    if (mpi.rank() == 0) check();
+  });
+}
+
 }  // namespace
 
 int cmd_predict(int argc, char** argv, const std::vector<std::string>& args) {
@@ -78,15 +101,25 @@ int cmd_predict(int argc, char** argv, const std::vector<std::string>& args) {
   ModelRun r;
   std::string out_dir;
   int embeddings = 0;
+  bool overwrite = false;
   add_model_run_options(opts, r);
-  opts.add_options()("out", po::value(&out_dir)->required(), "directory for the .npy outputs")(
+  opts.add_options()("out", po::value(&out_dir)->required(),
+                     "directory for the .npy outputs and predict.json: new, empty, or an earlier predict's output "
+                     "(files of the same names are replaced)")(
       "embeddings", po::value(&embeddings)->default_value(0),
-      "also write the output of layer L (1..layers; the last layer's is the logits), 0 = none");
+      "also write the output of layer L (1..layers; the last layer's is the logits), 0 = none")(
+      "overwrite", po::bool_switch(&overwrite),
+      "write into an --out directory that holds other files, replacing those of the same names");
   po::positional_options_description pos;
   po::variables_map vm;
   if (!parse("predict", "--model DIR (--parts DIR | --dataset DIR) --out DIR [options]", opts, pos, args, vm)) return 0;
   MpiSession mpi(&argc, &argv);
   log::configure(mpi.rank(), r.log_level);
+  check_output_collectively(mpi, [&] {
+    check_output_dir(
+        {out_dir, "--out", "the output of halogen predict (a directory with its predict.json)", is_predict_dir},
+        overwrite, DirWrite::kWrittenInto);
+  });
   Loaded l = run_model(r, mpi, embeddings);
   const Shard& s = l.shard;
   const int64_t owned = s.num_owned, C = l.model.num_classes;
@@ -137,13 +170,22 @@ int cmd_evaluate(int argc, char** argv, const std::vector<std::string>& args) {
   po::options_description opts("evaluate options");
   ModelRun r;
   std::string json_out;
+  bool overwrite = false;
   add_model_run_options(opts, r);
-  opts.add_options()("json", po::value(&json_out), "also write the figures as JSON to this file");
+  opts.add_options()("json", po::value(&json_out),
+                     "also write the figures as JSON to this file (new, empty, or an earlier evaluate's)")(
+      "overwrite", po::bool_switch(&overwrite), "let --json replace a file evaluate did not write");
   po::positional_options_description pos;
   po::variables_map vm;
   if (!parse("evaluate", "--model DIR (--parts DIR | --dataset DIR) [options]", opts, pos, args, vm)) return 0;
   MpiSession mpi(&argc, &argv);
   log::configure(mpi.rank(), r.log_level);
+  if (!json_out.empty()) {
+    check_output_collectively(mpi, [&] {
+      check_output_file({json_out, "--json", "an earlier --json file of halogen evaluate", is_evaluate_json},
+                        overwrite);
+    });
+  }
   const Loaded l = run_model(r, mpi, 0);
   if (mpi.rank() == 0 && !json_out.empty()) write_file_atomic(json_out, accuracy_json(l.result).dump(2) + "\n");
   print_accuracy(l.result, mpi);
@@ -153,13 +195,17 @@ int cmd_evaluate(int argc, char** argv, const std::vector<std::string>& args) {
 int cmd_export_model(const std::vector<std::string>& args) {
   po::options_description opts("export-model options");
   std::string checkpoint_dir, out_dir;
+  bool overwrite = false;
   opts.add_options()("checkpoint", po::value(&checkpoint_dir)->required(),
                      "checkpoint directory of `halogen train --checkpoint-dir` (its newest checkpoint)")(
-      "out", po::value(&out_dir)->required(), "model directory to write");
+      "out", po::value(&out_dir)->required(),
+      "model directory to write; replaces only an empty directory or an earlier model, unless --overwrite")(
+      "overwrite", po::bool_switch(&overwrite), "let --out replace a directory that holds something else");
   po::positional_options_description pos;
   po::variables_map vm;
-  if (!parse("export-model", "--checkpoint DIR --out DIR", opts, pos, args, vm)) return 0;
-  save_model(out_dir, model_from_checkpoint(checkpoint_dir));
+  if (!parse("export-model", "--checkpoint DIR --out DIR [--overwrite]", opts, pos, args, vm)) return 0;
+  check_model_output(out_dir, overwrite, "--out");
+  save_model(out_dir, model_from_checkpoint(checkpoint_dir), overwrite);
   std::printf("wrote %s\n", out_dir.c_str());
   return 0;
 }

@@ -32,7 +32,8 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
       "order of each shard's nodes for memory locality: degree | rcm | global (ascending id)")(
       "hidden", po::value(&hidden)->default_value(hidden), "hidden size for the report's halo byte estimates")(
       "layers", po::value(&layers)->default_value(layers), "layers for the report's halo byte estimates")(
-      "overwrite", po::bool_switch(&overwrite), "replace an existing, different partition in --out")(
+      "overwrite", po::bool_switch(&overwrite),
+      "replace --out when it holds a different partition or other files (the same partition is kept without it)")(
       "single-writer", po::bool_switch(&single_writer),
       "ptscotch: rank 0 loads the whole dataset and writes every shard (the former behaviour, for comparison)");
   po::positional_options_description pos;

@@ -10,6 +10,7 @@
 #include "cost_model.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
+#include "halogen/core/output.hpp"
 #include "halogen/partition/shard.hpp"
 #include "halogen/train/memory_plan.hpp"
 #include "halogen/train/trainer.hpp"
@@ -22,6 +23,7 @@ int cmd_plan(const std::vector<std::string>& args) {
                                                  json_out, input_storage = "fp32";
   double compute_s = 0.0;
   int calib_ranks = 0, hidden = 0, layers = 0;
+  bool overwrite = false;
   int64_t features = 0, classes = 0;
   plan::GraphDescription described;
   double feature_density = 1.0;
@@ -58,7 +60,8 @@ int cmd_plan(const std::vector<std::string>& args) {
       ("grad-compression", po::value<std::string>()->default_value("none"), "as train: none | powersgd")
       ("grad-rank", po::value<int>()->default_value(4), "as train: PowerSGD rank")
       ("input-storage", po::value(&input_storage)->default_value(input_storage), "as train (CPU clusters): the layer-0 inputs as fp32 | bf16, for the memory per rank")
-      ("json", po::value(&json_out), "also write the plan as JSON to this file");
+      ("json", po::value(&json_out), "also write the plan as JSON to this file (new, empty, or an earlier plan's)")
+      ("overwrite", po::bool_switch(&overwrite), "let --json replace a file plan did not write");
   // clang-format on
   po::positional_options_description pos;
   pos.add("report", 1);
@@ -68,6 +71,14 @@ int cmd_plan(const std::vector<std::string>& args) {
              "--layers L) --cluster CONFIG (--metrics FILE | --compute-s S --calib-ranks P | --gflops G)",
              opts, pos, args, vm)) {
     return 0;
+  }
+  if (!json_out.empty()) {
+    // An earlier plan's JSON names its cluster and calibration.
+    const auto is_plan_json = [](const std::filesystem::path& file) {
+      const nlohmann::json j = read_json_object_or_null(file);
+      return j.is_object() && j.contains("cluster") && j.contains("calibration");
+    };
+    check_output_file({json_out, "--json", "an earlier --json file of halogen plan", is_plan_json}, overwrite);
   }
   const bool is_described = vm.count("nodes") > 0;
   HALOGEN_EXPECTS(is_described != !report_arg.empty(),

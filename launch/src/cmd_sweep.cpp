@@ -11,6 +11,7 @@
 #include "cluster_config.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
+#include "halogen/core/output.hpp"
 #include "launcher.hpp"
 #include "slurm_script.hpp"
 #include "sweep_results.hpp"
@@ -71,17 +72,18 @@ int cmd_sweep(const std::vector<std::string>& all_args) {
   std::vector<std::string> grids;
   std::string out_dir, cluster_name, mpirun = "mpirun", gnuplot = "gnuplot";
   int timeout_s = 3600;
-  bool force = false, no_plots = false;
+  bool force = false, no_plots = false, overwrite = false;
   // clang-format off
   opts.add_options()
       ("grid,g", po::value(&grids)->composing()->required(), "KEY=V1,V2 (keys: dataset, ranks, bits, mode); repeatable or ';'-separated")
-      ("out-dir", po::value(&out_dir)->required(), "results: sweep.csv, *.png, parts/, runs/<run>/{metrics.jsonl,log.txt}")
+      ("out-dir", po::value(&out_dir)->required(), "results: sweep.csv, *.png, parts/, runs/<run>/{metrics.jsonl,log.txt}; new, empty, or an earlier sweep's (its sweep.csv)")
       ("cluster,c", po::value(&cluster_name), "cluster config for mpirun settings (default: this machine)")
       ("mpirun", po::value(&mpirun)->default_value(mpirun), "mpirun executable")
       ("timeout", po::value(&timeout_s)->default_value(timeout_s), "seconds per run before it is stopped")
       ("force", po::bool_switch(&force), "rerun points whose metrics file is already complete")
       ("no-plots", po::bool_switch(&no_plots), "write the CSV only")
-      ("gnuplot", po::value(&gnuplot)->default_value(gnuplot), "gnuplot executable");
+      ("gnuplot", po::value(&gnuplot)->default_value(gnuplot), "gnuplot executable")
+      ("overwrite", po::bool_switch(&overwrite), "write into an --out-dir that holds other files, replacing those of the sweep's names (and partitions under parts/)");
   // clang-format on
   po::positional_options_description pos;
   po::variables_map vm;
@@ -105,8 +107,15 @@ int cmd_sweep(const std::vector<std::string>& all_args) {
   for (const auto& m : mode_list) HALOGEN_EXPECTS(m == "sync" || m == "overlap", "--grid mode: unknown mode '{}'", m);
 
   const std::filesystem::path out = std::filesystem::absolute(out_dir);
+  check_output_dir(
+      {out, "--out-dir", "the output of halogen sweep (a directory with its sweep.csv)", sweep::is_sweep_dir},
+      overwrite, DirWrite::kWrittenInto);
   std::filesystem::create_directories(out / "parts");
   std::filesystem::create_directories(out / "runs");
+  // The header now marks the directory as this sweep's, so that a rerun after an interruption
+  // may reuse its finished runs.
+  const auto csv = out / "sweep.csv";
+  if (!std::filesystem::exists(csv)) write_file_atomic(csv, sweep::to_csv({}));
   const auto halogen = launch::self_executable();
   const int max_ranks = *std::max_element(ranks_list.begin(), ranks_list.end());
   const cluster::ClusterConfig cluster =
@@ -128,6 +137,7 @@ int cmd_sweep(const std::vector<std::string>& all_args) {
       launch::Command part_cmd{{halogen.string(), "partition", dataset.string(), "--parts", std::to_string(ranks),
                                 "--out", parts_dir.string()},
                                {}};
+      if (overwrite) part_cmd.argv.push_back("--overwrite");
       for (const char* shared : {"hidden", "layers"}) {
         if (const auto v = launch::find_option(train_args, shared)) {
           part_cmd.argv.insert(part_cmd.argv.end(), {std::string("--") + shared, *v});
@@ -205,7 +215,6 @@ int cmd_sweep(const std::vector<std::string>& all_args) {
       }
     }
   }
-  const auto csv = out / "sweep.csv";
   write_file_atomic(csv, sweep::to_csv(rows));
   std::printf("halogen sweep: %zu runs -> %s\n", rows.size(), csv.c_str());
   if (!no_plots) {

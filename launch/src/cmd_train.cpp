@@ -46,7 +46,9 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "train all --epochs); the best-validation epoch's weights are the model kept")(
       "seed", po::value(&t.seed)->default_value(t.seed), "seed of weights and dropout")(
       "eval-every", po::value(&t.eval_every)->default_value(t.eval_every), "evaluate every N epochs")(
-      "metrics", po::value(&metrics), "write one JSON line per epoch and a summary to this file")(
+      "metrics", po::value(&metrics),
+      "write one JSON line per epoch and a summary to this file (replaces only an empty file or an earlier "
+      "metrics file of train, unless --overwrite)")(
       "grad-compression", po::value<std::string>()->default_value("none"),
       "weight gradients: none | powersgd (rank --grad-rank, error feedback; matrices where it saves half)")(
       "grad-rank", po::value(&t.grad_rank)->default_value(t.grad_rank), "powersgd: rank of the approximation")(
@@ -54,7 +56,8 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "weight gradients: layerwise (fp32, one all-reduce per layer overlapping the backward pass) | packed (one "
       "fp64 all-reduce after it)")(
       "save-model", po::value<std::string>(),
-      "after training, write the model (weights as .npy, shape as model.json) into this directory")(
+      "after training, write the model (weights as .npy, shape as model.json) into this directory (replaces only "
+      "an empty directory or an earlier model, unless --overwrite; checked before training)")(
       "bits-fwd", po::value(&bits_fwd)->default_value(bits_fwd),
       "bits of forward halo features: one value or one per layer (1,2,4,8,16,32)")(
       "bits-bwd", po::value(&bits_bwd)->default_value(bits_bwd),
@@ -78,8 +81,9 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
                  "input feature normalisation: row (rows sum to 1) | l2 (rows of unit length) | none")(
       "input-storage", po::value<std::string>()->default_value("fp32"),
       "cpu: the layer-0 input matrices (features, their aggregation) as fp32 | bf16 (half the bytes, values "
-      "rounded to 8 significant bits, products in fp32)")("checkpoint-dir", po::value<std::string>(),
-                                                          "write checkpoints into this directory")(
+      "rounded to 8 significant bits, products in fp32)")(
+      "checkpoint-dir", po::value<std::string>(),
+      "write checkpoints into this directory: new, empty, or train's own (its latest.json), unless --overwrite")(
       "checkpoint-every", po::value(&t.checkpoint_every)->default_value(0),
       "checkpoint every N epochs (0: only after the last)")("resume", po::value<std::string>(),
                                                             "continue from the newest checkpoint in this directory")(
@@ -100,7 +104,9 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "comm", po::value(&comm_name)->default_value(comm_name),
       "cuda: nccl | mpi (staged through pinned host memory) | auto (nccl when built with it)")(
       "log-level", po::value(&log_level)->default_value(log_level), "trace|debug|info|warn|error")(
-      "quiet,q", po::bool_switch(&quiet), "no per-epoch progress lines");
+      "quiet,q", po::bool_switch(&quiet), "no per-epoch progress lines")(
+      "overwrite", po::bool_switch(&t.overwrite),
+      "let --save-model replace, and --metrics and --checkpoint-dir write over, files halogen did not write");
   po::positional_options_description pos;
   po::variables_map vm;
   if (!parse("train", "(--parts DIR | --dataset DIR) [options]", opts, pos, args, vm)) return 0;
@@ -158,6 +164,8 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     t.grad_powersgd = compression == "powersgd";
     if (vm.count("save-model")) t.save_model_dir = vm["save-model"].as<std::string>();
     t.validate();
+    // Now, not after an hour of training (train() checks again).
+    if (mpi.rank() == 0) check_train_outputs(t);
   });
 
   const Shard shard = load_rank_shard(parts_dir, dataset, mpi.rank(), mpi.size(), t.seed);

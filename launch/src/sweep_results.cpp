@@ -7,6 +7,7 @@
 
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
+#include "halogen/core/output.hpp"
 #include "launcher.hpp"
 
 namespace halogen::sweep {
@@ -94,6 +95,12 @@ std::string csv_header() {
   return "dataset,ranks,bits,mode,status,epochs,epoch_s,compute_s,quant_s,comm_wait_s,allreduce_s,bytes_per_epoch,"
          "final_train_acc,final_val_acc,final_test_acc,best_val_acc,test_acc_at_best_val,total_s,peak_rss_bytes,run_"
          "dir";
+}
+
+bool is_sweep_dir(const std::filesystem::path& dir) {
+  // The leading columns only, so that a sweep of a version with more columns is still one.
+  const std::string_view marker = "dataset,ranks,bits,mode,status,";
+  return read_file_head(dir / "sweep.csv", marker.size()) == marker;
 }
 
 std::string to_csv(const std::vector<RunResult>& rows) {

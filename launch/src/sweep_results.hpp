@@ -39,6 +39,10 @@ bool metrics_complete(const std::filesystem::path& metrics);
 /// Fills the measured fields of `row` from a finished run's metrics file.
 void fill_from_metrics(RunResult& row, const std::filesystem::path& metrics);
 
+/// True when `dir` is a sweep's output directory: its sweep.csv starts with the sweep's header
+/// (the sweep writes the header when it starts, the rows when it ends).
+bool is_sweep_dir(const std::filesystem::path& dir);
+
 /// Header line plus one line per row.
 std::string to_csv(const std::vector<RunResult>& rows);
 std::string csv_header();

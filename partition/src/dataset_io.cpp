@@ -343,11 +343,14 @@ void write_dataset(const Dataset& ds, const fs::path& dir, bool overwrite) {
   HALOGEN_EXPECTS(!target.filename().empty(), "cannot write a dataset to '{}': no directory name", dir.string());
   const bool exists = fs::exists(target);
   if (exists) {
-    HALOGEN_EXPECTS(overwrite, "'{}' already exists (pass overwrite to replace it)", dir.string());
-    // Refuse to replace anything that is not a dataset, so a mistyped path never deletes an
-    // unrelated directory.
-    HALOGEN_EXPECTS(is_dataset_dir(target), "'{}' exists and is not a halogen dataset directory; not replacing it",
+    // Refuse to replace anything that is not a dataset, even with overwrite, so a mistyped path
+    // never deletes an unrelated directory; checked first so the message says what --overwrite
+    // would not do.
+    HALOGEN_EXPECTS(is_dataset_dir(target),
+                    "'{}' exists and is not a halogen dataset directory; not replacing it (--overwrite replaces only "
+                    "a dataset)",
                     dir.string());
+    HALOGEN_EXPECTS(overwrite, "'{}' already exists (pass --overwrite to replace it)", dir.string());
   }
   std::error_code ec;
   fs::create_directories(target.parent_path(), ec);

@@ -974,12 +974,14 @@ PartitionDirPlan plan_partition_dir(const fs::path& out_dir, uint64_t id, int P,
   const bool same_partition = !existing.is_null() && existing.value("partition_id", "") == id_hex(id);
   if (!overwrite && !same_partition && !fs::is_empty(dir)) {
     if (existing.is_null()) {
-      HALOGEN_FAIL("partition output '{}' exists and is not a halogen partition directory; remove it or pass overwrite",
-                   dir.string());
+      HALOGEN_FAIL(
+          "partition output '{}' exists and is not a halogen partition directory; remove it, choose another --out, or "
+          "pass --overwrite to replace it",
+          dir.string());
     }
     HALOGEN_FAIL(
         "partition output '{}' already holds a different partition (id {}, {} parts of '{}'; this one is "
-        "id {}, {} parts of '{}'); pass overwrite to replace it",
+        "id {}, {} parts of '{}'); pass --overwrite to replace it",
         dir.string(), existing.value("partition_id", "?"), existing.value("num_parts", 0),
         existing.value("dataset", "?"), id_hex(id), P, dataset_name);
   }

@@ -4,6 +4,7 @@
 
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
+#include "halogen/core/output.hpp"
 
 namespace halogen {
 
@@ -118,6 +119,12 @@ std::filesystem::path checkpoint_epoch_dir(const std::filesystem::path& dir, int
 
 std::filesystem::path checkpoint_rank_file(const std::filesystem::path& dir, int epoch, int rank) {
   return checkpoint_epoch_dir(dir, epoch) / fmt::format("rank-{}.ckpt", rank);
+}
+
+bool is_checkpoint_dir(const std::filesystem::path& dir) {
+  const nlohmann::json pointer = read_json_object_or_null(dir / "latest.json");
+  return pointer.is_object() && pointer.contains("directory") && pointer["directory"].is_string() &&
+         pointer["directory"].get<std::string>().rfind("epoch-", 0) == 0;
 }
 
 nlohmann::json read_latest_manifest(const std::filesystem::path& dir) {

@@ -15,6 +15,7 @@
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
 #include "halogen/core/log.hpp"
+#include "halogen/core/output.hpp"
 #include "halogen/train/checkpoint.hpp"
 #include "trainer_common.hpp"
 
@@ -169,16 +170,49 @@ TrainOptions options_of(const nlohmann::json& j, const std::string& where) {
   }
 }
 
+// An array's file must be a plain name inside the model directory: a model.json may come from
+// anywhere, and "../../etc/passwd" or "/etc/shadow" must not even be opened.
+void check_array_file_name(const std::filesystem::path& json_path, const std::string& array, const std::string& file) {
+  const bool plain = !file.empty() && file != "." && file != ".." &&
+                     file.find_first_of(std::string_view("/\\\0", 3)) == std::string::npos;
+  HALOGEN_EXPECTS(plain,
+                  "'{}': array '{}' names the file '{}'; an array file must be a plain file name inside the model "
+                  "directory (no '/', '\\', '.' or '..')",
+                  json_path.string(), array, file);
+}
+
+// `dir` as an absolute path naming the directory itself: "m/" and "." have no file name of
+// their own, and the temporary beside the target needs one.
+std::filesystem::path model_target(const std::filesystem::path& dir) {
+  std::filesystem::path target = std::filesystem::absolute(dir).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();
+  HALOGEN_EXPECTS(!target.filename().empty(), "cannot write a model to '{}': no directory name", dir.string());
+  return target;
+}
+
 }  // namespace
 
-void save_model(const std::filesystem::path& dir, const SavedModel& model) {
+bool is_model_dir(const std::filesystem::path& dir) {
+  const nlohmann::json j = read_json_object_or_null(dir / "model.json");
+  return j.is_object() && j.contains("format") && j["format"] == "halogen-model";
+}
+
+void check_model_output(const std::filesystem::path& dir, bool overwrite, std::string_view option) {
+  check_output_dir({model_target(dir), option,
+                    "a halogen model directory (one whose model.json has \"format\": \"halogen-model\")", is_model_dir},
+                   overwrite, DirWrite::kReplaced);
+}
+
+void save_model(const std::filesystem::path& model_dir, const SavedModel& model, bool overwrite) {
   const auto specs = array_specs(model.options, model.feature_dim, model.num_classes);
   HALOGEN_EXPECTS(
       !specs.empty() && model.params.size() == specs.back().offset + static_cast<size_t>(specs.back().size()),
       "save_model: {} parameters for a model of {}", model.params.size(),
       specs.empty() ? 0 : specs.back().offset + specs.back().size());
+  check_model_output(model_dir, overwrite);
+  const std::filesystem::path dir = model_target(model_dir);
   // Everything goes into a fresh sibling folder, which then replaces `dir` in two renames.
-  const std::filesystem::path parent = dir.parent_path().empty() ? std::filesystem::path(".") : dir.parent_path();
+  const std::filesystem::path parent = dir.parent_path();
   std::filesystem::create_directories(parent);
   const std::filesystem::path tmp =
       parent / fmt::format(".{}.tmp-{}-{}", dir.filename().string(), ::getpid(), std::random_device{}());
@@ -209,8 +243,8 @@ void save_model(const std::filesystem::path& dir, const SavedModel& model) {
     write_file_atomic(tmp / "model.json", j.dump(2) + "\n");
     std::filesystem::path old;
     if (std::filesystem::exists(dir)) {
-      old = parent / fmt::format(".{}.old-{}", dir.filename().string(), ::getpid());
-      std::filesystem::remove_all(old);
+      // A name of its own, so that nothing already there is deleted with the old model.
+      old = parent / fmt::format(".{}.old-{}-{}", dir.filename().string(), ::getpid(), std::random_device{}());
       std::filesystem::rename(dir, old);
     }
     std::filesystem::rename(tmp, dir);
@@ -253,7 +287,9 @@ SavedModel load_model(const std::filesystem::path& dir) {
     for (const ArraySpec& a : specs) {
       HALOGEN_EXPECTS(arrays.contains(a.name), "'{}' lacks the array '{}' of this model", json_path.string(), a.name);
       const auto& entry = arrays.at(a.name);
-      const std::filesystem::path file = dir / entry.at("file").get<std::string>();
+      const std::string file_name = entry.at("file").get<std::string>();
+      check_array_file_name(json_path, a.name, file_name);
+      const std::filesystem::path file = dir / file_name;
       HALOGEN_EXPECTS(std::filesystem::exists(file), "'{}' is missing (listed in '{}')", file.string(),
                       json_path.string());
       const std::string bytes = read_text_file(file);

@@ -21,6 +21,7 @@
 #include "halogen/core/io.hpp"
 #include "halogen/core/log.hpp"
 #include "halogen/core/metrics.hpp"
+#include "halogen/core/output.hpp"
 #include "halogen/core/tensor.hpp"
 #include "halogen/core/timer.hpp"
 #include "halogen/pipeline/halo_exchanger.hpp"
@@ -1681,7 +1682,7 @@ TrainResult Trainer::run_epochs() {
     model.training["best_epoch"] = log_.best_epoch;
     model.training["ranks"] = comm_.size();
     model.training["settings"] = train_detail::training_description(opt_);
-    if (s_.part == 0) save_model(opt_.save_model_dir, model);
+    if (s_.part == 0) save_model(opt_.save_model_dir, model, opt_.overwrite);
     comm_.barrier();
     if (s_.part == 0) log::info("saved the model to {}", opt_.save_model_dir.string());
   }
@@ -1829,8 +1830,40 @@ Inference infer(const Shard& shard, Communicator& comm, const SavedModel& model,
   return trainer.infer(model.params, embeddings_layer);
 }
 
+namespace {
+
+// A metrics file halogen train wrote: its first line is an epoch record or the summary.
+bool is_metrics_file(const std::filesystem::path& path) {
+  const std::string head = read_file_head(path, 1 << 16);
+  const nlohmann::json first = nlohmann::json::parse(head.substr(0, head.find('\n')), nullptr, false);
+  return first.is_object() && ((first.contains("epoch") && first.contains("loss")) ||
+                               (first.contains("summary") && first["summary"] == true));
+}
+
+}  // namespace
+
+void check_train_outputs(const TrainOptions& options) {
+  if (!options.metrics_path.empty()) {
+    check_output_file({options.metrics_path, "--metrics",
+                       "a metrics file of halogen train (JSON lines, the first an epoch record)", is_metrics_file},
+                      options.overwrite, /*streamed=*/true);
+  }
+  if (!options.checkpoint_dir.empty()) {
+    check_output_dir({options.checkpoint_dir, "--checkpoint-dir",
+                      "a checkpoint directory of halogen train (one with its latest.json)", is_checkpoint_dir},
+                     options.overwrite, DirWrite::kWrittenInto);
+  }
+  if (!options.save_model_dir.empty()) check_model_output(options.save_model_dir, options.overwrite, "--save-model");
+}
+
 TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& options) {
   options.validate();
+  // Before any work, so that a run is not refused its output at the end.
+  MPI_Comm ranks = MPI_COMM_WORLD;
+  if (auto* mc = dynamic_cast<MpiCommunicator*>(&comm)) ranks = mc->mpi_comm();
+  run_collectively(ranks, "checking the output paths", [&] {
+    if (comm.rank() == 0) check_train_outputs(options);
+  });
   check_shards_consistent(shard, comm);
   HALOGEN_EXPECTS(shard.feature_dim >= 1, "shard {} has no node features (feature_dim 0)", shard.part);
   HALOGEN_EXPECTS(shard.num_classes >= 2, "shard {} has {} classes; node classification needs at least 2", shard.part,

@@ -59,6 +59,8 @@ class CheckpointReader {
 /// Checkpoint directory helpers.
 std::filesystem::path checkpoint_epoch_dir(const std::filesystem::path& dir, int epoch);
 std::filesystem::path checkpoint_rank_file(const std::filesystem::path& dir, int epoch, int rank);
+/// True when `dir` holds halogen checkpoints: its latest.json names an epoch directory.
+bool is_checkpoint_dir(const std::filesystem::path& dir);
 /// The newest complete checkpoint's manifest in `dir` (latest.json); throws if none.
 nlohmann::json read_latest_manifest(const std::filesystem::path& dir);
 

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "halogen/comm/communicator.hpp"
@@ -37,10 +38,19 @@ struct SavedModel {
   nlohmann::json training;  // what the training run reported (informational)
 };
 
-/// Writes `model` to `dir` (replacing a previous model there, atomically).
-void save_model(const std::filesystem::path& dir, const SavedModel& model);
+/// Writes `model` to `dir`, built aside and renamed over it. An existing `dir` is replaced only
+/// when it is empty or holds a halogen model, or with `overwrite`; anything else is refused
+/// before writing (check_model_output), so a mistyped path never deletes a user's files.
+void save_model(const std::filesystem::path& dir, const SavedModel& model, bool overwrite = false);
+/// Throws halogen::Error naming `option` and `dir` unless save_model may write there: `dir`
+/// does not exist, is an empty directory, is a model directory, or `overwrite`. For callers
+/// that check before long work (training) rather than at its end.
+void check_model_output(const std::filesystem::path& dir, bool overwrite, std::string_view option = "model directory");
+/// True when dir/model.json parses and says "format": "halogen-model".
+bool is_model_dir(const std::filesystem::path& dir);
 /// Reads a model directory; throws halogen::Error naming the file for a missing, damaged
-/// (checksum, size, header) or inconsistent (shape against model.json) file.
+/// (checksum, size, header) or inconsistent (shape against model.json) file, and for an array
+/// file that is not a plain name inside `dir` ("../x.npy", "/etc/passwd", "sub/x.npy").
 SavedModel load_model(const std::filesystem::path& dir);
 /// The same model from a checkpoint directory (its newest complete checkpoint): any
 /// checkpoint of `halogen train --checkpoint-dir` becomes a model directory.

@@ -90,6 +90,9 @@ struct TrainOptions {
   /// After training, the model (the final weights, with its shape) as NumPy files and JSON in
   /// this directory (model.hpp); empty = none.
   std::filesystem::path save_model_dir;
+  /// The outputs above (metrics_path, checkpoint_dir, save_model_dir) may replace files halogen
+  /// did not write (--overwrite); without it check_train_outputs refuses them.
+  bool overwrite = false;
   /// Non-finite loss or gradients: stop the run (naming epoch and rank) or skip the step.
   bool skip_nonfinite_steps = false;
   /// Seconds any transfer or collective may take before the run fails (dead or hung rank).
@@ -137,6 +140,13 @@ struct TrainResult {
 /// Trains on this rank's shard; collective over `comm` (every rank calls it with the same
 /// options). Rank 0 writes the metrics file when options.metrics_path is set.
 TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& options);
+
+/// Throws halogen::Error naming the option and path when an output of `options` holds files
+/// halogen did not write and options.overwrite is not set: a metrics file that is not empty
+/// and not a halogen metrics file, a checkpoint directory that is not empty and has no
+/// halogen latest.json, a model directory check_model_output refuses. train() calls it on rank
+/// 0 before any work; a caller may call it earlier still (before loading the graph).
+void check_train_outputs(const TrainOptions& options);
 
 /// For gradient checks: the training loss (dropout off) at `params` (empty = the initial
 /// weights) and its gradient with respect to every parameter, summed over ranks. Collective.
