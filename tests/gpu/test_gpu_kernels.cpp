@@ -1,7 +1,7 @@
 // The GPU kernels against their CPU references (aggregate.hpp, dense.hpp). Skips without a
 // GPU; compiles to a single skipped test in CPU-only builds.
 //
-// Tolerances (what each kernel promises, see gpu_ops.hpp):
+// Tolerances (what each kernel promises, see train/src/ops.hpp):
 //  - fp32 aggregation: 1e-5 relative (it is designed to equal the CPU bit for bit);
 //  - fp16 aggregation: 1e-2 relative + 1e-3 absolute against the fp64 CPU reference computed
 //    on the same fp16 inputs (one fp16 rounding of the result, 2^-11, plus fp32 sums);

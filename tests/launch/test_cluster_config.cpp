@@ -25,7 +25,7 @@ network:
   inter_node: {bandwidth_GBps: 1.25, latency_us: 20}
 )";
 
-// Writes `text` as NAME.yaml into `dir`, loads it and returns the error message ("" if none).
+// Writes `text` as the file `name`.yaml into `dir`, loads it and returns the error message ("" if none).
 std::string load_error(const test::ScratchDir& dir, const std::string& name, const std::string& text) {
   const auto path = dir / (name + ".yaml");
   std::ofstream(path) << text;

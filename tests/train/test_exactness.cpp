@@ -1,4 +1,4 @@
-// The exactness invariant (DESIGN.md): with 32-bit, fresh halo exchange, training on P
+// The exactness invariant (docs/architecture.md, "Invariants"): with 32-bit, fresh halo exchange, training on P
 // ranks gives the same losses and accuracies as on one rank (relative difference <= 1e-5
 // per epoch, 20 epochs, dropout on). Runs under mpirun -np P: rank 0 first trains alone on
 // MPI_COMM_SELF with a 1-part shard (the reference), then all ranks train on P shards.

@@ -1,4 +1,4 @@
-// The fused GAT kernels (train/gat.hpp) against a straightforward unfused reference that
+// The fused GAT kernels (train/src/kernels/gat.hpp) against a straightforward unfused reference that
 // materialises every per-edge tensor (logits, attention, messages), on small random graphs
 // with halo sources, isolated rows, attention dropout, concatenated and averaged heads; and
 // their backward pass against central finite differences of the forward pass.

@@ -1,6 +1,6 @@
-// The schedule of one layer's halo exchange in a training epoch, shared by the CPU trainer
-// (trainer.cpp) and the GPU trainer (cuda/gpu_trainer.cpp), which supply the exchange itself
-// (start / finish callables on their own exchanger's Pending type):
+// The schedule of one layer's halo exchange in a training epoch. The trainer (trainer.cpp)
+// supplies the exchange itself (start / finish callables on its exchanger's Exchange type),
+// the same on every device:
 //   sync     start, finish, then all of the layer's work;
 //   overlap  start, the work that needs no halo row, finish, the rest;
 //   stale    (an epoch the adapter did not make synchronous) finish the exchanges of epochs

@@ -1,4 +1,4 @@
-// The shape of each layer of a model, from the training options: what DistributedTrainer
+// The shape of each layer of a model, from the training options: what the trainer
 // allocates and lays out in its parameter vector, and what the memory plan counts.
 #pragma once
 

@@ -1,5 +1,5 @@
-// What the CPU trainer (trainer.cpp) and the GPU trainer (cuda/gpu_trainer.cpp) share, so that
-// the two paths train the same model on the same inputs and report it the same way: the
+// What the trainer (trainer.cpp) and the model commands (model.cpp) share, so that every
+// device trains the same model on the same inputs and reports it the same way: the
 // owned/halo split of the local structure and its normalisation, the parameter layout and its
 // keyed initialisation, the layer-0 input features, and the per-epoch metrics.
 #pragma once
@@ -137,8 +137,8 @@ class EpochLog {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Checkpoints (checkpoint.hpp's files), shared by both trainers, so a run can also resume on
-// the other device: the parameters and Adam state have the same layout there.
+// Checkpoints (checkpoint.hpp's files), the same records on every device, so a run can also
+// resume on the other device: the parameters and Adam state have the same layout there.
 
 /// What a checkpoint records of the model (must match to resume) and of the training settings
 /// (a difference is warned about: later epochs will differ from the original run).

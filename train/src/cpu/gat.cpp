@@ -1,4 +1,4 @@
-// CPU GAT kernels (train/include/halogen/train/gat.hpp): one pass per destination row for the
+// CPU GAT kernels (train/src/kernels/gat.hpp): one pass per destination row for the
 // forward (logits, softmax, weighted sum), a per-row and a per-source pass for the backward.
 // Sums run in fp64 and are rounded once, so a row's result does not depend on how the graph
 // was partitioned (the same terms, in the same global order).

@@ -1,6 +1,6 @@
 // Fused CSR aggregation on the GPU: fp32 (aggregate<kDevCuda>) and fp16 storage with fp32
-// accumulation and chunked long rows (aggregate_half<kDevCuda>). See aggregate.hpp and
-// gpu_ops.hpp for the contracts.
+// accumulation and chunked long rows (aggregate_half<kDevCuda>). See kernels/aggregate.hpp and
+// device_kernels.hpp for the contracts.
 //
 // Work layout: a row is handled by a group of G lanes (G = 4..32, a power of two, so a warp
 // holds 32 / G rows); lane l of the group owns VEC consecutive columns of each tile of G * VEC
@@ -298,8 +298,8 @@ __device__ __forceinline__ void add_self(const AggregateHalfArgs& a, int64_t r, 
   for (int j = 0; j < VEC; ++j) acc[j] = fmaf(s, v.v[j], acc[j]);
 }
 
-/// out[r, c0 .. c0 + VEC) (+)= dst_scale[r] * acc, rounded to fp16 once (see gpu_ops.hpp for
-/// the saturation rule).
+/// out[r, c0 .. c0 + VEC) (+)= dst_scale[r] * acc, rounded to fp16 once (see device_kernels.hpp
+/// for the saturation rule).
 template <int VEC>
 __device__ __forceinline__ void finish_row(const AggregateHalfArgs& a, int64_t r, int64_t c0, const float (&acc)[VEC]) {
   const float d = a.dst_scale[r];

@@ -1,4 +1,4 @@
-// The CUDA leaf kernels of the op layer (train/ops.hpp chooses them for tensors on a GPU),
+// The CUDA leaf kernels of the op layer (train/src/ops.hpp chooses them for tensors on a GPU),
 // besides fp32 aggregation (aggregate<kDevCuda>, kernels/aggregate.hpp) and GAT (kernels/gat.hpp):
 // half-precision fused aggregation with chunked long rows, cuBLAS GEMM, elementwise kernels
 // (ReLU, keyed dropout, softmax cross-entropy, Adam, fp32 <-> fp16, non-finite checks).

@@ -1,4 +1,4 @@
-// CUDA GAT kernels (train/include/halogen/train/gat.hpp), the same arithmetic as
+// CUDA GAT kernels (train/src/kernels/gat.hpp), the same arithmetic as
 // train/src/cpu/gat.cpp: fp32 logits and exponentials, fp64 sums rounded once. Templated on
 // the element type of the projected rows and their gradients (float, or __half storage).
 //

@@ -1,4 +1,4 @@
-// cuBLAS GEMM with the row-major semantics of dense.hpp's gemm (see gpu_ops.hpp).
+// cuBLAS GEMM with the row-major semantics of dense.hpp's gemm (see ops.hpp).
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>

@@ -47,7 +47,7 @@ void aggregate(const AggregateArgs& args, void* stream = nullptr);
 /// pointers allow, fp64 accumulation of the entries in row order as on the CPU, so the
 /// result is the CPU's by construction (the products are exact in fp64 and the sums run in
 /// the same order; the tests allow 1e-5 relative). The backward pass is the same call on the transposed structure. The
-/// half-precision variant with chunked long rows is aggregate_half (train/gpu_ops.hpp).
+/// half-precision variant with chunked long rows is aggregate_half (train/src/cuda/device_kernels.hpp).
 template <>
 void aggregate<kDevCuda>(const AggregateArgs& args, void* stream);
 #endif

@@ -1,5 +1,5 @@
 // Where a computation runs. Kernels are declared once as templates on the device
-// (template <Device D> void kernel(...)) with cpu/x.cpp and cuda/x.cu implementations and
+// (template <Device D> void kernel(...)) with implementations in a cpu/ and a cuda/ folder and
 // explicit instantiations, as DGL does; CPU-only builds have no kDevCuda instantiation.
 #pragma once
 

@@ -1,5 +1,5 @@
-// Device-tagged tensors: the one currency of halogen's op layer (train/ops.hpp) and halo
-// exchange (pipeline/halo_exchanger.hpp).
+// Device-tagged tensors: the one currency of halogen's op layer (train/src/ops.hpp) and halo
+// exchange (pipeline/include/halogen/pipeline/halo_exchanger.hpp).
 //
 // A TensorView is a non-owning row-major matrix (rows x cols, row stride ld >= cols) that
 // knows where its memory lives (Device) and what it holds (DType). A Tensor owns such memory,

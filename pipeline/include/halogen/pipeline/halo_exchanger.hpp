@@ -1,4 +1,4 @@
-// The halo exchange of one shard (DESIGN.md, data flow step 3).
+// The halo exchange of one shard (docs/architecture.md, "The halo exchange").
 //
 // Forward: the owned rows that peer q needs (the shard's send list to q) are gathered,
 // quantized to `bits` and sent; the rows received from peer p land in the halo slots

@@ -1,5 +1,5 @@
-// Staleness: how old the halo embeddings and gradients a rank uses may be (DESIGN.md,
-// "Staleness").
+// Staleness: how old the halo embeddings and gradients a rank uses may be (README,
+// "Overlap and bounded staleness").
 //
 // Modes: `sync` waits for every exchange before aggregating; `overlap` aggregates the owned
 // part of each row while the halo is in flight (no staleness; same arithmetic as sync);

@@ -1,4 +1,4 @@
-// Low-bit quantization of embedding rows for the halo exchange (DESIGN.md, "Quantization").
+// Low-bit quantization of embedding rows for the halo exchange (README, "Quantized halo exchange").
 //
 // A message is a block of `rows` rows of `cols` fp32 values. Its packed form, in 32-bit
 // words, is:

@@ -1,5 +1,5 @@
 // A trained model outside halogen: the weights as NumPy .npy files and a JSON description,
-// and inference with them on any number of ranks (DESIGN.md's data flow, after step 3).
+// and inference with them on any number of ranks (docs/architecture.md, "Trained models").
 //
 // A model directory holds
 //   model.json                 format "halogen-model" version 1: the model kind, layers,

@@ -1,4 +1,4 @@
-// Distributed full-graph training of one shard per rank (DESIGN.md, data flow step 3).
+// Distributed full-graph training of one shard per rank (docs/architecture.md, "The trainer").
 //
 // Exactness: weights are initialised and dropout masks drawn from Philox keyed by layer,
 // global node id and column; aggregation sums in fp64; loss and accuracy counts are reduced
@@ -57,7 +57,7 @@ struct TrainOptions {
   int layers = 2;
   int hidden = 64;  // GAT: per head; a hidden layer is heads * hidden wide (default_hidden)
   float dropout = 0.5f;
-  /// GAT (train/gat.hpp): attention heads of the hidden layers (concatenated) and of the
+  /// GAT (train/src/kernels/gat.hpp): attention heads of the hidden layers (concatenated) and of the
   /// output layer (averaged); dropout on the attention weights (< 0: same as dropout);
   /// residual connections (identity where widths match, else a learned projection).
   int heads = 8;
@@ -87,8 +87,9 @@ struct TrainOptions {
   int checkpoint_every = 0;
   std::filesystem::path checkpoint_dir;
   std::filesystem::path resume_dir;
-  /// After training, the model (the final weights, with its shape) as NumPy files and JSON in
-  /// this directory (model.hpp); empty = none.
+  /// After training, the model (the weights of the best-validation epoch, or the final ones when
+  /// no epoch was evaluated, with its shape) as NumPy files and JSON in this directory
+  /// (model.hpp); empty = none.
   std::filesystem::path save_model_dir;
   /// The outputs above (metrics_path, checkpoint_dir, save_model_dir) may replace files halogen
   /// did not write (--overwrite); without it check_train_outputs refuses them.
@@ -102,7 +103,7 @@ struct TrainOptions {
   std::optional<uint64_t> memory_limit;
   /// Where the ranks compute: CPU, or one GPU per rank (validate() names
   /// what the GPU path does not do yet). The caller binds the device and picks the
-  /// communicator (train_gpu.hpp).
+  /// communicator (launch/src/rank_setup.cpp).
   Device device = Device::kCpu;
   Precision precision = Precision::kFp32;
   /// fp16: the dynamic loss scale to start from (DynamicLossScaler: halved on overflow,
