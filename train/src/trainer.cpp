@@ -15,6 +15,7 @@
 #include <span>
 #include <thread>
 
+#include "gradient_sync.hpp"
 #include "halo_schedule.hpp"
 #include "halogen/comm/collective_error.hpp"
 #include "halogen/core/error.hpp"
@@ -32,12 +33,14 @@
 #include "halogen/train/memory_plan.hpp"
 #include "halogen/train/mixed_precision.hpp"
 #include "halogen/train/model.hpp"
+#include "host_copy.hpp"
 #include "input_matrix.hpp"
 #include "kernels/aggregate.hpp"
 #include "kernels/dense.hpp"
 #include "kernels/gat.hpp"
 #include "layer_shapes.hpp"
 #include "ops.hpp"
+#include "optimizer.hpp"
 #include "trainer_common.hpp"
 
 namespace halogen {
@@ -213,17 +216,19 @@ class Trainer {
 
   // --- views of the parameters (f32 master copy) and of their compute copy (f16 in fp16)
   TensorView param(size_t offset, int64_t rows, int64_t cols) const {
-    return params_.row_range(static_cast<int64_t>(offset), static_cast<int64_t>(offset) + rows * cols)
+    return optim_->params()
+        .row_range(static_cast<int64_t>(offset), static_cast<int64_t>(offset) + rows * cols)
         .reshaped(rows, cols);
   }
   TensorView grad(size_t offset, int64_t rows, int64_t cols) const {
-    return grads_.view()
+    return optim_->grads()
+        .view()
         .row_range(static_cast<int64_t>(offset), static_cast<int64_t>(offset) + rows * cols)
         .reshaped(rows, cols);
   }
   TensorView weight(size_t offset, int64_t rows, int64_t cols) const {
-    const Tensor& w = mp_.active() ? params_half_ : params_;
-    return w.view()
+    return optim_->weights()
+        .view()
         .row_range(static_cast<int64_t>(offset), static_cast<int64_t>(offset) + rows * cols)
         .reshaped(rows, cols);
   }
@@ -253,11 +258,6 @@ class Trainer {
 
   // --- the step
   bool allreduce_and_step(double& loss_sum, int epoch, bool apply);
-  // Layer-wise gradient all-reduce: starts the sum of layer l's gradients (fp32), and waits
-  // for every layer's.
-  void start_layer_gradients(int l);
-  void start_gradient_range(int l, int64_t begin, int64_t end);
-  void finish_layer_gradients();
 
   // --- the halo exchange of layer l (halo_schedule.hpp)
   void exchange_forward(int l, int epoch, const TensorView& x, const TensorView& drift_rows, const Work& before_halo,
@@ -286,8 +286,10 @@ class Trainer {
   TrainResult run_epochs();
   void save_checkpoint(int epoch);
   nlohmann::json model_description() const { return train_detail::model_description(opt_, s_, lp_.back().end); }
-  std::vector<float> to_host_floats(const TensorView& v);
-  void from_host_floats(const std::vector<float>& host, const TensorView& v);
+  std::vector<float> to_host_floats(const TensorView& v) const { return halogen::to_host_floats(ctx(), v); }
+  void from_host_floats(const std::vector<float>& host, const TensorView& v) const {
+    halogen::from_host_floats(ctx(), host, v);
+  }
   const float* logits_on_host();
 
   const Shard& s_;
@@ -296,7 +298,6 @@ class Trainer {
   const Device device_;
   const DType act_;  // activations: f32, or f16 on the GPU in fp16 mode
   ExecStream stream_;
-  MixedPrecision mp_;
   std::unique_ptr<ProgressThread> progress_;
   std::unique_ptr<HaloExchanger> exch_;
   BoundedStalenessAdapter adapter_;
@@ -335,10 +336,9 @@ class Trainer {
   GatGraph gat_graph_;
   TensorView interior_rows_, boundary_rows_;
 
-  // Parameters: fp32 master weights, gradients and Adam moments; their fp16 copy in fp16.
-  Tensor params_, grads_, adam_m_, adam_v_, params_half_;
-  int64_t adam_step_ = 0;
-  Tensor packed_;  // f64: gradients, loss, drift sums, overflow flag (one all-reduce)
+  // Parameters, gradients and their update (Adam, the precision policy); their sum over ranks.
+  std::unique_ptr<Optimizer> optim_;
+  std::unique_ptr<GradientSync> grad_sync_;
 
   LayerInput agg0_;  // precomputed aggregation of the input features (layer 0)
   LayerInput x0_;    // SAGE and GAT: the (normalised) input features of layer 0
@@ -356,33 +356,8 @@ class Trainer {
   Tensor saved_halo_, discard_;
   HostBuffer<float> logits_host_;
   double allreduce_s_ = 0.0;
-  // Layer-wise gradient all-reduce in flight: per layer its request, and (GPU over MPI) the
-  // host copy of its gradients. Waiting time and bytes of this epoch.
-  struct GradientBucket {
-    int layer = 0;
-    int64_t begin = 0, end = 0;  // its parameters
-    std::unique_ptr<CommRequest> request;
-  };
-  std::vector<GradientBucket> grad_buckets_;
-  // PowerSGD: per compressed gradient matrix its place in the parameters, its warm-start Q
-  // (cols x rank, the same on every rank) and this rank's error feedback (rows x cols).
-  struct CompressedMatrix {
-    int layer = 0;
-    size_t offset = 0;
-    int64_t rows = 0, cols = 0;
-    Tensor q, error;
-    Tensor p, approx;  // scratch of every step: P (rows x rank) and P Q^T (rows x cols)
-  };
-  std::vector<CompressedMatrix> compressed_;
-  void plan_compression();
-  void compress_gradient(CompressedMatrix& c);
-  void allreduce_now(const TensorView& v);
-  HostBuffer<std::byte> staged_;  // allreduce_now's host copy when MPI carries GPU data
-  HostBuffer<float> grad_host_;
   std::vector<float> best_params_;  // parameters after the best-validation epoch (host copy)
-  double grad_wait_s_ = 0.0;
-  uint64_t grad_bytes_ = 0;
-  uint64_t memory_estimate_ = 0;  // this rank's estimated peak bytes (memory_plan.hpp)
+  uint64_t memory_estimate_ = 0;    // this rank's estimated peak bytes (memory_plan.hpp)
 };
 
 Trainer::Trainer(const Shard& shard, Communicator& comm, const TrainOptions& opt)
@@ -392,7 +367,6 @@ Trainer::Trainer(const Shard& shard, Communicator& comm, const TrainOptions& opt
       device_(opt.device),
       act_(opt.device == kDevCuda && opt.precision == Precision::kFp16 ? DType::kF16 : DType::kF32),
       stream_(opt.device),
-      mp_(opt.precision == Precision::kFp16, opt.loss_scale),
       // On an oversubscribed node the progress thread's polls take CPU from computing ranks;
       // polling every 200 us instead of 20 us still keeps socket buffers busy.
       progress_(opt.mode == ExchangeMode::kSync ? nullptr
@@ -408,7 +382,6 @@ Trainer::Trainer(const Shard& shard, Communicator& comm, const TrainOptions& opt
   place_structure();
   release_shard_structure();
   init_params();
-  plan_compression();
   // The layer-0 inputs first: their set-up temporaries (all local features, their exchange,
   // the aggregation) are freed before the activations are allocated, so the two never add up.
   precompute_input_aggregation();
@@ -501,19 +474,24 @@ void Trainer::init_params() {
   const int64_t n = static_cast<int64_t>(lp_.back().end);
   std::vector<float> host(static_cast<size_t>(n));
   train_detail::init_parameters(opt_, lp_, host.data());
-  params_.reset(device_, DType::kF32, n, 1);
-  copy(ctx(), TensorView::of(host.data(), n, 1), params_);
-  grads_.reset(device_, DType::kF32, n, 1);
-  adam_m_.reset(device_, DType::kF32, n, 1);
-  adam_v_.reset(device_, DType::kF32, n, 1);
-  zero(ctx(), adam_m_);
-  zero(ctx(), adam_v_);
-  if (opt_.grad_allreduce == GradAllreduce::kPacked) packed_.reset(device_, DType::kF64, n + 2 + 2 * L(), 1);
-  if (mp_.active()) {
-    params_half_.reset(device_, DType::kF16, n, 1);
-    copy(ctx(), params_, params_half_);
+  // Decay applies to weights, not biases.
+  std::vector<Optimizer::Range> decayed;
+  GradientLayout layout;
+  layout.total = n;
+  for (int l = 0; l < L(); ++l) {
+    const LayerParams& p = lp_[l];
+    decayed.push_back({static_cast<int64_t>(p.w_self), static_cast<int64_t>(p.bias)});
+    layout.layers.push_back({static_cast<int64_t>(p.w_self), static_cast<int64_t>(p.end)});
+    const auto matrix = [&](size_t offset, int64_t rows, int64_t cols) {
+      layout.matrices.push_back({l, static_cast<int64_t>(offset), rows, cols});
+    };
+    matrix(p.w_self, p.in, gat() ? p.proj() : p.out);
+    if (sage()) matrix(p.w_neigh, p.in, p.out);
+    if (gat() && p.w_res != LayerParams::kNone) matrix(p.w_res, p.in, p.out);
   }
-  synchronize(ctx());
+  optim_ = std::make_unique<Optimizer>(ctx(), opt_, host, std::move(decayed));
+  // The step's scalars beside the gradients: loss, drift sums per layer, fp16 overflow flag.
+  grad_sync_ = std::make_unique<GradientSync>(comm_, ctx(), opt_, std::move(layout), 2 + 2 * L());
 }
 
 void Trainer::allocate() {
@@ -706,169 +684,19 @@ double Trainer::loss_and_grad() {
   const float inv_train = 1.0f / static_cast<float>(std::max<int64_t>(s_.global_train_count, 1));
   // fp32: the gradient lands where the backward pass reads it; fp16: in fp32, then rounded.
   const TensorView grad = act_ == DType::kF32 ? dy(C) : dlogits_.view();
-  const double loss = ops::softmax_xent(ctx(), output(L() - 1), labels_, train_mask_,
-                                        mp_.active() ? inv_train * mp_.loss_scale() : inv_train, grad);
+  const double loss =
+      ops::softmax_xent(ctx(), output(L() - 1), labels_, train_mask_, inv_train * optim_->loss_scale(), grad);
   if (act_ != DType::kF32) copy(ctx(), grad, dy(C));
   return loss;
 }
 
 void Trainer::backward(int epoch) {
-  zero(ctx(), grads_);
+  zero(ctx(), optim_->grads());
   // dy_ holds dL/dy of the last layer on entry.
   for (int l = L() - 1; l >= 0; --l) {
     gat() ? backward_gat_layer(l, epoch) : backward_layer(l, epoch);
-    if (opt_.grad_allreduce == GradAllreduce::kLayerwise && !opt_.skip_gradient_allreduce) start_layer_gradients(l);
+    grad_sync_->start_layer(l, optim_->grads());
   }
-}
-
-// The weight matrices whose rank-r approximation saves at least half of their bytes and that
-// are at least 4r wide both ways; Q starts from keyed uniform values, the same on every rank.
-void Trainer::plan_compression() {
-  if (!opt_.grad_powersgd) return;
-  const int64_t r = opt_.grad_rank;
-  const RngStream rng = RngStream::make(opt_.seed ^ 0x5057534744ull, RngPurpose::kWeightInit);
-  for (int l = 0; l < L(); ++l) {
-    const LayerParams& p = lp_[l];
-    std::vector<std::pair<size_t, std::pair<int64_t, int64_t>>> matrices;
-    matrices.push_back({p.w_self, {p.in, gat() ? p.proj() : p.out}});
-    if (sage()) matrices.push_back({p.w_neigh, {p.in, p.out}});
-    if (gat() && p.w_res != LayerParams::kNone) matrices.push_back({p.w_res, {p.in, p.out}});
-    for (const auto& [offset, shape] : matrices) {
-      const auto [n, m] = shape;
-      if (std::min(n, m) < 4 * r || 2 * r * (n + m) > n * m) continue;
-      CompressedMatrix c;
-      c.layer = l;
-      c.offset = offset;
-      c.rows = n;
-      c.cols = m;
-      std::vector<float> q(static_cast<size_t>(m * r));
-      for (size_t i = 0; i < q.size(); ++i)
-        q[i] = 2.0f * rng.uniform(static_cast<uint32_t>(compressed_.size()), static_cast<uint32_t>(i), 7, 0, 0) - 1.0f;
-      c.q.reset(device_, DType::kF32, m, r);
-      copy(ctx(), TensorView::of(q.data(), m, r), c.q);
-      c.error.reset(device_, DType::kF32, n, m);
-      zero(ctx(), c.error);
-      c.p.reset(device_, DType::kF32, n, r);
-      c.approx.reset(device_, DType::kF32, n, m);
-      synchronize(ctx());
-      compressed_.push_back(std::move(c));
-    }
-  }
-}
-
-// A blocking sum over ranks of a contiguous fp32 or fp64 tensor, in place (through the host
-// where MPI carries GPU data): the packed all-reduce and PowerSGD's factors.
-void Trainer::allreduce_now(const TensorView& v) {
-  HALOGEN_EXPECTS(v.contiguous() && (v.dtype == DType::kF32 || v.dtype == DType::kF64),
-                  "allreduce_now: a contiguous f32 or f64 tensor, got {}", to_string(v.dtype));
-  const ReduceDtype dtype = v.dtype == DType::kF32 ? ReduceDtype::kFloat32 : ReduceDtype::kFloat64;
-  synchronize(ctx());
-  if (device_ == kDevCpu || comm_.takes_device_buffers()) {
-    comm_.allreduce_sum(v.data, static_cast<size_t>(v.numel()), dtype);
-    return;
-  }
-  staged_.resize(static_cast<size_t>(v.numel()) * v.element_bytes());
-  const TensorView host(staged_.data(), v.rows, v.cols, v.cols, kDevCpu, v.dtype);
-  copy(ctx(), v, host);
-  synchronize(ctx());
-  comm_.allreduce_sum(host.data, static_cast<size_t>(v.numel()), dtype);
-  copy(ctx(), host, v);
-  synchronize(ctx());
-}
-
-// One PowerSGD step on a gradient matrix M (this rank's share, rows x cols), in place: with
-// the error feedback E added, P = M Q is summed over ranks and orthonormalised, Q = M^T P is
-// summed, M becomes the approximation P Q^T of the sum over ranks, E what this rank's share
-// missed (M - approximation / ranks), and Q warm-starts the next step.
-void Trainer::compress_gradient(CompressedMatrix& c) {
-  const int64_t n = c.rows, m = c.cols, r = opt_.grad_rank;
-  const TensorView M =
-      grads_.row_range(static_cast<int64_t>(c.offset), static_cast<int64_t>(c.offset) + n * m).reshaped(n, m);
-  ops::axpy(ctx(), 1.0f, c.error, M);
-  const Tensor& P = c.p;
-  ops::gemm(ctx(), false, false, 1.0f, M, c.q, 0.0f, P);
-  allreduce_now(P);
-  // Gram-Schmidt on the columns of P, in fp64 on the host: the same input on every rank after
-  // the all-reduce, so the same orthonormal basis everywhere.
-  std::vector<float> host(static_cast<size_t>(n * r));
-  copy(ctx(), P, TensorView::of(host.data(), n, r));
-  synchronize(ctx());
-  for (int64_t j = 0; j < r; ++j) {
-    for (int64_t k = 0; k < j; ++k) {
-      double dot = 0.0;
-      for (int64_t i = 0; i < n; ++i) dot += static_cast<double>(host[i * r + j]) * host[i * r + k];
-      for (int64_t i = 0; i < n; ++i) host[i * r + j] = static_cast<float>(host[i * r + j] - dot * host[i * r + k]);
-    }
-    double norm = 0.0;
-    for (int64_t i = 0; i < n; ++i) norm += static_cast<double>(host[i * r + j]) * host[i * r + j];
-    norm = std::sqrt(norm);
-    for (int64_t i = 0; i < n; ++i) host[i * r + j] = norm > 1e-30 ? static_cast<float>(host[i * r + j] / norm) : 0.0f;
-  }
-  copy(ctx(), TensorView::of(host.data(), n, r), P);
-  ops::gemm(ctx(), true, false, 1.0f, M, P, 0.0f, c.q);
-  allreduce_now(c.q);
-  const Tensor& approx = c.approx;
-  ops::gemm(ctx(), false, true, 1.0f, P, c.q, 0.0f, approx);
-  copy(ctx(), M, c.error);
-  ops::axpy(ctx(), -1.0f / static_cast<float>(comm_.size()), approx, c.error);
-  copy(ctx(), approx, M);
-  synchronize(ctx());
-  grad_bytes_ += static_cast<uint64_t>((n + m) * r) * sizeof(float);
-}
-
-void Trainer::start_layer_gradients(int l) {
-  if (!compressed_.empty()) {
-    // Compressed matrices first (two small blocking all-reduces each), then the rest of the
-    // layer's parameters as contiguous uncompressed ranges.
-    std::vector<std::pair<int64_t, int64_t>> ranges = {
-        {static_cast<int64_t>(lp_[l].w_self), static_cast<int64_t>(lp_[l].end)}};
-    for (CompressedMatrix& c : compressed_) {
-      if (c.layer != l) continue;
-      compress_gradient(c);
-      const int64_t a = static_cast<int64_t>(c.offset), b = a + c.rows * c.cols;
-      std::vector<std::pair<int64_t, int64_t>> rest;
-      for (const auto& [x, y] : ranges) {
-        if (b <= x || a >= y) {
-          rest.push_back({x, y});
-          continue;
-        }
-        if (x < a) rest.push_back({x, a});
-        if (b < y) rest.push_back({b, y});
-      }
-      ranges = std::move(rest);
-    }
-    for (const auto& [begin, end] : ranges) start_gradient_range(l, begin, end);
-    return;
-  }
-  start_gradient_range(l, static_cast<int64_t>(lp_[l].w_self), static_cast<int64_t>(lp_[l].end));
-}
-
-void Trainer::start_gradient_range(int l, int64_t begin, int64_t end) {
-  if (end <= begin) return;
-  const TensorView g = grads_.row_range(begin, end);
-  float* data = g.ptr<float>();
-  if (device_ != kDevCpu && !comm_.takes_device_buffers()) {
-    // MPI reduces host memory: this layer's gradients go through a host copy.
-    grad_host_.resize(static_cast<size_t>(params_.numel()));
-    data = grad_host_.data() + begin;
-    copy(ctx(), g, TensorView::of(data, end - begin, 1));
-  }
-  synchronize(ctx());  // the gradients are complete before they travel
-  grad_buckets_.push_back(
-      {l, begin, end, comm_.start_allreduce_sum(data, static_cast<size_t>(end - begin), ReduceDtype::kFloat32)});
-  grad_bytes_ += static_cast<uint64_t>(end - begin) * sizeof(float);
-}
-
-void Trainer::finish_layer_gradients() {
-  Stopwatch wait;
-  for (GradientBucket& b : grad_buckets_) b.request->wait();
-  grad_wait_s_ += wait.seconds();
-  if (device_ != kDevCpu && !comm_.takes_device_buffers()) {
-    for (const GradientBucket& b : grad_buckets_)
-      copy(ctx(), TensorView::of(grad_host_.data() + b.begin, b.end - b.begin, 1), grads_.row_range(b.begin, b.end));
-    synchronize(ctx());
-  }
-  grad_buckets_.clear();
 }
 
 void Trainer::backward_layer(int l, int epoch) {
@@ -1231,7 +1059,7 @@ void Trainer::exchange_backward(int l, int epoch, const TensorView& dlocal, cons
       opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0, 0};
   const int bits = opt_.bits_bwd_at(l);
   const int64_t cols = dlocal.cols;
-  if (mp_.active()) {
+  if (optim_->precision().active()) {
     // Under loss scaling a halo gradient may overflow to Inf, which the quantizer refuses.
     // Such rows are sent as zeros and the step is marked to be skipped on every rank (the flag
     // travels in the packed all-reduce), so the scaler backs off instead of the run failing.
@@ -1315,7 +1143,6 @@ void Trainer::drain_pending() {
 // and the step costs one round trip whatever the mode.
 bool Trainer::allreduce_and_step(double& loss_sum, int epoch, bool apply) {
   Stopwatch ar;
-  const int64_t n = params_.numel();
   const int layers = L();
   // The host scalars after the gradients: loss, drift numerators and denominators, overflow.
   std::vector<double> scalars(static_cast<size_t>(2 + 2 * layers));
@@ -1325,25 +1152,7 @@ bool Trainer::allreduce_and_step(double& loss_sum, int epoch, bool apply) {
     scalars[static_cast<size_t>(1 + layers + l)] = drift_den_[l];
   }
   scalars.back() = halo_overflow_ ? 1.0 : 0.0;
-  if (opt_.skip_gradient_allreduce) {
-    comm_.allreduce_sum(std::span<double>(scalars));  // the benchmark floor: scalars only
-  } else if (opt_.grad_allreduce == GradAllreduce::kPacked) {
-    const TensorView grads_f64 = packed_.row_range(0, n);
-    const TensorView tail = packed_.row_range(n, packed_.rows());
-    copy(ctx(), grads_, grads_f64);
-    copy(ctx(), TensorView::of(scalars.data(), static_cast<int64_t>(scalars.size()), 1), tail);
-    synchronize(ctx());
-    allreduce_now(packed_);
-    grad_bytes_ += static_cast<uint64_t>(n) * sizeof(double);
-    copy(ctx(), grads_f64, grads_);
-    copy(ctx(), tail, TensorView::of(scalars.data(), static_cast<int64_t>(scalars.size()), 1));
-    synchronize(ctx());
-  } else {
-    // The gradients are on their way (started layer by layer in backward()); the scalars
-    // follow in one small fp64 all-reduce, then every layer's sum is waited for.
-    comm_.allreduce_sum(std::span<double>(scalars));
-    finish_layer_gradients();
-  }
+  grad_sync_->finish(optim_->grads(), scalars);
   loss_sum = scalars[0];
   const bool overflow = scalars.back() > 0.0;
   halo_overflow_ = false;
@@ -1360,61 +1169,27 @@ bool Trainer::allreduce_and_step(double& loss_sum, int epoch, bool apply) {
   // Loss and gradients are identical on every rank after the all-reduce, so every rank takes
   // the same decision here.
   const double loss = loss_sum / static_cast<double>(std::max<int64_t>(s_.global_train_count, 1));
-  if (mp_.active()) {
-    const int64_t bad = ops::unscale(ctx(), grads_, 1.0f / mp_.loss_scale());
-    const float scale = mp_.loss_scale();
-    if (!mp_.update(std::isfinite(loss) && bad == 0 && !overflow)) {
-      if (s_.part == 0)
-        log::warn("epoch {}: fp16 gradients overflowed at loss scale {}; step skipped, scale now {}", epoch, scale,
-                  mp_.loss_scale());
-      return false;
-    }
-  } else {
-    const int64_t bad = std::isfinite(loss) ? ops::first_nonfinite(ctx(), grads_) : -1;
-    if (!std::isfinite(loss) || bad >= 0) {
-      HALOGEN_EXPECTS(opt_.skip_nonfinite_steps,
-                      "epoch {}: non-finite {} (loss {}); stopping (--on-nonfinite skip-step would skip such steps)",
-                      epoch, std::isfinite(loss) ? fmt::format("gradient of parameter {}", bad) : "loss", loss);
-      if (s_.part == 0) log::warn("epoch {}: non-finite loss or gradients, step skipped", epoch);
-      return false;
-    }
-  }
-  // One Adam state over all parameters; decay applies to weights, not biases.
-  for (const LayerParams& lp : lp_) {
-    const auto begin = static_cast<int64_t>(lp.w_self), end = static_cast<int64_t>(lp.bias);
-    ops::axpy(ctx(), opt_.weight_decay, params_.row_range(begin, end), grads_.row_range(begin, end));
-  }
-  ops::adam_step(ctx(), params_, grads_, adam_m_, adam_v_, ++adam_step_, opt_.lr, 0.0f);
-  if (mp_.active()) copy(ctx(), params_, params_half_);
-  return true;
+  return optim_->step(loss, overflow, epoch, s_.part == 0);
 }
 
 LossAndGradient Trainer::probe(const std::vector<float>& params) {
   if (!params.empty()) {
-    HALOGEN_EXPECTS(static_cast<int64_t>(params.size()) == params_.numel(), "probe: {} parameters given, model has {}",
-                    params.size(), params_.numel());
-    copy(ctx(), TensorView::of(params.data(), params_.numel(), 1), params_);
-    if (mp_.active()) copy(ctx(), params_, params_half_);
-    synchronize(ctx());
+    optim_->set_params(params);
   }
   forward(0, /*training=*/true);
   double loss_sum = loss_and_grad();
   backward(0);
   allreduce_and_step(loss_sum, 0, /*apply=*/false);
-  if (mp_.active()) ops::unscale(ctx(), grads_, 1.0f / mp_.loss_scale());
+  if (optim_->precision().active()) ops::unscale(ctx(), optim_->grads(), 1.0f / optim_->loss_scale());
   LossAndGradient r;
   r.loss = loss_sum / static_cast<double>(std::max<int64_t>(s_.global_train_count, 1));
-  r.params = to_host_floats(params_);
-  r.grad = to_host_floats(grads_);
+  r.params = to_host_floats(optim_->params());
+  r.grad = to_host_floats(optim_->grads());
   return r;
 }
 
 Inference Trainer::infer(const std::vector<float>& params, int embeddings_layer) {
-  HALOGEN_EXPECTS(static_cast<int64_t>(params.size()) == params_.numel(), "infer: {} parameters given, model has {}",
-                  params.size(), params_.numel());
-  copy(ctx(), TensorView::of(params.data(), params_.numel(), 1), params_);
-  if (mp_.active()) copy(ctx(), params_, params_half_);
-  synchronize(ctx());
+  optim_->set_params(params);
   forward(0, /*training=*/false);
   Inference r;
   const float* logits = logits_on_host();
@@ -1438,35 +1213,6 @@ Inference Trainer::infer(const std::vector<float>& params, int embeddings_layer)
 
 // --- Records -----------------------------------------------------------------------------------
 
-std::vector<float> Trainer::to_host_floats(const TensorView& v) {
-  std::vector<float> host(static_cast<size_t>(v.numel()));
-  if (v.empty()) return host;
-  if (v.dtype == DType::kF32) {
-    copy(ctx(), v, TensorView::of(host.data(), v.rows, v.cols));
-  } else {
-    Tensor f(device_, DType::kF32, v.rows, v.cols);
-    copy(ctx(), v, f);
-    copy(ctx(), f, TensorView::of(host.data(), v.rows, v.cols));
-  }
-  synchronize(ctx());
-  return host;
-}
-
-void Trainer::from_host_floats(const std::vector<float>& host, const TensorView& v) {
-  HALOGEN_EXPECTS(static_cast<int64_t>(host.size()) == v.numel(), "restoring {} values into {}", host.size(),
-                  v.numel());
-  if (v.empty()) return;
-  const TensorView h = TensorView::of(host.data(), v.rows, v.cols);
-  if (v.dtype == DType::kF32) {
-    copy(ctx(), h, v);
-  } else {
-    Tensor f(device_, DType::kF32, v.rows, v.cols);
-    copy(ctx(), h, f);
-    copy(ctx(), f, v);
-  }
-  synchronize(ctx());
-}
-
 const float* Trainer::logits_on_host() {
   const TensorView logits = output(L() - 1);
   if (device_ == kDevCpu) return logits.ptr<float>();
@@ -1482,7 +1228,6 @@ const float* Trainer::logits_on_host() {
 // records that resume on either device (fp32 on the host). Random streams are keyed by epoch,
 // so they need no state.
 void Trainer::save_checkpoint(int epoch) {
-  const std::vector<float> params = to_host_floats(params_), m = to_host_floats(adam_m_), v = to_host_floats(adam_v_);
   std::vector<train_detail::LayerState> layers(static_cast<size_t>(L()));
   for (int l = 0; l < L(); ++l) {
     train_detail::LayerState& st = layers[l];
@@ -1496,59 +1241,36 @@ void Trainer::save_checkpoint(int epoch) {
     for (auto& [e, p] : pend_fwd_[l]) st.pending_fwd.emplace_back(e, exch_->save(p));
     for (auto& [e, p] : pend_bwd_[l]) st.pending_bwd.emplace_back(e, exch_->save(p));
   }
-  train_detail::write_checkpoint(
-      opt_, s_, epoch, model_description(), log_, [&](CheckpointWriter& w, nlohmann::json& meta) {
-        meta["adam_step"] = adam_step_;
-        meta["prev_drift"] = prev_drift_;
-        meta["drift_measured"] = drift_measured_;
-        meta["adaptive_change"] = adapter_.change();
-        meta["adaptive_stale_run"] = adapter_.stale_run();
-        meta["eval_sent_epoch"] = eval_sent_epoch_;
-        for (int l = 0; l < L(); ++l) {
-          if (eval_sent_[l].numel() == 0) continue;
-          const std::vector<float> rows = to_host_floats(eval_sent_[l]);
-          meta["eval_sent_cols"][std::to_string(l)] = eval_sent_[l].cols();
-          w.add_array(fmt::format("eval_sent.{}", l), std::span<const float>(rows));
-        }
-        if (mp_.active()) {
-          meta["loss_scale"] = mp_.scaler().scale();
-          meta["loss_scale_good_steps"] = mp_.scaler().good_steps();
-          meta["loss_scale_skipped_steps"] = mp_.scaler().skipped_steps();
-        }
-        w.add_array("params", std::span<const float>(params));
-        if (!best_params_.empty()) w.add_array("best_params", std::span<const float>(best_params_));
-        w.add_array("adam_m", std::span<const float>(m));
-        w.add_array("adam_v", std::span<const float>(v));
-        meta["powersgd_matrices"] = compressed_.size();
-        for (size_t k = 0; k < compressed_.size(); ++k) {
-          const std::vector<float> q = to_host_floats(compressed_[k].q), e = to_host_floats(compressed_[k].error);
-          w.add_array(fmt::format("powersgd.{}.q", k), std::span<const float>(q));
-          w.add_array(fmt::format("powersgd.{}.error", k), std::span<const float>(e));
-        }
-        train_detail::write_layer_states(w, meta, layers);
-      });
+  train_detail::write_checkpoint(opt_, s_, epoch, model_description(), log_,
+                                 [&](CheckpointWriter& w, nlohmann::json& meta) {
+                                   optim_->save(w, meta);
+                                   grad_sync_->save(w, meta);
+                                   meta["prev_drift"] = prev_drift_;
+                                   meta["drift_measured"] = drift_measured_;
+                                   meta["adaptive_change"] = adapter_.change();
+                                   meta["adaptive_stale_run"] = adapter_.stale_run();
+                                   meta["eval_sent_epoch"] = eval_sent_epoch_;
+                                   for (int l = 0; l < L(); ++l) {
+                                     if (eval_sent_[l].numel() == 0) continue;
+                                     const std::vector<float> rows = to_host_floats(eval_sent_[l]);
+                                     meta["eval_sent_cols"][std::to_string(l)] = eval_sent_[l].cols();
+                                     w.add_array(fmt::format("eval_sent.{}", l), std::span<const float>(rows));
+                                   }
+                                   if (!best_params_.empty())
+                                     w.add_array("best_params", std::span<const float>(best_params_));
+                                   train_detail::write_layer_states(w, meta, layers);
+                                 });
 }
 
 void Trainer::load_checkpoint(const std::filesystem::path& dir) {
-  const size_t n = static_cast<size_t>(params_.numel());
+  const size_t n = static_cast<size_t>(optim_->params().numel());
   start_epoch_ = train_detail::read_checkpoint(
       opt_, s_, dir, model_description(), log_, [&](const CheckpointReader& r, const nlohmann::json& meta) {
-        std::vector<float> params(n), m(n), v(n);
-        r.read_array("params", std::span<float>(params));
+        optim_->restore(r, meta);
         if (r.has("best_params")) {
           best_params_.resize(n);
           r.read_array("best_params", std::span<float>(best_params_));
         }
-        r.read_array("adam_m", std::span<float>(m));
-        r.read_array("adam_v", std::span<float>(v));
-        from_host_floats(params, params_);
-        from_host_floats(m, adam_m_);
-        from_host_floats(v, adam_v_);
-        if (mp_.active()) copy(ctx(), params_, params_half_);
-        adam_step_ = meta.at("adam_step").get<int64_t>();
-        if (mp_.active() && meta.contains("loss_scale"))
-          mp_.scaler().restore(meta.at("loss_scale").get<float>(), meta.at("loss_scale_good_steps").get<int>(),
-                               meta.at("loss_scale_skipped_steps").get<int64_t>());
         prev_drift_ = meta.at("prev_drift").get<std::vector<double>>();
         drift_measured_ = meta.at("drift_measured").get<bool>();
         adapter_.restore(meta.value("adaptive_change", std::vector<double>{}), meta.value("adaptive_stale_run", 0));
@@ -1563,20 +1285,7 @@ void Trainer::load_checkpoint(const std::filesystem::path& dir) {
             eval_sent_[l].reset(device_, DType::kF32, sends(), cols.get<int64_t>());
             from_host_floats(rows, eval_sent_[l]);
           }
-        // PowerSGD state: resuming without it would not continue the same run.
-        const size_t saved = meta.value("powersgd_matrices", size_t{0});
-        HALOGEN_EXPECTS(saved == compressed_.size(),
-                        "checkpoint in '{}' holds PowerSGD state of {} matrices, this run compresses {} "
-                        "(--grad-compression and --grad-rank must match the original run)",
-                        dir.string(), saved, compressed_.size());
-        for (size_t k = 0; k < compressed_.size(); ++k) {
-          std::vector<float> q(static_cast<size_t>(compressed_[k].q.numel())),
-              e(static_cast<size_t>(compressed_[k].error.numel()));
-          r.read_array(fmt::format("powersgd.{}.q", k), std::span<float>(q));
-          r.read_array(fmt::format("powersgd.{}.error", k), std::span<float>(e));
-          from_host_floats(q, compressed_[k].q);
-          from_host_floats(e, compressed_[k].error);
-        }
+        grad_sync_->restore(r, meta, dir.string());
         std::vector<int64_t> halo_values;
         for (int l = 0; l < L(); ++l) {
           const TensorView x = exchanged(l);
@@ -1617,8 +1326,7 @@ TrainResult Trainer::run_epochs() {
     Stopwatch epoch_sw;
     exch_->stats().reset();
     allreduce_s_ = 0.0;
-    grad_wait_s_ = 0.0;
-    grad_bytes_ = 0;
+    grad_sync_->reset_epoch();
     tracker_.reset_epoch();
     const auto decision = adapter_.decide(epoch, prev_drift_);
     train_detail::log_sync_decision(opt_, epoch, decision, sync_epoch_);
@@ -1633,13 +1341,13 @@ TrainResult Trainer::run_epochs() {
     rec["epoch"] = epoch;
     rec["loss"] = loss;
     if (!stepped) rec["skipped_step"] = true;
-    if (mp_.active()) rec["loss_scale"] = mp_.loss_scale();
+    if (optim_->precision().active()) rec["loss_scale"] = optim_->loss_scale();
     const bool eval = (epoch + 1) % opt_.eval_every == 0 || epoch + 1 == opt_.epochs;
     if (eval) {
       forward(epoch, /*training=*/false);
       // The weights of the best-validation epoch are the model kept (--save-model).
       if (log_.add_accuracy(rec, epoch, train_detail::evaluate_logits(logits_on_host(), s_)))
-        best_params_ = to_host_floats(params_);
+        best_params_ = to_host_floats(optim_->params());
       if (adapter_.adaptive()) observe_eval_change(epoch);
     }
     const bool last = epoch + 1 == opt_.epochs || log_.patience_exhausted(epoch);
@@ -1652,7 +1360,8 @@ TrainResult Trainer::run_epochs() {
     log_.finish(rec,
                 EpochFigures{epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s, st.transfer_s,
                              tracker_.max_used(), comm_.bytes_sent() - bytes_before,
-                             opt_.grad_allreduce == GradAllreduce::kPacked ? allreduce_s_ : grad_wait_s_, grad_bytes_});
+                             opt_.grad_allreduce == GradAllreduce::kPacked ? allreduce_s_ : grad_sync_->wait_seconds(),
+                             grad_sync_->bytes()});
     result.epochs.push_back(std::move(rec));
     epochs_run = epoch + 1;
     if (train_detail::checkpoint_due(opt_, epoch, last)) save_checkpoint(epoch);
@@ -1668,7 +1377,7 @@ TrainResult Trainer::run_epochs() {
     // The weights of the best-validation epoch (the same on every rank; the final ones if no
     // epoch was evaluated): rank 0 writes them.
     SavedModel model{opt_, s_.feature_dim, s_.num_classes,
-                     best_params_.empty() ? to_host_floats(params_) : best_params_, nlohmann::json::object()};
+                     best_params_.empty() ? to_host_floats(optim_->params()) : best_params_, nlohmann::json::object()};
     model.training = {{"epochs", epochs_run},
                       {"weights_of_epoch", best_params_.empty() ? epochs_run - 1 : log_.best_epoch}};
     if (!result.epochs.empty()) {
@@ -1715,7 +1424,7 @@ TrainResult Trainer::run_epochs() {
     summary["peak_gpu_reserved_bytes_per_rank"] = column[4];
     summary["gpu_used_bytes_at_end_per_rank"] = column[5];
   }
-  if (mp_.active()) summary["fp16_skipped_steps"] = mp_.scaler().skipped_steps();
+  if (optim_->precision().active()) summary["fp16_skipped_steps"] = optim_->precision().scaler().skipped_steps();
   if (gat()) summary["unfused_edge_feature_bytes_per_rank"] = column[2];
   log_.write_summary(summary);
   result.summary = summary;

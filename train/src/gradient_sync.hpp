@@ -1,0 +1,99 @@
+// The sum over ranks of the weight gradients, as one component of the training step.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "halogen/comm/communicator.hpp"
+#include "halogen/core/buffer.hpp"
+#include "halogen/core/tensor.hpp"
+#include "halogen/train/checkpoint.hpp"
+#include "halogen/train/trainer.hpp"
+
+namespace halogen {
+
+/// What the gradient sum needs to know of the parameters: each layer's contiguous range, and
+/// the weight matrices PowerSGD may replace by low-rank factors.
+struct GradientLayout {
+  struct Range {
+    int64_t begin = 0, end = 0;
+  };
+  struct Matrix {
+    int layer = 0;
+    int64_t offset = 0, rows = 0, cols = 0;
+  };
+  std::vector<Range> layers;  // in layer order
+  std::vector<Matrix> matrices;
+  int64_t total = 0;  // parameters in all
+};
+
+/// Sums the weight gradients over ranks, the same on both devices:
+/// - layer-wise (default): each layer's fp32 sum is started (Communicator::start_allreduce_sum)
+///   as soon as the backward pass has completed it, so it overlaps the layers below; finish()
+///   sums the step's host scalars in one small fp64 all-reduce and waits for every layer;
+/// - packed: finish() sums the gradients and the scalars in ONE fp64 all-reduce;
+/// - PowerSGD (with layer-wise): each matrix where a rank-R approximation saves half the bytes
+///   travels as its factors (P = M Q and Q = M^T P summed over ranks, P orthonormalised on the
+///   host in fp64, error feedback per rank, Q warm-started), the rest of its layer as ranges.
+/// Where MPI carries a GPU's data, the gradients are staged through host memory here, once.
+/// Every choice keeps the exactness invariant: the sums are in a fixed order on every rank.
+class GradientSync {
+ public:
+  /// `scalars`: how many fp64 values finish() sums beside the gradients (allocated now in
+  /// packed mode, with the gradients).
+  GradientSync(Communicator& comm, const ExecContext& ctx, const TrainOptions& options, GradientLayout layout,
+               int64_t scalars);
+
+  /// Layer-wise: starts the sum of layer l's gradients (complete on the device). A no-op when
+  /// the gradients travel packed or not at all.
+  void start_layer(int l, const Tensor& grads);
+  /// Sums `scalars` over ranks (fp64) and completes the gradient sums of this step.
+  void finish(const Tensor& grads, std::span<double> scalars);
+
+  /// A blocking sum over ranks of a contiguous fp32 or fp64 tensor, in place.
+  void allreduce_now(const TensorView& v);
+
+  /// This epoch's time spent waiting for the layer-wise sums, and the gradient bytes this rank
+  /// sent.
+  double wait_seconds() const { return wait_s_; }
+  uint64_t bytes() const { return bytes_; }
+  void reset_epoch() {
+    wait_s_ = 0.0;
+    bytes_ = 0;
+  }
+
+  /// PowerSGD's state (each matrix's Q and error feedback): resuming without it would not
+  /// continue the same run.
+  void save(CheckpointWriter& w, nlohmann::json& meta) const;
+  void restore(const CheckpointReader& r, const nlohmann::json& meta, const std::string& where);
+
+ private:
+  struct Compressed {
+    GradientLayout::Matrix m;
+    Tensor q, error;
+    Tensor p, approx;  // scratch of every step: P (rows x rank) and P Q^T (rows x cols)
+  };
+  struct Bucket {
+    int64_t begin = 0, end = 0;
+    std::unique_ptr<CommRequest> request;
+  };
+  bool staged() const { return ctx_.device != kDevCpu && !comm_.takes_device_buffers(); }
+  void start_range(const Tensor& grads, int64_t begin, int64_t end);
+  void compress(Compressed& c, const Tensor& grads);
+  void finish_layers(const Tensor& grads);
+
+  Communicator& comm_;
+  const ExecContext& ctx_;
+  const TrainOptions& opt_;
+  GradientLayout layout_;
+  std::vector<Compressed> compressed_;
+  std::vector<Bucket> buckets_;
+  Tensor packed_;                 // f64: gradients then scalars (packed mode)
+  HostBuffer<float> grad_host_;   // the layers' host copy when MPI carries GPU data
+  HostBuffer<std::byte> staged_;  // allreduce_now's host copy when MPI carries GPU data
+  double wait_s_ = 0.0;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace halogen
