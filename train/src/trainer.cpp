@@ -38,6 +38,7 @@
 #include "kernels/aggregate.hpp"
 #include "kernels/dense.hpp"
 #include "kernels/gat.hpp"
+#include "keys.hpp"
 #include "layer_shapes.hpp"
 #include "ops.hpp"
 #include "optimizer.hpp"
@@ -277,9 +278,6 @@ class Trainer {
   void measure_eval_change(int l, const TensorView& x);
   void observe_eval_change(int epoch);
   void inject_faults(int epoch, const TensorView& x);
-  static int tag_forward(int l) { return 4 * l; }
-  static int tag_backward(int l) { return 4 * l + 1; }
-  static int tag_eval(int l) { return 4 * l + 2; }
   train_detail::EpochSchedule schedule() const { return {opt_.mode, sync_epoch_, opt_.staleness.smoothing}; }
 
   // --- records
@@ -652,10 +650,10 @@ void Trainer::forward_layer(int l, int epoch, bool training) {
   ops::add_row_vector(ctx(), y, param(lp.bias, 1, fout), 0.0f);
   if (l == 0) {
     // Layer 0: the constant aggregated input (and SAGE's self input), dropout per epoch.
-    agg0_.prepare(ctx(), p, {opt_.seed, static_cast<uint32_t>(epoch), 0}, gid_);
+    agg0_.prepare(ctx(), p, {opt_.seed, static_cast<uint32_t>(epoch), dropout_site::kAggregatedFeatures}, gid_);
     agg0_.multiply(ctx(), w_main, 1.0f, y);
     if (sage()) {
-      x0_.prepare(ctx(), p, {opt_.seed, static_cast<uint32_t>(epoch), 1}, gid_);
+      x0_.prepare(ctx(), p, {opt_.seed, static_cast<uint32_t>(epoch), dropout_site::kFeatures}, gid_);
       x0_.multiply(ctx(), weight(lp.w_self, fin, fout), 1.0f, y);
     }
   } else {
@@ -675,7 +673,7 @@ void Trainer::forward_layer(int l, int epoch, bool training) {
     ops::relu(ctx(), y);
     const TensorView next = in_[l + 1].row_range(0, owned());
     copy(ctx(), y, next);
-    ops::dropout(ctx(), next, gid_, p, {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * (l + 1))});
+    ops::dropout(ctx(), next, gid_, p, {opt_.seed, static_cast<uint32_t>(epoch), dropout_site::layer_input(l + 1)});
   }
 }
 
@@ -731,7 +729,7 @@ void Trainer::backward_layer(int l, int epoch) {
   const TensorView dprev = dy(fin);
   copy(ctx(), dlocal.row_range(0, owned()), dprev);
   ops::dropout(ctx(), dprev, gid_, opt_.dropout,
-               {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * l)});
+               {opt_.seed, static_cast<uint32_t>(epoch), dropout_site::layer_input(l)});
   ops::relu_backward(ctx(), output(l - 1), dprev);
 }
 
@@ -776,7 +774,7 @@ void Trainer::forward_gat_layer(int l, int epoch, bool training) {
   const TensorView el = gat_el(l);
   const TensorView el_sent = hl.view().col_range(pw, pw + H);
   if (l == 0) {
-    const DropoutKey key{opt_.seed, static_cast<uint32_t>(epoch), 1};
+    const DropoutKey key{opt_.seed, static_cast<uint32_t>(epoch), dropout_site::kFeatures};
     x0_.prepare(ctx(), p, key, gid_);
     x0_.multiply(ctx(), w, 0.0f, h_owned);
     if (local_halo) {
@@ -850,7 +848,7 @@ void Trainer::forward_gat_layer(int l, int epoch, bool training) {
     ops::elu(ctx(), y);
     const TensorView next = in_[l + 1].view();
     copy(ctx(), y, next);
-    ops::dropout(ctx(), next, gid_, p, {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * (l + 1))});
+    ops::dropout(ctx(), next, gid_, p, {opt_.seed, static_cast<uint32_t>(epoch), dropout_site::layer_input(l + 1)});
   }
 }
 
@@ -926,7 +924,7 @@ void Trainer::backward_gat_layer(int l, int epoch) {
   const TensorView dprev = dy(fin);
   copy(ctx(), dx, dprev);
   ops::dropout(ctx(), dprev, gid_, opt_.dropout,
-               {opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(2 * l)});
+               {opt_.seed, static_cast<uint32_t>(epoch), dropout_site::layer_input(l)});
   ops::elu_backward(ctx(), output(l - 1), dprev);
 }
 
@@ -949,7 +947,7 @@ void Trainer::exchange_forward(int l, int epoch, const TensorView& x, const Tens
   if (adapter_.drift_enabled() && drift_rows.data != nullptr) measure_drift(l, drift_rows);
   train_detail::schedule_forward(
       schedule(), pend_fwd_[l], tracker_, l, epoch, s_.num_halo > 0,
-      [&] { return exch_->start_forward(x, bits, key, tag_forward(l), fp32_tail(l)); },
+      [&] { return exch_->start_forward(x, bits, key, halo_tag::forward(l), fp32_tail(l)); },
       [&](Exchange& p, float keep) { exch_->finish_forward(p, x, keep); }, before_halo, after_halo);
 }
 
@@ -971,7 +969,7 @@ void Trainer::exchange_forward_eval(int l, int epoch, const TensorView& x, const
     copy(ctx(), halo, saved_halo_);
   }
   if (adapter_.adaptive()) measure_eval_change(l, x);
-  Exchange pending = exch_->start_forward(x, opt_.bits_fwd_at(l), key, tag_eval(l), fp32_tail(l));
+  Exchange pending = exch_->start_forward(x, opt_.bits_fwd_at(l), key, halo_tag::evaluation(l), fp32_tail(l));
   before_halo();
   exch_->finish_forward(pending, x);
   after_halo();
@@ -1071,7 +1069,7 @@ void Trainer::exchange_backward(int l, int epoch, const TensorView& dlocal, cons
   }
   train_detail::schedule_backward(
       schedule(), pend_bwd_[l], tracker_, l, epoch, sends() > 0,
-      [&] { return exch_->start_backward(dlocal, bits, key, tag_backward(l)); },
+      [&] { return exch_->start_backward(dlocal, bits, key, halo_tag::backward(l)); },
       [&](Exchange& p, float keep) {
         // Smoothing keeps a running average of the received gradients, one row per send-list entry.
         Tensor& average = smoothed_grad_[l];

@@ -1,0 +1,35 @@
+// The names of the random streams and message tags the training step uses. Each is a fixed
+// protocol: a resumed run, another rank and the other device must draw the same masks and
+// match the same messages, so the numbers never change.
+#pragma once
+
+#include <cstdint>
+
+#include "halogen/core/error.hpp"
+
+namespace halogen {
+
+/// Dropout sites: the `layer` word of a DropoutKey. Each site draws its own mask, keyed by
+/// global node id; the backward pass draws the forward's mask of the same site again.
+namespace dropout_site {
+/// GCN's layer-0 input: the aggregation of the features, computed once.
+inline constexpr uint32_t kAggregatedFeatures = 0;
+/// GraphSAGE's and GAT's layer-0 input: the features themselves (owned and, for GAT, halo rows).
+inline constexpr uint32_t kFeatures = 1;
+/// The input of layer l >= 1, i.e. the output of layer l - 1 (even, so it never meets the two
+/// sites above).
+inline uint32_t layer_input(int l) {
+  HALOGEN_EXPECTS(l >= 1, "dropout site of layer {}: layers from 1 on have one", l);
+  return static_cast<uint32_t>(2 * l);
+}
+}  // namespace dropout_site
+
+/// The message tags of layer l's halo exchanges (four per layer; the fourth is unused).
+namespace halo_tag {
+inline int forward(int l) { return 4 * l; }
+inline int backward(int l) { return 4 * l + 1; }
+/// The evaluation pass's forward exchange, which may be in flight beside a training one.
+inline int evaluation(int l) { return 4 * l + 2; }
+}  // namespace halo_tag
+
+}  // namespace halogen
