@@ -71,6 +71,41 @@ TEST(ProductBits, GemmDoesNotDependOnTheThreads) {
   }
 }
 
+// A narrow weight gradient (few row blocks) over many rows sums its k-spans on several threads:
+// the spans are fixed by the shape, so the bits still do not depend on the threads; and the
+// dropped product makes the same calls.
+TEST(ProductBits, NarrowTransposedSumsDoNotDependOnTheThreads) {
+  ThreadsGuard guard;
+  const DropoutKey key{4, 2, 0};
+  for (const bool shape_sensitive : {true, false}) {
+    std::optional<test::ShapeSensitiveBlas> blas;
+    if (shape_sensitive) blas.emplace();
+    for (const int64_t m : {int64_t{64}, int64_t{200}}) {
+      const int64_t n = 7, k = 9000;
+      const auto a = values(static_cast<size_t>(k * m), 0.6f), b = values(static_cast<size_t>(k * n), 1.1f);
+      std::vector<int32_t> gid(static_cast<size_t>(k));
+      for (size_t i = 0; i < gid.size(); ++i) gid[i] = static_cast<int32_t>(2 * i + 5);
+      std::vector<float> dropped(a.size());
+      dropout_copy(a.data(), m, dropped.data(), m, k, m, gid.data(), 0.5f, key);
+      std::vector<float> first;
+      for (const int threads : {1, 2, 3}) {
+        SCOPED_TRACE(testing::Message() << (shape_sensitive ? "test BLAS, " : "machine BLAS, ") << m << " x " << n
+                                        << " over " << k << " rows, " << threads << " threads");
+        set_compute_threads(threads);
+        std::vector<float> c(static_cast<size_t>(m * n), 0.5f), d = c, dd = c;
+        gemm(true, false, m, n, k, 1.0f, a.data(), m, b.data(), n, 0.25f, c.data(), n);
+        if (first.empty())
+          first = c;
+        else
+          EXPECT_EQ(c, first);
+        gemm(true, false, m, n, k, 1.0f, dropped.data(), m, b.data(), n, 0.25f, d.data(), n);
+        gemm_dropped_tn(a.data(), k, m, gid.data(), 0.5f, key, b.data(), n, 0.25f, dd.data());
+        EXPECT_EQ(dd, d) << "dropped";
+      }
+    }
+  }
+}
+
 // The products with dropout (dense and bf16 storage) equal gemm over a dropped copy bit for bit,
 // on 1, 2 and 3 threads, with the test BLAS: they make the same calls as gemm.
 TEST(ProductBits, DroppedProductsMakeTheCallsOfGemm) {

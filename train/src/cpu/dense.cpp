@@ -41,28 +41,94 @@ int block_threads(int64_t blocks) {
   return static_cast<int>(std::min<int64_t>(std::max<int64_t>(blocks, 1), omp_get_max_threads()));
 }
 
-// One row block of C (m x n, row stride ldc) = beta * C + alpha * A^T op(B), A k x m: one
-// sgemm when k <= kReduceBlock, else blocks of kReduceBlock rows of A, each by the BLAS in fp32,
-// the blocks summed in fp64 and rounded once. `a_rows(k0, kb)` returns A's rows [k0, k0 + kb)
-// at the block's first column, row stride lda (a caller may fill them on demand).
-template <typename ARows>
-void gemm_tn_rows(int64_t m, int64_t n, int64_t k, float alpha, ARows&& a_rows, int64_t lda, bool trans_b,
-                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (k <= kReduceBlock) return sgemm_kernel(true, trans_b, m, n, k, alpha, a_rows(0, k), lda, b, ldb, beta, c, ldc);
-  std::vector<float> part(static_cast<size_t>(m * n));
-  std::vector<double> acc(static_cast<size_t>(m * n), 0.0);
-  for (int64_t k0 = 0; k0 < k; k0 += kReduceBlock) {
-    const int64_t kb = std::min(kReduceBlock, k - k0);
-    sgemm_kernel(true, trans_b, m, n, kb, alpha, a_rows(k0, kb), lda, trans_b ? b + k0 : b + k0 * ldb, ldb, 0.0f,
-                 part.data(), n);
-    for (size_t i = 0; i < acc.size(); ++i) acc[i] += part[i];
+void scale_rows(float* c, int64_t rows, int64_t n, int64_t ldc, float beta);
+
+// k-blocks summed together by one task of a transposed product (4096 rows of A).
+constexpr int64_t kSpanBlocks = 8;
+// At most this many bytes of fp64 partial sums for a transposed product's k-spans.
+constexpr int64_t kSpanPartialBytes = int64_t{4} << 20;
+
+// C (m x n, row stride ldc) = beta * C + alpha * A^T op(B), A k x m, in tasks fixed by the shape
+// alone: the row blocks of gemm(), and when they are too few to share among threads (a narrow
+// weight gradient), each block's k sum cut into spans of kSpanBlocks blocks of kReduceBlock
+// rows. A task sums its k-blocks (each one BLAS call in fp32) in fp64 in order; a block's spans
+// are added in order and the sum rounded once. `load(task_rows, k0, kb, lda)` returns A's rows
+// [k0, k0 + kb) at column task_rows.begin, setting their row stride lda; it runs on the task's
+// thread, which may fill a buffer of its own (`Buffer`, one per thread).
+struct RowRange {
+  int64_t begin = 0, end = 0;
+};
+template <typename Buffer, typename Load>
+void gemm_tn_tasks(int64_t m, int64_t n, int64_t k, float alpha, Load&& load, bool trans_b, const float* b, int64_t ldb,
+                   float beta, float* c, int64_t ldc) {
+  const int64_t block = product_row_block(m), blocks = (m + block - 1) / block;
+  const int64_t k_blocks = (k + kReduceBlock - 1) / kReduceBlock;
+  int64_t spans = 1;
+  if (blocks < 16 && k_blocks > kSpanBlocks)
+    spans = std::max<int64_t>(1, std::min({(k_blocks + kSpanBlocks - 1) / kSpanBlocks, 16 / blocks,
+                                           kSpanPartialBytes / std::max<int64_t>(m * n * 8, 1)}));
+  const int64_t span_blocks = (k_blocks + spans - 1) / spans;  // k-blocks per span
+  std::vector<double> partial(static_cast<size_t>(spans > 1 ? spans * m * n : 0));
+  const int64_t tasks = blocks * spans;
+#pragma omp parallel num_threads(block_threads(tasks))
+  {
+    Buffer buffer;
+    std::vector<float> part;
+    std::vector<double> acc;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t bi = t / spans, si = t % spans;
+      const RowRange rows{bi * block, std::min(m, (bi + 1) * block)};
+      const int64_t mb = rows.end - rows.begin;
+      const int64_t k_begin = si * span_blocks * kReduceBlock,
+                    k_end = std::min(k, (si + 1) * span_blocks * kReduceBlock);
+      float* c_block = c + rows.begin * ldc;
+      if (k == 0) {
+        scale_rows(c_block, mb, n, ldc, beta);
+        continue;
+      }
+      const auto b_rows = [&](int64_t k0) { return trans_b ? b + k0 : b + k0 * ldb; };
+      if (k <= kReduceBlock) {  // one BLAS call, rounded by the BLAS
+        int64_t lda = 0;
+        const float* a = load(buffer, rows, 0, k, lda);
+        sgemm_kernel(true, trans_b, mb, n, k, alpha, a, lda, b, ldb, beta, c_block, ldc);
+        continue;
+      }
+      part.resize(static_cast<size_t>(mb * n));
+      double* sum = spans > 1 ? partial.data() + (si * m + rows.begin) * n : nullptr;
+      if (sum == nullptr) {
+        acc.assign(static_cast<size_t>(mb * n), 0.0);
+        sum = acc.data();
+      }
+      for (int64_t k0 = k_begin; k0 < k_end; k0 += kReduceBlock) {
+        const int64_t kb = std::min(kReduceBlock, k - k0);
+        int64_t lda = 0;
+        const float* a = load(buffer, rows, k0, kb, lda);
+        sgemm_kernel(true, trans_b, mb, n, kb, alpha, a, lda, b_rows(k0), ldb, 0.0f, part.data(), n);
+        for (size_t i = 0; i < part.size(); ++i) sum[i] += part[i];
+      }
+      if (spans == 1) {
+        for (int64_t i = 0; i < mb; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            const double prior = beta == 0.0f ? 0.0 : static_cast<double>(beta) * c_block[i * ldc + j];
+            c_block[i * ldc + j] = static_cast<float>(sum[i * n + j] + prior);
+          }
+      }
+    }
   }
+  if (spans == 1 || k <= kReduceBlock) return;
+    // Each block's spans in order, rounded once.
+#pragma omp parallel for schedule(static) num_threads(block_threads(blocks))
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
+      double total = 0.0;
+      for (int64_t si = 0; si < spans; ++si) total += partial[static_cast<size_t>((si * m + i) * n + j)];
       const double prior = beta == 0.0f ? 0.0 : static_cast<double>(beta) * c[i * ldc + j];
-      c[i * ldc + j] = static_cast<float>(acc[static_cast<size_t>(i * n + j)] + prior);
+      c[i * ldc + j] = static_cast<float>(total + prior);
     }
 }
+
+struct NoBuffer {};
 
 void scale_rows(float* c, int64_t rows, int64_t n, int64_t ldc, float beta) {
   for (int64_t i = 0; i < rows; ++i)
@@ -87,22 +153,23 @@ SgemmKernel set_sgemm_kernel(SgemmKernel kernel) {
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
+  if (trans_a) {
+    // Rows [begin, end) of A^T are columns of A.
+    const auto load = [&](NoBuffer&, RowRange rows, int64_t k0, int64_t, int64_t& ld) {
+      ld = lda;
+      return a + k0 * lda + rows.begin;
+    };
+    return gemm_tn_tasks<NoBuffer>(m, n, k, alpha, load, trans_b, b, ldb, beta, c, ldc);
+  }
   const int64_t block = product_row_block(m), blocks = (m + block - 1) / block;
 #pragma omp parallel for schedule(static) num_threads(block_threads(blocks))
   for (int64_t bi = 0; bi < blocks; ++bi) {
-    // Rows [begin, begin + rows) of op(A): row offset for A, column offset for A^T.
     const int64_t begin = bi * block, rows = std::min(block, m - begin);
-    const float* a_block = trans_a ? a + begin : a + begin * lda;
     float* c_block = c + begin * ldc;
-    if (k == 0) {
+    if (k == 0)
       scale_rows(c_block, rows, n, ldc, beta);
-    } else if (trans_a) {
-      gemm_tn_rows(
-          rows, n, k, alpha, [&](int64_t k0, int64_t) { return a_block + k0 * lda; }, lda, trans_b, b, ldb, beta,
-          c_block, ldc);
-    } else {
-      sgemm_kernel(false, trans_b, rows, n, k, alpha, a_block, lda, b, ldb, beta, c_block, ldc);
-    }
+    else
+      sgemm_kernel(false, trans_b, rows, n, k, alpha, a + begin * lda, lda, b, ldb, beta, c_block, ldc);
   }
 }
 
@@ -250,51 +317,28 @@ void gemm_tn_loaded(const T* x, int64_t rows, int64_t cols, const int32_t* globa
                     const float* dy, int64_t n, float beta, float* dw) {
   if (cols == 0 || n == 0) return;
   const bool drop = p > 0.0f;
-  if (rows == 0) return scale_rows(dw, cols, n, n, beta);
-  // The row blocks of dW (columns of X) of gemm(trans_a), summed the same way.
-  const int64_t block = product_row_block(cols), blocks = (cols + block - 1) / block;
-  if (blocks == 1 && omp_get_max_threads() > 1) {
-    // One block of dW is summed on one thread; the rows are loaded (and the mask drawn) by all
-    // threads instead, eight row blocks at a time, which that thread then sums as gemm does.
-    constexpr int64_t kGroup = 8 * kReduceBlock;
-    HostBuffer<float> group(static_cast<size_t>(std::min(kGroup, rows) * cols));
-    const auto a_rows = [&](int64_t k0, int64_t) {
-      if (k0 % kGroup == 0) {
-        const int64_t count = std::min(kGroup, rows - k0);
-        if constexpr (std::is_same_v<T, float>) {
-          dropout_copy(x + k0 * cols, cols, group.data(), cols, count, cols, global_ids + k0, p, key);
-        } else {
-#pragma omp parallel for schedule(static)
-          for (int64_t i = 0; i < count; ++i) fp32_row(x + (k0 + i) * cols, group.data() + i * cols, cols);
-          if (drop) dropout_apply(group.data(), count, cols, cols, global_ids + k0, p, key);
-        }
-      }
-      return static_cast<const float*>(group.data() + (k0 % kGroup) * cols);
-    };
-    return gemm_tn_rows(cols, n, rows, 1.0f, a_rows, cols, false, dy, n, beta, dw, n);
-  }
   const DropoutRow d = drop ? dropout_row_of(p, key) : DropoutRow{};
   const DropoutRowFn fn = pick_dropout_row();
-  // Block [begin, end) of dW is columns [begin, end) of x: a thread loads (and drops) only the
-  // Philox blocks covering them (from column 8 * first on), one row block at a time.
-#pragma omp parallel num_threads(block_threads(blocks))
-  {
-    const int64_t widest = std::min(block, cols) + 8;
-    HostBuffer<uint32_t> words(static_cast<size_t>(((widest + 7) / 8 + 7) / 8 * 8) * 4);
-    HostBuffer<float> buffer(static_cast<size_t>(std::min(kReduceBlock, rows) * widest));
-#pragma omp for schedule(static)
-    for (int64_t bi = 0; bi < blocks; ++bi) {
-      const int64_t begin = bi * block, end = std::min(cols, begin + block);
-      const int64_t first = begin / 8, width = end - 8 * first;
-      const auto a_rows = [&](int64_t k0, int64_t kb) {
-        for (int64_t i = 0; i < kb; ++i)
-          load_row(x + (k0 + i) * cols + 8 * first, buffer.data() + i * width, width, drop, fn, d,
-                   drop ? static_cast<uint32_t>(global_ids[k0 + i]) : 0u, words.data(), static_cast<uint32_t>(first));
-        return static_cast<const float*>(buffer.data() + (begin - 8 * first));
-      };
-      gemm_tn_rows(end - begin, n, rows, 1.0f, a_rows, width, false, dy, n, beta, dw + begin * n, n);
-    }
-  }
+  // The tasks of gemm(trans_a) with the same BLAS calls: a task loads (and drops) the rows of
+  // its k-blocks, only the Philox blocks covering its columns [begin, end) of X (from column
+  // 8 * first on; a block of dW starts on a multiple of 64, hence of 8).
+  struct Loaded {
+    HostBuffer<uint32_t> words;
+    HostBuffer<float> rows;
+  };
+  const auto load = [&](Loaded& buffer, RowRange range, int64_t k0, int64_t kb, int64_t& ld) {
+    const int64_t first = range.begin / 8, width = range.end - 8 * first;
+    const size_t words = static_cast<size_t>(((width + 7) / 8 + 7) / 8 * 8) * 4;
+    if (buffer.words.size() < words) buffer.words.resize(words);
+    if (buffer.rows.size() < static_cast<size_t>(kb * width)) buffer.rows.resize(static_cast<size_t>(kb * width));
+    for (int64_t i = 0; i < kb; ++i)
+      load_row(x + (k0 + i) * cols + 8 * first, buffer.rows.data() + i * width, width, drop, fn, d,
+               drop ? static_cast<uint32_t>(global_ids[k0 + i]) : 0u, buffer.words.data(),
+               static_cast<uint32_t>(first));
+    ld = width;
+    return static_cast<const float*>(buffer.rows.data() + (range.begin - 8 * first));
+  };
+  gemm_tn_tasks<Loaded>(cols, n, rows, 1.0f, load, false, dy, n, beta, dw, n);
 }
 
 }  // namespace

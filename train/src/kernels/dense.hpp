@@ -15,8 +15,10 @@ namespace halogen {
 ///
 /// The bits of C depend on m, n, k and the values only, never on the thread count: the rows
 /// of C are cut into blocks of product_row_block(m) rows from row 0, each block is computed
-/// whole by one thread with one single-threaded BLAS call (op(A) = A^T: one call per
-/// 512-row block of the k sum, the calls summed in fp64 in order). A BLAS micro-kernel
+/// by one thread with one single-threaded BLAS call. op(A) = A^T (a weight gradient, k the
+/// nodes): one call per 512-row block of the k sum, summed in fp64 in order; when C has too
+/// few row blocks to share among threads, each block's k sum is cut into spans fixed by the
+/// shape, summed on their own threads, and the spans added in order. A BLAS micro-kernel
 /// rounds a row differently depending on where it falls in the call's tiles (OpenBLAS's
 /// Haswell, Zen and generic kernels do), so a split that followed the threads would make the
 /// result depend on them.
