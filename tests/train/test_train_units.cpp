@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "gradient_sync.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
 #include "halogen/partition/generate.hpp"
@@ -328,6 +329,33 @@ TEST(MemoryPlan, DeviceIsAParameter) {
   // Activations in fp16, but for the fp32 logits and their gradient.
   EXPECT_LT(item(gpu16, "activations"), item(gpu32, "activations") * 6 / 10);
   EXPECT_GT(item(gpu16, "activations"), item(gpu32, "activations") * 4 / 10);
+}
+
+// The optimizer item is what the optimizer and the gradient sum report: PowerSGD's factors,
+// error feedback and scratch, and the packed fp64 buffer, on top of weights, gradients and
+// Adam's moments.
+TEST(MemoryPlan, OptimizerItemIsWhatTheComponentsReport) {
+  const auto shards = test::sbm_shards(3000, 64, 3, 2);
+  TrainOptions t;
+  t.layers = 2;
+  t.hidden = 128;
+  const auto optimizer = [&](const TrainOptions& o) {
+    for (const auto& i : estimate_training_memory(shards[0], o).items)
+      if (i.what == "optimizer") return i.bytes;
+    return uint64_t{0};
+  };
+  const auto layers = train_detail::layout_parameters(t, shards[0].feature_dim, shards[0].num_classes);
+  const int64_t n = static_cast<int64_t>(layers.back().end);
+  EXPECT_EQ(optimizer(t), static_cast<uint64_t>(n) * 16);  // weights, gradients, Adam m and v
+  TrainOptions powersgd = t;
+  powersgd.grad_powersgd = true;
+  powersgd.grad_rank = 4;
+  const uint64_t extra = GradientSync::device_bytes(gradient_layout(layers, t.model), powersgd, 6);
+  EXPECT_GT(extra, 0u);  // the 64 x 128 first-layer weight is compressed
+  EXPECT_EQ(optimizer(powersgd), static_cast<uint64_t>(n) * 16 + extra);
+  TrainOptions packed = t;
+  packed.grad_allreduce = GradAllreduce::kPacked;
+  EXPECT_EQ(optimizer(packed), static_cast<uint64_t>(n) * 16 + static_cast<uint64_t>(n + 6) * 8);
 }
 
 // The memory model reads only a shard's counts and feature density (ShardCounts), so a graph

@@ -20,8 +20,7 @@ GradientSync::GradientSync(Communicator& comm, const ExecContext& ctx, const Tra
   const RngStream rng = RngStream::make(opt_.seed ^ 0x5057534744ull, RngPurpose::kWeightInit);
   for (const GradientLayout::Matrix& m : layout_.matrices) {
     const int64_t n = m.rows, cols = m.cols;
-    // Only where the factors save at least half the bytes.
-    if (std::min(n, cols) < 4 * r || 2 * r * (n + cols) > n * cols) continue;
+    if (!compressed(n, cols, r)) continue;
     Compressed c;
     c.m = m;
     std::vector<float> q(static_cast<size_t>(cols * r));
@@ -36,6 +35,35 @@ GradientSync::GradientSync(Communicator& comm, const ExecContext& ctx, const Tra
     synchronize(ctx_);
     compressed_.push_back(std::move(c));
   }
+}
+
+GradientLayout gradient_layout(const std::vector<train_detail::LayerParams>& layers, ModelKind model) {
+  GradientLayout layout;
+  layout.total = layers.empty() ? 0 : static_cast<int64_t>(layers.back().end);
+  for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
+    const train_detail::LayerParams& p = layers[static_cast<size_t>(l)];
+    layout.layers.push_back({static_cast<int64_t>(p.w_self), static_cast<int64_t>(p.end)});
+    const auto matrix = [&](size_t offset, int64_t rows, int64_t cols) {
+      layout.matrices.push_back({l, static_cast<int64_t>(offset), rows, cols});
+    };
+    const bool gat = model == ModelKind::kGat;
+    matrix(p.w_self, p.in, gat ? p.proj() : p.out);
+    if (model == ModelKind::kSage) matrix(p.w_neigh, p.in, p.out);
+    if (gat && p.w_res != train_detail::LayerParams::kNone) matrix(p.w_res, p.in, p.out);
+  }
+  return layout;
+}
+
+uint64_t GradientSync::device_bytes(const GradientLayout& layout, const TrainOptions& options, int64_t scalars) {
+  uint64_t bytes = 0;
+  if (options.grad_allreduce == GradAllreduce::kPacked) bytes += static_cast<uint64_t>(layout.total + scalars) * 8;
+  if (options.grad_powersgd) {
+    const int64_t r = options.grad_rank;
+    for (const GradientLayout::Matrix& m : layout.matrices)
+      if (compressed(m.rows, m.cols, r))  // Q and P, the error feedback and P Q^T
+        bytes += static_cast<uint64_t>(m.cols * r + m.rows * r + 2 * m.rows * m.cols) * 4;
+  }
+  return bytes;
 }
 
 void GradientSync::allreduce_now(const TensorView& v) {

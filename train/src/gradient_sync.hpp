@@ -1,6 +1,7 @@
 // The sum over ranks of the weight gradients, as one component of the training step.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "halogen/core/tensor.hpp"
 #include "halogen/train/checkpoint.hpp"
 #include "halogen/train/trainer.hpp"
+#include "trainer_common.hpp"
 
 namespace halogen {
 
@@ -27,6 +29,9 @@ struct GradientLayout {
   std::vector<Matrix> matrices;
   int64_t total = 0;  // parameters in all
 };
+
+/// The gradient layout of a model's parameters (the layers of layout_parameters).
+GradientLayout gradient_layout(const std::vector<train_detail::LayerParams>& layers, ModelKind model);
 
 /// Sums the weight gradients over ranks, the same on both devices:
 /// - layer-wise (default): each layer's fp32 sum is started (Communicator::start_allreduce_sum)
@@ -50,6 +55,10 @@ class GradientSync {
   void start_layer(int l, const Tensor& grads);
   /// Sums `scalars` over ranks (fp64) and completes the gradient sums of this step.
   void finish(const Tensor& grads, std::span<double> scalars);
+
+  /// The bytes this component allocates on the rank's device for `options`: the packed fp64
+  /// buffer, PowerSGD's factors, error feedback and scratch (what the memory plan counts).
+  static uint64_t device_bytes(const GradientLayout& layout, const TrainOptions& options, int64_t scalars);
 
   /// A blocking sum over ranks of a contiguous fp32 or fp64 tensor, in place.
   void allreduce_now(const TensorView& v);
@@ -78,6 +87,11 @@ class GradientSync {
     int64_t begin = 0, end = 0;
     std::unique_ptr<CommRequest> request;
   };
+  // Whether PowerSGD replaces a rows x cols matrix: only where the factors save at least half
+  // the bytes and the matrix is at least 4 ranks wide both ways.
+  static bool compressed(int64_t rows, int64_t cols, int64_t rank) {
+    return std::min(rows, cols) >= 4 * rank && 2 * rank * (rows + cols) <= rows * cols;
+  }
   bool staged() const { return ctx_.device != kDevCpu && !comm_.takes_device_buffers(); }
   void start_range(const Tensor& grads, int64_t begin, int64_t end);
   void compress(Compressed& c, const Tensor& grads);

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "gradient_sync.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/tensor.hpp"
 #include "halogen/core/timer.hpp"
@@ -17,6 +18,7 @@
 #include "halogen/quant/quantize.hpp"
 #include "input_matrix.hpp"
 #include "layer_shapes.hpp"
+#include "optimizer.hpp"
 #include "trainer_common.hpp"
 
 namespace halogen {
@@ -188,12 +190,12 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
                    static_cast<uint64_t>(shared_transpose ? 0 : owned + 1) * 8 + static_cast<uint64_t>(owned) * 9 +
                    static_cast<uint64_t>(sends) * 4
              : 0;
-  uint64_t num_params = 0;
-  for (const LayerShape& shape : shapes) num_params += static_cast<uint64_t>(shape.num_params(opt.model));
-  // params, grads, Adam m and v (fp32), the packed fp64 all-reduce buffer (--grad-allreduce
-  // packed), and an fp16 copy of the weights in fp16 mode.
-  const uint64_t optimizer = num_params * (4 * 4 + (opt.grad_allreduce == GradAllreduce::kPacked ? 8 : 0)) +
-                             (act_size == 2 ? num_params * 2 : 0);
+  // What the optimizer (weights, gradients, Adam's moments, the fp16 copy) and the gradient
+  // sum (the packed buffer, PowerSGD's state) allocate, as they report it.
+  const std::vector<train_detail::LayerParams> params = train_detail::layout_parameters(opt, F, s.classes);
+  const uint64_t optimizer =
+      Optimizer::device_bytes(static_cast<int64_t>(params.back().end), opt) +
+      GradientSync::device_bytes(gradient_layout(params, opt.model), opt, train_detail::step_scalars(opt.layers));
   // On a GPU the layer-0 inputs are dense, in the activation dtype, with a dropped copy. GAT
   // keeps its halo rows' features too (layer 0 projects them itself).
   const int input_count = (!gat ? 1 : 0) + (sage || gat ? 1 : 0);

@@ -41,6 +41,13 @@ class Optimizer {
   /// halo gradient overflowed on some rank. `log_rank`: whether this rank logs the skip.
   bool step(double loss, bool halo_overflow, int epoch, bool log_rank);
 
+  /// The bytes this component allocates on the rank's device for `num_params` parameters:
+  /// master weights, gradients, Adam's two moments (fp32), and the fp16 copy in fp16.
+  static uint64_t device_bytes(int64_t num_params, const TrainOptions& options) {
+    const uint64_t n = static_cast<uint64_t>(num_params);
+    return n * 4 * 4 + (options.precision == Precision::kFp16 ? n * 2 : 0);
+  }
+
   /// Replaces the master weights (and their compute copy) with `host`.
   void set_params(const std::vector<float>& host);
 

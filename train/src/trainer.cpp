@@ -474,22 +474,10 @@ void Trainer::init_params() {
   train_detail::init_parameters(opt_, lp_, host.data());
   // Decay applies to weights, not biases.
   std::vector<Optimizer::Range> decayed;
-  GradientLayout layout;
-  layout.total = n;
-  for (int l = 0; l < L(); ++l) {
-    const LayerParams& p = lp_[l];
-    decayed.push_back({static_cast<int64_t>(p.w_self), static_cast<int64_t>(p.bias)});
-    layout.layers.push_back({static_cast<int64_t>(p.w_self), static_cast<int64_t>(p.end)});
-    const auto matrix = [&](size_t offset, int64_t rows, int64_t cols) {
-      layout.matrices.push_back({l, static_cast<int64_t>(offset), rows, cols});
-    };
-    matrix(p.w_self, p.in, gat() ? p.proj() : p.out);
-    if (sage()) matrix(p.w_neigh, p.in, p.out);
-    if (gat() && p.w_res != LayerParams::kNone) matrix(p.w_res, p.in, p.out);
-  }
+  for (const LayerParams& p : lp_) decayed.push_back({static_cast<int64_t>(p.w_self), static_cast<int64_t>(p.bias)});
   optim_ = std::make_unique<Optimizer>(ctx(), opt_, host, std::move(decayed));
-  // The step's scalars beside the gradients: loss, drift sums per layer, fp16 overflow flag.
-  grad_sync_ = std::make_unique<GradientSync>(comm_, ctx(), opt_, std::move(layout), 2 + 2 * L());
+  grad_sync_ = std::make_unique<GradientSync>(comm_, ctx(), opt_, gradient_layout(lp_, opt_.model),
+                                              train_detail::step_scalars(L()));
 }
 
 void Trainer::allocate() {
@@ -1143,7 +1131,7 @@ bool Trainer::allreduce_and_step(double& loss_sum, int epoch, bool apply) {
   Stopwatch ar;
   const int layers = L();
   // The host scalars after the gradients: loss, drift numerators and denominators, overflow.
-  std::vector<double> scalars(static_cast<size_t>(2 + 2 * layers));
+  std::vector<double> scalars(static_cast<size_t>(train_detail::step_scalars(layers)));
   scalars[0] = loss_sum;
   for (int l = 0; l < layers; ++l) {
     scalars[static_cast<size_t>(1 + l)] = drift_num_[l];

@@ -58,6 +58,9 @@ struct LayerParams : LayerShape {
 };
 /// The layers of `opt`'s model and their offsets; the last layer's `end` is the total.
 std::vector<LayerParams> layout_parameters(const TrainOptions& opt, int64_t feature_dim, int64_t classes);
+/// The fp64 scalars each step sums over ranks beside the gradients: the loss, the drift
+/// numerator and denominator of every layer, and the fp16 overflow flag.
+inline int64_t step_scalars(int layers) { return 2 + 2 * static_cast<int64_t>(layers); }
 /// Glorot-uniform weights keyed by (seed, layer, matrix, row, column), zero biases: identical
 /// on every rank and on every device. `params` has layout.back().end values.
 void init_parameters(const TrainOptions& opt, const std::vector<LayerParams>& layout, float* params);
