@@ -350,7 +350,7 @@ TEST(MemoryPlan, OptimizerItemIsWhatTheComponentsReport) {
   TrainOptions powersgd = t;
   powersgd.grad_powersgd = true;
   powersgd.grad_rank = 4;
-  const uint64_t extra = GradientSync::device_bytes(gradient_layout(layers, t.model), powersgd, 6);
+  const uint64_t extra = GradientSync::device_bytes(gradient_layout(layers), powersgd, 6);
   EXPECT_GT(extra, 0u);  // the 64 x 128 first-layer weight is compressed
   EXPECT_EQ(optimizer(powersgd), static_cast<uint64_t>(n) * 16 + extra);
   TrainOptions packed = t;

@@ -37,19 +37,15 @@ GradientSync::GradientSync(Communicator& comm, const ExecContext& ctx, const Tra
   }
 }
 
-GradientLayout gradient_layout(const std::vector<train_detail::LayerParams>& layers, ModelKind model) {
+GradientLayout gradient_layout(const std::vector<train_detail::LayerParams>& layers) {
   GradientLayout layout;
   layout.total = layers.empty() ? 0 : static_cast<int64_t>(layers.back().end);
   for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
     const train_detail::LayerParams& p = layers[static_cast<size_t>(l)];
     layout.layers.push_back({static_cast<int64_t>(p.w_self), static_cast<int64_t>(p.end)});
-    const auto matrix = [&](size_t offset, int64_t rows, int64_t cols) {
-      layout.matrices.push_back({l, static_cast<int64_t>(offset), rows, cols});
-    };
-    const bool gat = model == ModelKind::kGat;
-    matrix(p.w_self, p.in, gat ? p.proj() : p.out);
-    if (model == ModelKind::kSage) matrix(p.w_neigh, p.in, p.out);
-    if (gat && p.w_res != train_detail::LayerParams::kNone) matrix(p.w_res, p.in, p.out);
+    for (const train_detail::ParamArray& a : p.arrays)
+      if (a.kind == train_detail::ParamArray::Kind::kMatrix)
+        layout.matrices.push_back({l, static_cast<int64_t>(a.offset), a.shape[0], a.shape[1]});
   }
   return layout;
 }

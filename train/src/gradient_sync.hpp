@@ -30,8 +30,9 @@ struct GradientLayout {
   int64_t total = 0;  // parameters in all
 };
 
-/// The gradient layout of a model's parameters (the layers of layout_parameters).
-GradientLayout gradient_layout(const std::vector<train_detail::LayerParams>& layers, ModelKind model);
+/// The gradient layout of a model's parameters (the layers of layout_parameters): every layer's
+/// range, and its declared weight matrices.
+GradientLayout gradient_layout(const std::vector<train_detail::LayerParams>& layers);
 
 /// Sums the weight gradients over ranks, the same on both devices:
 /// - layer-wise (default): each layer's fp32 sum is started (Communicator::start_allreduce_sum)

@@ -195,7 +195,7 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   const std::vector<train_detail::LayerParams> params = train_detail::layout_parameters(opt, F, s.classes);
   const uint64_t optimizer =
       Optimizer::device_bytes(static_cast<int64_t>(params.back().end), opt) +
-      GradientSync::device_bytes(gradient_layout(params, opt.model), opt, train_detail::step_scalars(opt.layers));
+      GradientSync::device_bytes(gradient_layout(params), opt, train_detail::step_scalars(opt.layers));
   // On a GPU the layer-0 inputs are dense, in the activation dtype, with a dropped copy. GAT
   // keeps its halo rows' features too (layer 0 projects them itself).
   const int input_count = (!gat ? 1 : 0) + (sage || gat ? 1 : 0);

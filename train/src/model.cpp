@@ -38,27 +38,12 @@ struct ArraySpec {
 };
 
 std::vector<ArraySpec> array_specs(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {
+  // One array per declared parameter array, named by its layer.
   std::vector<ArraySpec> specs;
   const auto layout = train_detail::layout_parameters(opt, feature_dim, classes);
-  for (size_t l = 0; l < layout.size(); ++l) {
-    const auto& p = layout[l];
-    const std::string prefix = fmt::format("layer{}.", l);
-    if (opt.model == ModelKind::kGat) {
-      specs.push_back({prefix + "weight", p.w_self, {p.in, p.proj()}});
-      specs.push_back({prefix + "att_src", p.att_src, {p.heads, p.head_dim}});
-      specs.push_back({prefix + "att_dst", p.att_dst, {p.heads, p.head_dim}});
-      if (p.w_res != train_detail::LayerParams::kNone) specs.push_back({prefix + "weight_res", p.w_res, {p.in, p.out}});
-    } else if (opt.model == ModelKind::kSage) {
-      specs.push_back({prefix + "weight_self", p.w_self, {p.in, p.out}});
-      specs.push_back({prefix + "weight_neigh", p.w_neigh, {p.in, p.out}});
-    } else {
-      specs.push_back({prefix + "weight", p.w_self, {p.in, p.out}});
-    }
-    specs.push_back({prefix + "bias", p.bias, {p.out}});
-    int64_t covered = 0;
-    for (size_t k = specs.size(); k-- > 0 && specs[k].name.rfind(prefix, 0) == 0;) covered += specs[k].size();
-    HALOGEN_EXPECTS(static_cast<size_t>(covered) == p.end - p.w_self, "model arrays of layer {} miss parameters", l);
-  }
+  for (size_t l = 0; l < layout.size(); ++l)
+    for (const train_detail::ParamArray& a : layout[l].arrays)
+      specs.push_back({fmt::format("layer{}.{}", l, a.name), a.offset, a.shape});
   return specs;
 }
 

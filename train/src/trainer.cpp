@@ -476,7 +476,7 @@ void Trainer::init_params() {
   std::vector<Optimizer::Range> decayed;
   for (const LayerParams& p : lp_) decayed.push_back({static_cast<int64_t>(p.w_self), static_cast<int64_t>(p.bias)});
   optim_ = std::make_unique<Optimizer>(ctx(), opt_, host, std::move(decayed));
-  grad_sync_ = std::make_unique<GradientSync>(comm_, ctx(), opt_, gradient_layout(lp_, opt_.model),
+  grad_sync_ = std::make_unique<GradientSync>(comm_, ctx(), opt_, gradient_layout(lp_),
                                               train_detail::step_scalars(L()));
 }
 

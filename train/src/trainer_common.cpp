@@ -77,24 +77,28 @@ std::vector<LayerParams> layout_parameters(const TrainOptions& opt, int64_t feat
   const bool gat = opt.model == ModelKind::kGat;
   std::vector<LayerParams> layout;
   size_t off = 0;
-  const auto take = [&](int64_t n) {
-    const size_t at = off;
-    off += static_cast<size_t>(n);
-    return at;
-  };
+  using Kind = ParamArray::Kind;
   for (const LayerShape& shape : layer_shapes(opt, feature_dim, classes)) {
     LayerParams p;
     static_cast<LayerShape&>(p) = shape;
+    const auto take = [&](const char* name, std::vector<int64_t> dims, Kind kind) {
+      ParamArray a{name, off, std::move(dims), kind};
+      off += static_cast<size_t>(a.size());
+      p.arrays.push_back(a);
+      return a.offset;
+    };
     if (gat) {
-      p.w_self = take(p.in * p.proj());
-      p.att_src = take(p.proj());
-      p.att_dst = take(p.proj());
-      if (p.projected_residual) p.w_res = take(p.in * p.out);
+      p.w_self = take("weight", {p.in, p.proj()}, Kind::kMatrix);
+      p.att_src = take("att_src", {p.heads, p.head_dim}, Kind::kVector);
+      p.att_dst = take("att_dst", {p.heads, p.head_dim}, Kind::kVector);
+      if (p.projected_residual) p.w_res = take("weight_res", {p.in, p.out}, Kind::kMatrix);
+    } else if (opt.model == ModelKind::kSage) {
+      p.w_self = take("weight_self", {p.in, p.out}, Kind::kMatrix);
+      p.w_neigh = take("weight_neigh", {p.in, p.out}, Kind::kMatrix);
     } else {
-      p.w_self = take(p.in * p.out);
-      if (opt.model == ModelKind::kSage) p.w_neigh = take(p.in * p.out);
+      p.w_self = take("weight", {p.in, p.out}, Kind::kMatrix);
     }
-    p.bias = take(p.out);
+    p.bias = take("bias", {p.out}, Kind::kBias);
     p.end = off;
     HALOGEN_EXPECTS(p.end - p.w_self == static_cast<size_t>(p.num_params(opt.model)),
                     "parameter layout of a layer disagrees with its shape");

@@ -46,6 +46,26 @@ LocalStructure build_structure(const Shard& s, ModelKind kind);
 int64_t shared_transpose_entries(const Shard& s);
 
 // Parameter layout of one layer inside the flat parameter vector.
+/// One named array of a layer's parameters, as the layer declares it: its place in the flat
+/// parameter vector and its shape. Everything that walks the parameters (saved models, the
+/// gradient sum, the memory plan) reads these declarations.
+struct ParamArray {
+  enum class Kind {
+    kMatrix,  // a weight matrix (in x out): decayed, and PowerSGD may replace its gradient
+    kVector,  // a learned vector other than a bias (GAT's attention vectors): decayed
+    kBias,
+  };
+  std::string name;  // within the layer: "weight", "weight_self", "att_src", "bias", ...
+  size_t offset = 0;
+  std::vector<int64_t> shape;
+  Kind kind = Kind::kMatrix;
+  int64_t size() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
 struct LayerParams : LayerShape {
   size_t w_self = 0;   // offset of W (GCN), W_self (SAGE) or the projection W (GAT, in x heads*head_dim)
   size_t w_neigh = 0;  // SAGE only
@@ -55,6 +75,7 @@ struct LayerParams : LayerShape {
   size_t att_src = 0, att_dst = 0, w_res = kNone;
   size_t bias = 0;  // weights (decayed) are [w_self, bias), biases [bias, end)
   size_t end = 0;
+  std::vector<ParamArray> arrays;  // [w_self, end) as named arrays, in order
 };
 /// The layers of `opt`'s model and their offsets; the last layer's `end` is the total.
 std::vector<LayerParams> layout_parameters(const TrainOptions& opt, int64_t feature_dim, int64_t classes);
