@@ -81,24 +81,24 @@ std::vector<LayerParams> layout_parameters(const TrainOptions& opt, int64_t feat
   for (const LayerShape& shape : layer_shapes(opt, feature_dim, classes)) {
     LayerParams p;
     static_cast<LayerShape&>(p) = shape;
-    const auto take = [&](const char* name, std::vector<int64_t> dims, Kind kind) {
-      ParamArray a{name, off, std::move(dims), kind};
+    const auto take = [&](const char* name, std::vector<int64_t> dims, Kind kind, uint32_t init_key) {
+      ParamArray a{name, off, std::move(dims), kind, init_key};
       off += static_cast<size_t>(a.size());
       p.arrays.push_back(a);
       return a.offset;
     };
     if (gat) {
-      p.w_self = take("weight", {p.in, p.proj()}, Kind::kMatrix);
-      p.att_src = take("att_src", {p.heads, p.head_dim}, Kind::kVector);
-      p.att_dst = take("att_dst", {p.heads, p.head_dim}, Kind::kVector);
-      if (p.projected_residual) p.w_res = take("weight_res", {p.in, p.out}, Kind::kMatrix);
+      p.w_self = take("weight", {p.in, p.proj()}, Kind::kMatrix, 0);
+      p.att_src = take("att_src", {p.heads, p.head_dim}, Kind::kVector, 2);
+      p.att_dst = take("att_dst", {p.heads, p.head_dim}, Kind::kVector, 3);
+      if (p.projected_residual) p.w_res = take("weight_res", {p.in, p.out}, Kind::kMatrix, 4);
     } else if (opt.model == ModelKind::kSage) {
-      p.w_self = take("weight_self", {p.in, p.out}, Kind::kMatrix);
-      p.w_neigh = take("weight_neigh", {p.in, p.out}, Kind::kMatrix);
+      p.w_self = take("weight_self", {p.in, p.out}, Kind::kMatrix, 0);
+      p.w_neigh = take("weight_neigh", {p.in, p.out}, Kind::kMatrix, 1);
     } else {
-      p.w_self = take("weight", {p.in, p.out}, Kind::kMatrix);
+      p.w_self = take("weight", {p.in, p.out}, Kind::kMatrix, 0);
     }
-    p.bias = take("bias", {p.out}, Kind::kBias);
+    p.bias = take("bias", {p.out}, Kind::kBias, 0);
     p.end = off;
     HALOGEN_EXPECTS(p.end - p.w_self == static_cast<size_t>(p.num_params(opt.model)),
                     "parameter layout of a layer disagrees with its shape");
@@ -120,28 +120,14 @@ void init_parameters(const TrainOptions& opt, const std::vector<LayerParams>& la
       }
     }
   };
-  const int L = static_cast<int>(layout.size());
-  if (opt.model == ModelKind::kGat) {
-    // As PyG's GATConv: Glorot for W (in x heads*head_dim) and for the attention vectors
-    // (heads x head_dim), biases zero.
-    for (int l = 0; l < L; ++l) {
-      const auto& p = layout[l];
-      glorot(l, 0, params + p.w_self, p.in, p.proj(), std::sqrt(6.0f / static_cast<float>(p.in + p.proj())));
-      const float att_bound = std::sqrt(6.0f / static_cast<float>(p.heads + p.head_dim));
-      glorot(l, 2, params + p.att_src, p.heads, p.head_dim, att_bound);
-      glorot(l, 3, params + p.att_dst, p.heads, p.head_dim, att_bound);
-      if (p.w_res != LayerParams::kNone)
-        glorot(l, 4, params + p.w_res, p.in, p.out, std::sqrt(6.0f / static_cast<float>(p.in + p.out)));
+  // Every array but the biases, as PyG's layers do (GATConv: W and the attention vectors):
+  // Glorot uniform over its two dimensions.
+  for (int l = 0; l < static_cast<int>(layout.size()); ++l)
+    for (const ParamArray& a : layout[static_cast<size_t>(l)].arrays) {
+      if (a.kind == ParamArray::Kind::kBias) continue;
+      const int64_t rows = a.shape[0], cols = a.shape[1];
+      glorot(l, a.init_key, params + a.offset, rows, cols, std::sqrt(6.0f / static_cast<float>(rows + cols)));
     }
-    return;
-  }
-  for (int l = 0; l < L; ++l) {
-    const auto& p = layout[l];
-    const float bound = std::sqrt(6.0f / static_cast<float>(p.in + p.out));
-    const int mats = opt.model == ModelKind::kSage ? 2 : 1;
-    for (int m = 0; m < mats; ++m)
-      glorot(l, static_cast<uint32_t>(m), params + (m == 0 ? p.w_self : p.w_neigh), p.in, p.out, bound);
-  }
 }
 
 Matrix<float> input_features(const Shard& s, const TrainOptions& opt, int64_t rows) {

@@ -59,6 +59,9 @@ struct ParamArray {
   size_t offset = 0;
   std::vector<int64_t> shape;
   Kind kind = Kind::kMatrix;
+  // Which stream of the layer's keyed Glorot-uniform values initialises it (biases start at
+  // zero): fixed per array, so that every rank and device draws the same initial weights.
+  uint32_t init_key = 0;
   int64_t size() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
