@@ -18,12 +18,6 @@ struct LayerShape {
   bool identity_residual = false;   // in == out in a layer above the first
   bool projected_residual = false;  // a learned in x out projection
   int64_t proj() const { return heads * head_dim; }
-  /// Parameters of the layer: weights (W, or W_self and W_neigh for SAGE; GAT adds its two
-  /// attention vectors and the residual projection) and the bias.
-  int64_t num_params(ModelKind model) const {
-    if (model == ModelKind::kGat) return in * proj() + 2 * proj() + (projected_residual ? in * out : 0) + out;
-    return in * out * (model == ModelKind::kSage ? 2 : 1) + out;
-  }
 };
 
 inline std::vector<LayerShape> layer_shapes(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {
