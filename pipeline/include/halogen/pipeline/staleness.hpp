@@ -1,4 +1,4 @@
-// Staleness: how old the halo embeddings and gradients a rank uses may be (README,
+// Staleness: how old the halo embeddings and gradients a rank uses may be (docs/training.md,
 // "Overlap and bounded staleness").
 //
 // Modes: `sync` waits for every exchange before aggregating; `overlap` aggregates the owned
