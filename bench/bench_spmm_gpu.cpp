@@ -194,7 +194,7 @@ int bench_spmm(const Options& o, cudaStream_t stream) {
   DeviceBuffer<int32_t> d_w_indices = DeviceBuffer<int32_t>::from_host(w_indices);
   DeviceBuffer<float> d_w_values = DeviceBuffer<float>::from_host(w_values);
   const CsrBlock d_graph{d_offsets.data(), d_indices.data(), n};
-  const HalfAggregationPlan plan(d_graph, HalfAggregationPlan::kDefaultChunk, stream);
+  const AggregationPlan plan(d_graph, AggregationPlan::kDefaultChunk, stream);
 
   std::printf(
       "# SpMM: %s: %lld nodes, %lld entries (+%lld self loops), max degree %lld, %lld rows longer than %d "

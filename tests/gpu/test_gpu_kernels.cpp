@@ -145,6 +145,11 @@ TEST_F(GpuKernels, AggregateFp32MatchesCpu) {
   const DeviceGraph dg(g);
   const std::vector<float> dst = uniform(rows, 0.05f, 1.0f, 1), src = uniform(x_rows, 0.05f, 1.0f, 2);
   DeviceBuffer<float> d_dst = DeviceBuffer<float>::from_host(dst), d_src = DeviceBuffer<float>::from_host(src);
+  // The default plan (rows beyond 256 entries in chunks) and one of 5-entry chunks, so that
+  // most rows are summed as several chunks whose fp64 partial sums are added in order.
+  const CsrBlock d_graph{dg.offsets.data(), dg.indices.data(), rows};
+  const AggregationPlan small_chunks(d_graph, 5);
+  ASSERT_GT(small_chunks.long_rows(), rows / 4);
   struct Shape {
     int64_t cols, ldx, ldo;
   };
@@ -170,19 +175,26 @@ TEST_F(GpuKernels, AggregateFp32MatchesCpu) {
         a.out = want.data();
         aggregate<kDevCpu>(a);
 
-        DeviceBuffer<float> d_out = DeviceBuffer<float>::from_host(out0);
-        AggregateArgs d = a;
-        d.graph = {dg.offsets.data(), dg.indices.data(), rows};
-        d.dst_scale = d_dst.data();
-        d.src_scale = d_src.data();
-        d.x = d_x.data();
-        d.out = d_out.data();
-        aggregate<kDevCuda>(d);
-        HALOGEN_CHECK_CUDA(cudaDeviceSynchronize());
         SCOPED_TRACE(testing::Message() << "cols " << sh.cols << " ldx " << sh.ldx << " ldo " << sh.ldo << " self "
                                         << include_self << " accumulate " << accumulate);
-        // Padding columns (ldo > cols) must be untouched, which the comparison covers too.
-        expect_close(d_out.to_host(), want, 1e-5, 1e-9, "aggregate fp32");
+        for (const AggregationPlan* plan : {static_cast<const AggregationPlan*>(nullptr), &small_chunks}) {
+          DeviceBuffer<float> d_out = DeviceBuffer<float>::from_host(out0);
+          AggregateArgs d = a;
+          d.graph = d_graph;
+          d.dst_scale = d_dst.data();
+          d.src_scale = d_src.data();
+          d.x = d_x.data();
+          d.out = d_out.data();
+          if (plan == nullptr) {
+            aggregate<kDevCuda>(d);
+          } else {
+            aggregate_f32(d, plan, nullptr);
+          }
+          HALOGEN_CHECK_CUDA(cudaDeviceSynchronize());
+          // Padding columns (ldo > cols) must be untouched, which the comparison covers too.
+          expect_close(d_out.to_host(), want, 1e-5, 1e-9,
+                       plan == nullptr ? "aggregate fp32" : "aggregate fp32, 5-entry chunks");
+        }
       }
     }
   }
@@ -248,13 +260,13 @@ TEST_F(GpuKernels, AggregateHalfMatchesCpuWithinFp16Tolerance) {
   const CsrBlock d_graph{dg.offsets.data(), dg.indices.data(), rows};
 
   // The plan finds exactly the long rows and their chunks.
-  const HalfAggregationPlan plan(d_graph);
+  const AggregationPlan plan(d_graph);
   EXPECT_EQ(plan.long_rows(), static_cast<int64_t>(g.long_degrees.size()));
   int64_t items = 0;
   for (int64_t d : g.long_degrees) items += (d + 255) / 256;
   EXPECT_EQ(plan.chunk_items(), items);
   // A small chunk makes most rows long (many chunks, many reductions).
-  const HalfAggregationPlan small_chunks(d_graph, 5);
+  const AggregationPlan small_chunks(d_graph, 5);
   EXPECT_GT(small_chunks.long_rows(), rows / 2);
 
   struct Shape {
@@ -270,7 +282,7 @@ TEST_F(GpuKernels, AggregateHalfMatchesCpuWithinFp16Tolerance) {
       for (bool accumulate : {false, true}) {
         const std::vector<float> want =
             half_reference(g, dst, src, x, sh.ldx, out0, sh.ldo, sh.cols, include_self, accumulate);
-        for (const HalfAggregationPlan* p : {&plan, &small_chunks, static_cast<const HalfAggregationPlan*>(nullptr)}) {
+        for (const AggregationPlan* p : {&plan, &small_chunks, static_cast<const AggregationPlan*>(nullptr)}) {
           DeviceBuffer<__half> d_out = DeviceBuffer<__half>::from_host(out0);
           AggregateHalfArgs a;
           a.graph = d_graph;
@@ -303,7 +315,7 @@ TEST_F(GpuKernels, AggregateHalfIsDeterministic) {
   DeviceBuffer<__half> d_x =
       DeviceBuffer<__half>::from_host(to_half(uniform(static_cast<size_t>(rows * cols), -1.0f, 1.0f, 13)));
   const CsrBlock d_graph{dg.offsets.data(), dg.indices.data(), rows};
-  const HalfAggregationPlan plan(d_graph, 16);
+  const AggregationPlan plan(d_graph, 16);
   std::vector<std::vector<__half>> results;
   for (int run = 0; run < 2; ++run) {
     DeviceBuffer<__half> d_out(static_cast<size_t>(rows * cols));
@@ -828,7 +840,7 @@ RandomGraph graph_of_degrees(const std::vector<int64_t>& degrees, int64_t x_rows
   g.offsets.push_back(0);
   for (int64_t r = 0; r < g.rows; ++r) {
     const int64_t degree = all[static_cast<size_t>(r)];
-    if (degree > HalfAggregationPlan::kDefaultChunk) g.long_degrees.push_back(degree);
+    if (degree > AggregationPlan::kDefaultChunk) g.long_degrees.push_back(degree);
     for (int64_t e = 0; e < degree; ++e)
       g.indices.push_back(static_cast<int32_t>(random_word(seed, static_cast<uint32_t>(r), static_cast<uint32_t>(e)) %
                                                static_cast<uint32_t>(x_rows)));
@@ -858,8 +870,8 @@ TEST_F(GpuKernels, AggregateOnRowsAroundTheWarpAndChunkSizes) {
   const std::vector<float> dst = degree_scaled(g, 102), src = uniform(static_cast<size_t>(x_rows), 0.25f, 1.0f, 103);
   DeviceBuffer<float> d_dst = DeviceBuffer<float>::from_host(dst), d_src = DeviceBuffer<float>::from_host(src);
   const CsrBlock d_graph{dg.offsets.data(), dg.indices.data(), rows};
-  const HalfAggregationPlan plan(d_graph);        // rows of 257 and 1000 entries in chunks
-  const HalfAggregationPlan plan32(d_graph, 32);  // rows of 33 entries and more in chunks
+  const AggregationPlan plan(d_graph);        // rows of 257 and 1000 entries in chunks
+  const AggregationPlan plan32(d_graph, 32);  // rows of 33 entries and more in chunks
   ASSERT_EQ(plan.long_rows(), static_cast<int64_t>(g.long_degrees.size()));
   int64_t items = 0;
   for (int64_t d : g.long_degrees) items += (d + 255) / 256;
@@ -904,7 +916,7 @@ TEST_F(GpuKernels, AggregateOnRowsAroundTheWarpAndChunkSizes) {
 
           const std::vector<float> want_h =
               half_reference(g, dst, src, xh, ldx, out0h, ldo, cols, include_self, accumulate);
-          for (const HalfAggregationPlan* p : {&plan, &plan32}) {
+          for (const AggregationPlan* p : {&plan, &plan32}) {
             DeviceBuffer<__half> d_outh = DeviceBuffer<__half>::from_host(out0h);
             AggregateHalfArgs h;
             h.graph = d_graph;
@@ -1235,12 +1247,12 @@ TEST_F(GpuKernels, OpsAgreeOnCpuAndCudaTensors) {
     const DeviceGraph dg(g);
     const auto d_dst = DeviceBuffer<float>::from_host(dst), d_src = DeviceBuffer<float>::from_host(src);
     ops::CsrAggregation d_block{dg.offsets.data(), dg.indices.data(), rows, d_dst.data(), d_src.data(), true, nullptr};
-    const ops::HalfPlan plan(gpu, d_block);
+    const ops::ChunkPlan plan(gpu, d_block);
     ASSERT_NE(plan.get(), nullptr);
     const Tensor xf = upload(x, x_rows, cols + 4), of = upload(out0, rows, cols + 1);
     ops::aggregate(gpu, d_block, xf.col_range(2, 2 + cols), of.col_range(1, 1 + cols), true);
     expect_close(download(of), want, 1e-5, 1e-9, "ops::aggregate f32");
-    d_block.half_plan = plan.get();
+    d_block.chunk_plan = plan.get();
     const Tensor xh = upload(x, x_rows, cols + 4, DType::kF16), oh = upload(out0, rows, cols + 1, DType::kF16);
     ops::aggregate(gpu, d_block, xh.col_range(2, 2 + cols), oh.col_range(1, 1 + cols), true);
     expect_close(download(oh), want, 1e-2, 1e-3, "ops::aggregate f16");

@@ -331,6 +331,38 @@ TEST(MemoryPlan, DeviceIsAParameter) {
   EXPECT_GT(item(gpu16, "activations"), item(gpu32, "activations") * 4 / 10);
 }
 
+// A GPU's aggregation sums rows longer than kAggregationChunk entries in chunks whose partial
+// sums take scratch: counted from the shard's degrees, fp64 rows in fp32 and fp32 rows in
+// fp16, never on the CPU and never for GAT (its kernels do not chunk).
+TEST(MemoryPlan, CountsTheLongRowsPartialSumsOnAGpu) {
+  const std::vector<int64_t> offsets = {0, 3, 3 + 256, 3 + 256 + 257, 3 + 256 + 257 + 1000};
+  EXPECT_EQ(halogen::long_row_chunks(offsets.data(), 4), 2 + 4);  // 257 entries: 2 chunks; 1000: 4
+  ShardCounts c;
+  c.owned = 1000;
+  c.halo = 100;
+  c.local_edges = 20000;
+  c.sends = 100;
+  c.feature_dim = 50;
+  c.classes = 7;
+  c.long_row_chunks = 40;
+  TrainOptions t;
+  t.hidden = 130;  // the widest aggregation: 130 columns, padded to 132 (fp64) or 136 (fp32)
+  const auto scratch = [&](const TrainOptions& o) {
+    const MemoryEstimate e = estimate_training_memory(c, o);
+    for (const auto& i : e.items)
+      if (i.what == "long-row partial sums") return i.bytes;
+    return uint64_t{0};
+  };
+  EXPECT_EQ(scratch(t), 0u);  // CPU
+  t.device = Device::kCuda;
+  EXPECT_EQ(scratch(t), uint64_t{40} * 132 * 8);
+  t.precision = Precision::kFp16;
+  EXPECT_EQ(scratch(t), uint64_t{40} * 136 * 4);
+  t.model = ModelKind::kGat;
+  t.hidden = 8;
+  EXPECT_EQ(scratch(t), 0u);
+}
+
 // The optimizer item is what the optimizer and the gradient sum report: PowerSGD's factors,
 // error feedback and scratch, and the packed fp64 buffer, on top of weights, gradients and
 // Adam's moments.

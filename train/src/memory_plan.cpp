@@ -17,6 +17,7 @@
 #include "halogen/pipeline/halo_exchanger.hpp"
 #include "halogen/quant/quantize.hpp"
 #include "input_matrix.hpp"
+#include "kernels/aggregate.hpp"
 #include "layer_shapes.hpp"
 #include "optimizer.hpp"
 #include "trainer_common.hpp"
@@ -139,6 +140,7 @@ ShardCounts ShardCounts::of(const Shard& s) {
   c.feature_dim = s.feature_dim;
   c.classes = s.num_classes;
   c.shared_transpose_entries = train_detail::shared_transpose_entries(s);
+  c.long_row_chunks = halogen::long_row_chunks(s.row_offsets.data(), s.num_owned);
   const int64_t cells = s.num_owned * s.feature_dim;
   c.feature_density = cells > 0 ? static_cast<double>(InputMatrix::count_nonzeros(s.features.data(), cells)) /
                                       static_cast<double>(cells)
@@ -207,6 +209,16 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
       on_gpu ? input_count * act(input_rows, F) * (opt.dropout > 0.0f ? 2 : 1)
              : input_matrix_bytes(s, !gat, sage || gat, gat, opt.dropout > 0.0f, bf16_inputs);
 
+  // A GPU's aggregation keeps the partial sums of its long rows' chunks while a call runs
+  // (stream-ordered scratch, outside the trainer's tensors): fp64 rows padded to 4 columns for
+  // fp32, fp32 rows padded to 8 for fp16. The set-up aggregates the input features in fp32.
+  const auto chunk_scratch = [&](int64_t cols, bool fp16) -> uint64_t {
+    if (!on_gpu || gat) return 0;
+    return fp16 ? f32(s.long_row_chunks, (cols + 7) / 8 * 8) : f32(s.long_row_chunks, (cols + 3) / 4 * 4) * 2;
+  };
+  const uint64_t setup_chunk_scratch = chunk_scratch(F, false);
+  const uint64_t training_chunk_scratch = chunk_scratch(max_dim, act_size == 2);
+
   // Host-side items of a GPU run are not what its device must hold.
   const uint64_t runtime = on_gpu ? 0 : kRuntimeBytes;
   // Once the trainer holds its own copies it releases the shard's adjacency (before the set-up,
@@ -241,6 +253,7 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   } else {
     setup.items.push_back({"input aggregation", input_matrices});
     setup.items.push_back({"aggregation (set-up)", setup_aggregation});
+    if (setup_chunk_scratch > 0) setup.items.push_back({"long-row partial sums", setup_chunk_scratch});
   }
 
   // Training: per-layer activations, the backward work matrices, and the halo exchanges: one
@@ -319,6 +332,7 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
                     {"exchange buffers", exchange},
                     {"drift reference", drift},
                     {"stale smoothing", smoothed}};
+  if (training_chunk_scratch > 0) training.items.push_back({"long-row partial sums", training_chunk_scratch});
   return setup.total() > training.total() ? setup : training;
 }
 

@@ -184,14 +184,14 @@ void aggregate(const ExecContext& ctx, const CsrAggregation& block, const Tensor
   HALOGEN_XPU_SWITCH(ctx.device, XPU, impl::aggregate<XPU>(ctx, block, x, out, accumulate, saturate););
 }
 
-HalfPlan::HalfPlan(const ExecContext& ctx, const CsrAggregation& block) {
-  HALOGEN_XPU_SWITCH(ctx.device, XPU, impl_ = impl::make_half_plan<XPU>(ctx, block););
+ChunkPlan::ChunkPlan(const ExecContext& ctx, const CsrAggregation& block) {
+  HALOGEN_XPU_SWITCH(ctx.device, XPU, impl_ = impl::make_chunk_plan<XPU>(ctx, block););
 }
 
-HalfPlan::~HalfPlan() {
+ChunkPlan::~ChunkPlan() {
 #if HALOGEN_HAVE_CUDA
   // Only the GPU makes plans (the CPU returns none).
-  if (impl_ != nullptr) impl::free_half_plan<kDevCuda>(impl_);
+  if (impl_ != nullptr) impl::free_chunk_plan<kDevCuda>(impl_);
 #endif
 }
 

@@ -96,7 +96,8 @@ int64_t unscale(const ExecContext& ctx, const TensorView& x, float factor);
 /// One block of a local CSR structure, its arrays on the device of the call: `rows` rows whose
 /// entries index rows of x, and the normalisation of kernels/aggregate.hpp
 ///   out[r] (+)= dst_scale[r] * ( [self] src_scale[r] * x[r] + sum_e src_scale[col e] * x[col e] ).
-/// half_plan: the chunking plan of fp16 aggregation on the GPU (make_half_plan), else null.
+/// chunk_plan: on the GPU, the plan of long rows cut into chunks (make_chunk_plan), used by
+/// fp32 and fp16 aggregation; else null (the GPU then builds one per call and synchronises).
 struct CsrAggregation {
   const int64_t* offsets = nullptr;
   const int32_t* indices = nullptr;
@@ -104,28 +105,27 @@ struct CsrAggregation {
   const float* dst_scale = nullptr;
   const float* src_scale = nullptr;
   bool include_self = false;
-  const void* half_plan = nullptr;
+  const void* chunk_plan = nullptr;
 };
 /// out (rows x cols) (+)= the aggregation of x over `block`. f32 on both devices (fp64 sums,
-/// one rounding); f16 on the GPU (fp32 sums, long rows in chunks; `saturate` clamps finite
-/// results to the fp16 range, as activations want, or lets them become Inf, as loss-scaled
-/// gradients need).
+/// one rounding; the GPU sums long rows in chunks); f16 on the GPU (fp32 sums, long rows in chunks; `saturate` clamps
+/// finite results to the fp16 range, as activations want, or lets them become Inf, as loss-scaled gradients need).
 void aggregate(const ExecContext& ctx, const CsrAggregation& block, const TensorView& x, const TensorView& out,
                bool accumulate, bool saturate = true);
-/// A plan for fp16 aggregation over a block (GPU; the CPU needs none and gets an empty handle).
+/// The plan of a block's long rows for GPU aggregation (the CPU needs none and gets an empty handle).
 /// Keeps nothing but the plan; the block's arrays must outlive it.
-class HalfPlan {
+class ChunkPlan {
  public:
-  HalfPlan() = default;
-  HalfPlan(const ExecContext& ctx, const CsrAggregation& block);
-  ~HalfPlan();
-  HalfPlan(HalfPlan&& o) noexcept : impl_(std::exchange(o.impl_, nullptr)) {}
-  HalfPlan& operator=(HalfPlan&& o) noexcept {
+  ChunkPlan() = default;
+  ChunkPlan(const ExecContext& ctx, const CsrAggregation& block);
+  ~ChunkPlan();
+  ChunkPlan(ChunkPlan&& o) noexcept : impl_(std::exchange(o.impl_, nullptr)) {}
+  ChunkPlan& operator=(ChunkPlan&& o) noexcept {
     std::swap(impl_, o.impl_);
     return *this;
   }
-  HalfPlan(const HalfPlan&) = delete;
-  HalfPlan& operator=(const HalfPlan&) = delete;
+  ChunkPlan(const ChunkPlan&) = delete;
+  ChunkPlan& operator=(const ChunkPlan&) = delete;
   const void* get() const noexcept { return impl_; }
 
  private:

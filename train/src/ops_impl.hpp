@@ -42,9 +42,9 @@ template <Device D>
 void aggregate(const ExecContext& ctx, const CsrAggregation& block, const TensorView& x, const TensorView& out,
                bool accumulate, bool saturate);
 template <Device D>
-void* make_half_plan(const ExecContext& ctx, const CsrAggregation& block);
+void* make_chunk_plan(const ExecContext& ctx, const CsrAggregation& block);
 template <Device D>
-void free_half_plan(void* plan) noexcept;
+void free_chunk_plan(void* plan) noexcept;
 template <Device D>
 std::pair<double, double> drift(const ExecContext& ctx, const TensorView& x, const TensorView& rows,
                                 const TensorView& last);

@@ -214,7 +214,7 @@ class Trainer {
   bool shared_transpose_ = false;  // the backward pass reads own_'s arrays for owned rows
   TensorView gid_, halo_gid_, labels_, train_mask_, send_indices_;
   ops::CsrAggregation own_, halo_, t_own_, t_halo_;
-  ops::HalfPlan own_plan_, halo_plan_, t_own_plan_, t_halo_plan_;
+  ops::ChunkPlan own_plan_, halo_plan_, t_own_plan_, t_halo_plan_;
   GatStructure gat_host_;
   GatGraph gat_graph_;
   TensorView interior_rows_, boundary_rows_;

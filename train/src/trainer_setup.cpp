@@ -101,15 +101,15 @@ void Trainer::place_structure() {
     const int32_t* t_idx = place(s_.t_indices.data(), first).ptr<int32_t>();
     t_own_ = {t_off, t_idx, owned(), src_scale, dst_scale, ls_.self_loops, nullptr};
   }
-  if (act_ == DType::kF16) {
-    own_plan_ = ops::HalfPlan(ctx(), own_);
-    halo_plan_ = ops::HalfPlan(ctx(), halo_);
-    t_own_plan_ = ops::HalfPlan(ctx(), t_own_);
-    t_halo_plan_ = ops::HalfPlan(ctx(), t_halo_);
-    own_.half_plan = own_plan_.get();
-    halo_.half_plan = halo_plan_.get();
-    t_own_.half_plan = t_own_plan_.get();
-    t_halo_.half_plan = t_halo_plan_.get();
+  if (device_ == kDevCuda) {
+    own_plan_ = ops::ChunkPlan(ctx(), own_);
+    halo_plan_ = ops::ChunkPlan(ctx(), halo_);
+    t_own_plan_ = ops::ChunkPlan(ctx(), t_own_);
+    t_halo_plan_ = ops::ChunkPlan(ctx(), t_halo_);
+    own_.chunk_plan = own_plan_.get();
+    halo_.chunk_plan = halo_plan_.get();
+    t_own_.chunk_plan = t_own_plan_.get();
+    t_halo_.chunk_plan = t_halo_plan_.get();
   }
 }
 
@@ -241,10 +241,8 @@ void Trainer::precompute_input_aggregation() {
     x0_halo_.assign(ctx(), comm_, x.row_range(owned(), local()), act_, bf16_inputs);
   } else {
     Tensor agg(device_, DType::kF32, owned(), F);
-    ops::CsrAggregation own = own_, halo = halo_;
-    own.half_plan = halo.half_plan = nullptr;  // fp32 here
-    ops::aggregate(ctx(), own, x, agg, /*accumulate=*/false);
-    if (s_.num_halo > 0) ops::aggregate(ctx(), halo, x, agg, /*accumulate=*/true);
+    ops::aggregate(ctx(), own_, x, agg, /*accumulate=*/false);
+    if (s_.num_halo > 0) ops::aggregate(ctx(), halo_, x, agg, /*accumulate=*/true);
     agg0_.assign(ctx(), comm_, agg, act_, bf16_inputs);
     if (sage()) x0_.assign(ctx(), comm_, x.row_range(0, owned()), act_, bf16_inputs);
     synchronize(ctx());  // agg is freed at scope exit

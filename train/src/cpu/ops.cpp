@@ -142,12 +142,12 @@ void aggregate<kDevCpu>(const ExecContext&, const CsrAggregation& block, const T
 }
 
 template <>
-void* make_half_plan<kDevCpu>(const ExecContext&, const CsrAggregation&) {
-  return nullptr;  // the CPU aggregates in fp32 only
+void* make_chunk_plan<kDevCpu>(const ExecContext&, const CsrAggregation&) {
+  return nullptr;  // the CPU needs no plan of long rows
 }
 
 template <>
-void free_half_plan<kDevCpu>(void*) noexcept {}
+void free_chunk_plan<kDevCpu>(void*) noexcept {}
 
 template <>
 std::pair<double, double> drift<kDevCpu>(const ExecContext&, const TensorView& x, const TensorView& rows,

@@ -1,5 +1,6 @@
-// Fused CSR aggregation on the GPU: fp32 (aggregate<kDevCuda>) and fp16 storage with fp32
-// accumulation and chunked long rows (aggregate_half<kDevCuda>). See kernels/aggregate.hpp and
+// Fused CSR aggregation on the GPU: fp32 with fp64 sums (aggregate<kDevCuda>, aggregate_f32)
+// and fp16 storage with fp32 accumulation (aggregate_half<kDevCuda>), both with chunked long
+// rows. See kernels/aggregate.hpp and
 // device_kernels.hpp for the contracts.
 //
 // Work layout: a row is handled by a group of G lanes (G = 4..32, a power of two, so a warp
@@ -164,90 +165,10 @@ bool aligned(const void* p, int64_t bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// fp32: fp64 accumulation in row order (the CPU's arithmetic, see aggregate.hpp).
-
-template <int VEC, int G>
-__global__ void __launch_bounds__(kThreadsPerBlock) aggregate_f32_kernel(AggregateArgs a) {
-  const LaneGroup<G> lg = lane_group<G>();
-  constexpr int64_t kTile = int64_t{G} * VEC;
-  for (int64_t r = lg.group; r < a.graph.rows; r += lg.groups) {
-    const int64_t begin = a.graph.offsets[r], end = a.graph.offsets[r + 1];
-    const double d = a.dst_scale[r];
-    for (int64_t c0 = int64_t{lg.lane} * VEC; c0 < a.cols; c0 += kTile) {
-      double acc[VEC];
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) acc[j] = 0.0;
-      if (a.include_self) {
-        const double s = a.src_scale[r];
-        const FloatVec<VEC> v = load_floats<VEC>(a.x + r * a.ldx + c0);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) acc[j] += s * static_cast<double>(v.v[j]);
-      }
-      int64_t e = begin;
-      // Four entries per step: their loads are independent and in flight together; the sums
-      // still run in entry order.
-      for (; e + 4 <= end; e += 4) {
-        int32_t c[4];
-        double s[4];
-        FloatVec<VEC> v[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) c[k] = __ldg(a.graph.indices + e + k);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          s[k] = __ldg(a.src_scale + c[k]);
-          v[k] = load_floats<VEC>(a.x + static_cast<int64_t>(c[k]) * a.ldx + c0);
-        }
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) acc[j] += s[k] * static_cast<double>(v[k].v[j]);
-        }
-      }
-      for (; e < end; ++e) {
-        const int32_t c = __ldg(a.graph.indices + e);
-        const double s = __ldg(a.src_scale + c);
-        const FloatVec<VEC> v = load_floats<VEC>(a.x + static_cast<int64_t>(c) * a.ldx + c0);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) acc[j] += s * static_cast<double>(v.v[j]);
-      }
-      float* o = a.out + r * a.ldo + c0;
-      FloatVec<VEC> result;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) result.v[j] = static_cast<float>(d * acc[j]);
-      if (a.accumulate) {
-        const FloatVec<VEC> old = load_floats_rw<VEC>(o);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) result.v[j] = old.v[j] + result.v[j];
-      }
-      store_floats<VEC>(o, result);
-    }
-  }
-}
-
-template <int VEC>
-void launch_f32(const AggregateArgs& a, cudaStream_t stream) {
-  const int g = lanes_for((a.cols + VEC - 1) / VEC);
-  const unsigned int blocks = grid_for(a.graph.rows * g);
-  switch (g) {
-    case 4:
-      aggregate_f32_kernel<VEC, 4><<<blocks, kThreadsPerBlock, 0, stream>>>(a);
-      break;
-    case 8:
-      aggregate_f32_kernel<VEC, 8><<<blocks, kThreadsPerBlock, 0, stream>>>(a);
-      break;
-    case 16:
-      aggregate_f32_kernel<VEC, 16><<<blocks, kThreadsPerBlock, 0, stream>>>(a);
-      break;
-    default:
-      aggregate_f32_kernel<VEC, 32><<<blocks, kThreadsPerBlock, 0, stream>>>(a);
-      break;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// fp16 storage, fp32 accumulation, chunked long rows.
-
-constexpr float kHalfMax = 65504.0f;
+// Long rows. A row of more than `chunk` entries would keep one lane group busy long after the
+// rest of the grid has finished (RMAT hubs have 10^5 entries): such rows are cut into chunks of
+// `chunk` entries, each chunk summed by its own group into a scratch row, and the partial sums
+// added in chunk order by a third kernel, so the result stays deterministic.
 
 /// The plan as the kernels see it.
 struct PlanView {
@@ -257,6 +178,193 @@ struct PlanView {
   const int64_t* long_rows;
   const int64_t* long_chunk_offsets;  // num_long + 1
 };
+
+/// The entries [begin, end) of chunk `item` and the long row `row` they belong to.
+struct ChunkRange {
+  int64_t row, begin, end;
+};
+
+__device__ __forceinline__ ChunkRange chunk_range(const PlanView& plan, const int64_t* offsets, int64_t item) {
+  // The long row holding this chunk: the last k with long_chunk_offsets[k] <= item.
+  int64_t lo = 0, hi = plan.num_long;  // invariant: offsets[lo] <= item < offsets[hi]
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (plan.long_chunk_offsets[mid] <= item) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const int64_t r = plan.long_rows[lo];
+  const int64_t j = item - plan.long_chunk_offsets[lo];
+  const int64_t row_end = offsets[r + 1];
+  const int64_t begin = offsets[r] + j * plan.chunk;
+  const int64_t chunk_end = begin + plan.chunk;
+  return {r, begin, chunk_end < row_end ? chunk_end : row_end};
+}
+
+// ---------------------------------------------------------------------------------------------
+// fp32: fp64 accumulation in row order (the CPU's arithmetic, see aggregate.hpp); a long row's
+// chunks are summed in fp64 and their partial sums kept in fp64, since a row whose terms cancel
+// would magnify an fp32 rounding of the partial sums far beyond the result's own rounding.
+
+/// Sums entries [begin, end) of x's rows, scaled by src_scale, into acc (fp64, entry order).
+template <int VEC>
+__device__ __forceinline__ void accumulate_entries(const AggregateArgs& a, int64_t begin, int64_t end, int64_t c0,
+                                                   double (&acc)[VEC]) {
+  int64_t e = begin;
+  // Four entries per step: their loads are independent and in flight together; the sums
+  // still run in entry order.
+  for (; e + 4 <= end; e += 4) {
+    int32_t c[4];
+    double s[4];
+    FloatVec<VEC> v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) c[k] = __ldg(a.graph.indices + e + k);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      s[k] = __ldg(a.src_scale + c[k]);
+      v[k] = load_floats<VEC>(a.x + static_cast<int64_t>(c[k]) * a.ldx + c0);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) acc[j] += s[k] * static_cast<double>(v[k].v[j]);
+    }
+  }
+  for (; e < end; ++e) {
+    const int32_t c = __ldg(a.graph.indices + e);
+    const double s = __ldg(a.src_scale + c);
+    const FloatVec<VEC> v = load_floats<VEC>(a.x + static_cast<int64_t>(c) * a.ldx + c0);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) acc[j] += s * static_cast<double>(v.v[j]);
+  }
+}
+
+template <int VEC>
+__device__ __forceinline__ void add_self(const AggregateArgs& a, int64_t r, int64_t c0, double (&acc)[VEC]) {
+  if (!a.include_self) return;
+  const double s = a.src_scale[r];
+  const FloatVec<VEC> v = load_floats<VEC>(a.x + r * a.ldx + c0);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) acc[j] += s * static_cast<double>(v.v[j]);
+}
+
+/// out[r, c0 .. c0 + VEC) (+)= dst_scale[r] * acc, rounded to fp32 once.
+template <int VEC>
+__device__ __forceinline__ void finish_row(const AggregateArgs& a, int64_t r, int64_t c0, const double (&acc)[VEC]) {
+  const double d = a.dst_scale[r];
+  float* o = a.out + r * a.ldo + c0;
+  FloatVec<VEC> result;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) result.v[j] = static_cast<float>(d * acc[j]);
+  if (a.accumulate) {
+    const FloatVec<VEC> old = load_floats_rw<VEC>(o);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) result.v[j] = old.v[j] + result.v[j];
+  }
+  store_floats<VEC>(o, result);
+}
+
+/// Rows of at most `chunk` entries, whole.
+template <int VEC, int G>
+__global__ void __launch_bounds__(kThreadsPerBlock) f32_rows_kernel(AggregateArgs a, int chunk) {
+  const LaneGroup<G> lg = lane_group<G>();
+  constexpr int64_t kTile = int64_t{G} * VEC;
+  for (int64_t r = lg.group; r < a.graph.rows; r += lg.groups) {
+    const int64_t begin = a.graph.offsets[r], end = a.graph.offsets[r + 1];
+    if (end - begin > chunk) continue;  // a long row: chunks + reduction
+    for (int64_t c0 = int64_t{lg.lane} * VEC; c0 < a.cols; c0 += kTile) {
+      double acc[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) acc[j] = 0.0;
+      add_self<VEC>(a, r, c0, acc);
+      accumulate_entries<VEC>(a, begin, end, c0, acc);
+      finish_row<VEC>(a, r, c0, acc);
+    }
+  }
+}
+
+/// One chunk of a long row per group: its partial sum into scratch row `item`.
+template <int VEC, int G>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    f32_chunks_kernel(AggregateArgs a, PlanView plan, double* scratch, int64_t scratch_ld) {
+  const LaneGroup<G> lg = lane_group<G>();
+  constexpr int64_t kTile = int64_t{G} * VEC;
+  for (int64_t item = lg.group; item < plan.num_items; item += lg.groups) {
+    const ChunkRange range = chunk_range(plan, a.graph.offsets, item);
+    for (int64_t c0 = int64_t{lg.lane} * VEC; c0 < a.cols; c0 += kTile) {
+      double acc[VEC];
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) acc[k] = 0.0;
+      accumulate_entries<VEC>(a, range.begin, range.end, c0, acc);
+      double* partial = scratch + item * scratch_ld + c0;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) partial[k] = acc[k];
+    }
+  }
+}
+
+/// Per long row: self term, then its chunks' partial sums in chunk order (deterministic).
+template <int VEC, int G>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    f32_reduce_kernel(AggregateArgs a, PlanView plan, const double* scratch, int64_t scratch_ld) {
+  const LaneGroup<G> lg = lane_group<G>();
+  constexpr int64_t kTile = int64_t{G} * VEC;
+  for (int64_t k = lg.group; k < plan.num_long; k += lg.groups) {
+    const int64_t r = plan.long_rows[k];
+    const int64_t first = plan.long_chunk_offsets[k], last = plan.long_chunk_offsets[k + 1];
+    for (int64_t c0 = int64_t{lg.lane} * VEC; c0 < a.cols; c0 += kTile) {
+      double acc[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) acc[j] = 0.0;
+      add_self<VEC>(a, r, c0, acc);
+      for (int64_t item = first; item < last; ++item) {
+        const double* partial = scratch + item * scratch_ld + c0;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) acc[j] += partial[j];
+      }
+      finish_row<VEC>(a, r, c0, acc);
+    }
+  }
+}
+
+template <int VEC, int G>
+void launch_f32_g(const AggregateArgs& a, const PlanView& plan, double* scratch, int64_t scratch_ld,
+                  cudaStream_t stream) {
+  f32_rows_kernel<VEC, G><<<grid_for(a.graph.rows * G), kThreadsPerBlock, 0, stream>>>(a, plan.chunk);
+  HALOGEN_CHECK_CUDA(cudaGetLastError());
+  if (plan.num_items == 0) return;
+  f32_chunks_kernel<VEC, G>
+      <<<grid_for(plan.num_items * G), kThreadsPerBlock, 0, stream>>>(a, plan, scratch, scratch_ld);
+  HALOGEN_CHECK_CUDA(cudaGetLastError());
+  f32_reduce_kernel<VEC, G><<<grid_for(plan.num_long * G), kThreadsPerBlock, 0, stream>>>(a, plan, scratch, scratch_ld);
+  HALOGEN_CHECK_CUDA(cudaGetLastError());
+}
+
+template <int VEC>
+void launch_f32(const AggregateArgs& a, const PlanView& plan, double* scratch, int64_t scratch_ld,
+                cudaStream_t stream) {
+  switch (lanes_for((a.cols + VEC - 1) / VEC)) {
+    case 4:
+      launch_f32_g<VEC, 4>(a, plan, scratch, scratch_ld, stream);
+      break;
+    case 8:
+      launch_f32_g<VEC, 8>(a, plan, scratch, scratch_ld, stream);
+      break;
+    case 16:
+      launch_f32_g<VEC, 16>(a, plan, scratch, scratch_ld, stream);
+      break;
+    default:
+      launch_f32_g<VEC, 32>(a, plan, scratch, scratch_ld, stream);
+      break;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// fp16 storage, fp32 accumulation, chunked long rows.
+
+constexpr float kHalfMax = 65504.0f;
 
 /// Sums entries [begin, end) of x's rows into acc (fp32, entry order).
 template <int VEC>
@@ -348,27 +456,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const LaneGroup<G> lg = lane_group<G>();
   constexpr int64_t kTile = int64_t{G} * VEC;
   for (int64_t item = lg.group; item < plan.num_items; item += lg.groups) {
-    // The long row holding this chunk: the last k with long_chunk_offsets[k] <= item.
-    int64_t lo = 0, hi = plan.num_long;  // invariant: offsets[lo] <= item < offsets[hi]
-    while (hi - lo > 1) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      if (plan.long_chunk_offsets[mid] <= item) {
-        lo = mid;
-      } else {
-        hi = mid;
-      }
-    }
-    const int64_t r = plan.long_rows[lo];
-    const int64_t j = item - plan.long_chunk_offsets[lo];
-    const int64_t row_begin = a.graph.offsets[r], row_end = a.graph.offsets[r + 1];
-    const int64_t begin = row_begin + j * plan.chunk;
-    const int64_t chunk_end = begin + plan.chunk;
-    const int64_t end = chunk_end < row_end ? chunk_end : row_end;
+    const ChunkRange range = chunk_range(plan, a.graph.offsets, item);
     for (int64_t c0 = int64_t{lg.lane} * VEC; c0 < a.cols; c0 += kTile) {
       FloatVec<VEC> acc;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) acc.v[k] = 0.0f;
-      accumulate_entries<VEC>(a, begin, end, c0, acc.v);
+      accumulate_entries<VEC>(a, range.begin, range.end, c0, acc.v);
       store_floats<VEC>(scratch + item * scratch_ld + c0, acc);
     }
   }
@@ -473,6 +566,7 @@ class StreamScratch {
   StreamScratch(const StreamScratch&) = delete;
   StreamScratch& operator=(const StreamScratch&) = delete;
   float* floats() const { return static_cast<float*>(data_); }
+  double* doubles() const { return static_cast<double*>(data_); }
 
  private:
   void* data_ = nullptr;
@@ -481,27 +575,57 @@ class StreamScratch {
 
 }  // namespace
 
+namespace {
+
+/// The plan to use for `graph`: `given`, or one built into `own` (synchronising `stream`).
+const AggregationPlan& resolve_plan(const CsrBlock& graph, const AggregationPlan* given, AggregationPlan& own,
+                                    void* stream, const char* op) {
+  if (given == nullptr) {
+    own = AggregationPlan(graph, AggregationPlan::kDefaultChunk, stream);
+    return own;
+  }
+  HALOGEN_EXPECTS(given->built_for(graph),
+                  "{}: the plan was built for another graph ({} rows) than the one given ({} rows)", op, given->rows(),
+                  graph.rows);
+  return *given;
+}
+
+PlanView view_of(const AggregationPlan& plan) {
+  return {plan.chunk(), plan.long_rows(), plan.chunk_items(), plan.long_row_ids(), plan.long_chunk_offsets()};
+}
+
+}  // namespace
+
 template <>
 void aggregate<kDevCuda>(const AggregateArgs& a, void* stream) {
+  aggregate_f32(a, nullptr, stream);
+}
+
+void aggregate_f32(const AggregateArgs& a, const AggregationPlan* plan, void* stream) {
   HALOGEN_EXPECTS(a.cols >= 0 && a.ldx >= a.cols && a.ldo >= a.cols && a.graph.rows >= 0,
                   "aggregate (cuda): bad shapes rows={} cols={} ldx={} ldo={}", a.graph.rows, a.cols, a.ldx, a.ldo);
   if (a.graph.rows == 0 || a.cols == 0) return;
   const cudaStream_t s = as_stream(stream);
+  AggregationPlan own;
+  const PlanView view = view_of(resolve_plan(a.graph, plan, own, stream, "aggregate (cuda)"));
+  const int64_t scratch_ld = (a.cols + 3) / 4 * 4;  // 32-byte aligned fp64 partial rows
+  StreamScratch scratch(static_cast<size_t>(view.num_items * scratch_ld) * sizeof(double), s);
   auto fits = [&](int vec) {
     return a.cols % vec == 0 && a.ldx % vec == 0 && a.ldo % vec == 0 && aligned(a.x, vec * 4) &&
            aligned(a.out, vec * 4);
   };
   if (fits(4)) {
-    launch_f32<4>(a, s);
+    launch_f32<4>(a, view, scratch.doubles(), scratch_ld, s);
   } else if (fits(2)) {
-    launch_f32<2>(a, s);
+    launch_f32<2>(a, view, scratch.doubles(), scratch_ld, s);
   } else {
-    launch_f32<1>(a, s);
+    launch_f32<1>(a, view, scratch.doubles(), scratch_ld, s);
   }
-  HALOGEN_CHECK_CUDA(cudaGetLastError());
+  // A plan built here is freed at return: its arrays must not be reused under the kernels.
+  if (plan == nullptr) HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
 }
 
-HalfAggregationPlan::HalfAggregationPlan(const CsrBlock& graph, int chunk, void* stream)
+AggregationPlan::AggregationPlan(const CsrBlock& graph, int chunk, void* stream)
     : offsets_(graph.offsets), rows_(graph.rows), chunk_(chunk) {
   HALOGEN_EXPECTS(chunk >= 1, "aggregation plan: chunk size must be >= 1, got {}", chunk);
   HALOGEN_EXPECTS(graph.rows >= 0, "aggregation plan: negative row count {}", graph.rows);
@@ -539,21 +663,13 @@ HalfAggregationPlan::HalfAggregationPlan(const CsrBlock& graph, int chunk, void*
 }
 
 template <>
-void aggregate_half<kDevCuda>(const AggregateHalfArgs& a, const HalfAggregationPlan* plan, void* stream) {
+void aggregate_half<kDevCuda>(const AggregateHalfArgs& a, const AggregationPlan* plan, void* stream) {
   HALOGEN_EXPECTS(a.cols >= 0 && a.ldx >= a.cols && a.ldo >= a.cols && a.graph.rows >= 0,
                   "aggregate_half: bad shapes rows={} cols={} ldx={} ldo={}", a.graph.rows, a.cols, a.ldx, a.ldo);
   if (a.graph.rows == 0 || a.cols == 0) return;
   const cudaStream_t s = as_stream(stream);
-  HalfAggregationPlan own;
-  if (plan == nullptr) {
-    own = HalfAggregationPlan(a.graph, HalfAggregationPlan::kDefaultChunk, stream);
-    plan = &own;
-  }
-  HALOGEN_EXPECTS(plan->built_for(a.graph),
-                  "aggregate_half: the plan was built for another graph ({} rows) than the one given ({} rows)",
-                  plan->rows(), a.graph.rows);
-  const PlanView view{plan->chunk(), plan->long_rows(), plan->chunk_items(), plan->long_row_ids(),
-                      plan->long_chunk_offsets()};
+  AggregationPlan own;
+  const PlanView view = view_of(resolve_plan(a.graph, plan, own, stream, "aggregate_half"));
   const int64_t scratch_ld = (a.cols + 7) / 8 * 8;  // 32-byte aligned partial rows
   StreamScratch scratch(static_cast<size_t>(view.num_items * scratch_ld) * sizeof(float), s);
   auto fits = [&](int vec) {
@@ -570,7 +686,7 @@ void aggregate_half<kDevCuda>(const AggregateHalfArgs& a, const HalfAggregationP
     launch_half<1>(a, view, scratch.floats(), scratch_ld, s);
   }
   // A plan built here is freed at return: its arrays must not be reused under the kernels.
-  if (plan == &own) HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
+  if (plan == nullptr) HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
 }
 
 }  // namespace halogen

@@ -64,16 +64,17 @@ struct AggregateHalfArgs {
 };
 
 /// Where a graph's long rows are and how they are cut into chunks: built once per structure
-/// (on the device, synchronising `stream` twice) and reused by every
-/// aggregate_half call on that structure. It keeps the offsets pointer and row count to check
-/// that it is used with the graph it was built for; it must outlive the kernels queued with
-/// it.
-class HalfAggregationPlan {
+/// (on the device, synchronising `stream` twice) and reused by every aggregate_f32 and
+/// aggregate_half call on that structure. A row of more than chunk() entries is summed in
+/// chunks by separate lane groups and the partial sums added in chunk order: one group
+/// walking a hub's 10^5 entries alone would otherwise outlast the whole grid. It keeps the offsets pointer and row
+/// count to check that it is used with the graph it was built for; it must outlive the kernels queued with it.
+class AggregationPlan {
  public:
-  static constexpr int kDefaultChunk = 256;
+  static constexpr int kDefaultChunk = kAggregationChunk;
 
-  HalfAggregationPlan() = default;
-  HalfAggregationPlan(const CsrBlock& graph, int chunk = kDefaultChunk, void* stream = nullptr);
+  AggregationPlan() = default;
+  AggregationPlan(const CsrBlock& graph, int chunk = kDefaultChunk, void* stream = nullptr);
 
   int chunk() const noexcept { return chunk_; }
   int64_t rows() const noexcept { return rows_; }
@@ -96,13 +97,20 @@ class HalfAggregationPlan {
   cuda::DeviceBuffer<int64_t> long_chunk_offsets_;
 };
 
+/// fp32 aggregation (kernels/aggregate.hpp's contract, fp64 sums) with `plan`'s long rows
+/// chunked: each chunk is summed in fp64 into an fp64 partial sum (scratch of 8 bytes per chunk
+/// and column), and the partial sums are added in chunk order, so the result is deterministic
+/// and the CPU's up to the association of fp64 sums. aggregate<kDevCuda> is this call without a plan. Asynchronous when
+/// `plan` is given, as aggregate_half below.
+void aggregate_f32(const AggregateArgs& args, const AggregationPlan* plan, void* stream);
+
 /// Asynchronous on `stream` when `plan` is given (built for args.graph); without one it
-/// builds a temporary plan with HalfAggregationPlan::kDefaultChunk and synchronises `stream`
+/// builds a temporary plan with AggregationPlan::kDefaultChunk and synchronises `stream`
 /// (pass a plan in loops). Scratch for the partial sums is stream-ordered (cudaMallocAsync).
 template <Device D>
-void aggregate_half(const AggregateHalfArgs& args, const HalfAggregationPlan* plan = nullptr, void* stream = nullptr);
+void aggregate_half(const AggregateHalfArgs& args, const AggregationPlan* plan = nullptr, void* stream = nullptr);
 template <>
-void aggregate_half<kDevCuda>(const AggregateHalfArgs& args, const HalfAggregationPlan* plan, void* stream);
+void aggregate_half<kDevCuda>(const AggregateHalfArgs& args, const AggregationPlan* plan, void* stream);
 
 namespace cuda {
 

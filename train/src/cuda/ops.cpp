@@ -188,25 +188,25 @@ void aggregate<kDevCuda>(const ExecContext& ctx, const CsrAggregation& block, co
     a.saturate = saturate;
     a.x = f16(x);
     a.out = f16(out);
-    aggregate_half<kDevCuda>(a, static_cast<const HalfAggregationPlan*>(block.half_plan), ctx.stream);
+    aggregate_half<kDevCuda>(a, static_cast<const AggregationPlan*>(block.chunk_plan), ctx.stream);
   } else {
     AggregateArgs a;
     fill(a);
     a.x = f32(x);
     a.out = f32(out);
-    halogen::aggregate<kDevCuda>(a, ctx.stream);
+    aggregate_f32(a, static_cast<const AggregationPlan*>(block.chunk_plan), ctx.stream);
   }
 }
 
 template <>
-void* make_half_plan<kDevCuda>(const ExecContext& ctx, const CsrAggregation& block) {
-  return new HalfAggregationPlan(CsrBlock{block.offsets, block.indices, block.rows}, HalfAggregationPlan::kDefaultChunk,
-                                 ctx.stream);
+void* make_chunk_plan<kDevCuda>(const ExecContext& ctx, const CsrAggregation& block) {
+  return new AggregationPlan(CsrBlock{block.offsets, block.indices, block.rows}, AggregationPlan::kDefaultChunk,
+                             ctx.stream);
 }
 
 template <>
-void free_half_plan<kDevCuda>(void* plan) noexcept {
-  delete static_cast<HalfAggregationPlan*>(plan);
+void free_chunk_plan<kDevCuda>(void* plan) noexcept {
+  delete static_cast<AggregationPlan*>(plan);
 }
 
 template <>

@@ -17,6 +17,22 @@
 
 namespace halogen {
 
+/// The GPU sums a row of more than this many entries as chunks of this many, each by its own
+/// lane group, and adds the chunks' partial sums in order (AggregationPlan on the GPU). The
+/// partial sums take scratch of 8 bytes per chunk and column in fp32, 4 in fp16.
+inline constexpr int kAggregationChunk = 256;
+
+/// Chunks of kAggregationChunk entries of the rows longer than that, given a CSR's offsets
+/// (rows + 1 of them): the rows of the partial sums' scratch.
+inline int64_t long_row_chunks(const int64_t* offsets, int64_t rows) {
+  int64_t chunks = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t degree = offsets[r + 1] - offsets[r];
+    if (degree > kAggregationChunk) chunks += (degree + kAggregationChunk - 1) / kAggregationChunk;
+  }
+  return chunks;
+}
+
 /// A CSR block: `rows` rows whose entries index the rows of x.
 struct CsrBlock {
   const int64_t* offsets = nullptr;  // rows + 1

@@ -43,6 +43,9 @@ struct ShardCounts {
   // Entries of the owned block when its transpose is the block itself (a symmetric graph; the
   // backward pass then shares the forward arrays), else 0. Described graphs: 0.
   int64_t shared_transpose_entries = 0;
+  // GPU aggregation: chunks of the owned rows longer than kAggregationChunk entries (their
+  // partial sums take scratch). Described graphs: 0.
+  int64_t long_row_chunks = 0;
   static ShardCounts of(const Shard& shard);
 };
 
