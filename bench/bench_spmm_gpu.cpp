@@ -2,21 +2,26 @@
 // timed iterations, time per call, algorithmic bandwidth, correctness column):
 //
 //  1. Aggregation (SpMM) on one RMAT or SBM graph with GCN normalisation, self loops included:
-//     halogen's fused fp16 kernel (chunked long rows, aggregate_half), the fused fp32 kernel
-//     (aggregate<kDevCuda>) and cuSPARSE fp32 SpMM (CUSPARSE_SPMM_CSR_ALG2 on an explicit
-//     weighted CSR, i.e. with the per-entry values that the fused kernels never store).
+//     halogen's fused fp16 kernel (aggregate_half) and fp32 kernel (aggregate_f32), both with
+//     the graph's plan of chunked long rows built once, and cuSPARSE fp32 SpMM
+//     (CUSPARSE_SPMM_CSR_ALG2 on an explicit weighted CSR, i.e. with the per-entry values that
+//     the fused kernels never store). cuSPARSE also runs in fp16 (fp16 values and rows, fp32
+//     compute type), the fastest mixed mode it offers for CSR SpMM.
 //     algbw counts the bytes a kernel must move at least once per entry and row: index (and
 //     value for cuSPARSE) per entry, one feature row gathered per entry, the output written,
-//     the offsets. The "error" column is the largest |gpu - cpu| / (|cpu| + 1e-3) against the
-//     fp64 CPU kernel (on the fp16-rounded input for fp16).
+//     the offsets. The "error" column is the largest |gpu - cpu| / (|cpu| + 1e-3) against
+//     the fp64 CPU kernel (on the fp16-rounded input for fp16).
 //  2. quantize + pack (quant::quantize_rows<kDevCuda>) of a halo message at every bit width
 //     beside cudaMemcpy device-to-device over the same fp32 bytes. Both count bytes read plus
 //     bytes written (as CUDA's bandwidthTest does for device-to-device copies); a quantize call
-//     includes its one stream synchronisation.
+//     includes its one stream synchronisation. dequantize_rows is timed the same way, and its
+//     result checked against the CPU's dequantization of the same words.
 //
-// Usage: bench_spmm_gpu [--graph rmat|sbm] [--scale 18] [--edge-factor 16] [--nodes N]
+// Usage: bench_spmm_gpu [--graph rmat|sbm] [--dataset DIR] [--scale 18] [--edge-factor 16] [--nodes N]
 //                       [--cols 32,64,128,256] [--warmup 5] [--iters 20]
 //                       [--quant-rows 262144] [--quant-cols 128]
+// --dataset reads the graph of a dataset written by `halogen generate` (or `halogen convert`)
+// instead of generating one, so the kernels run on the CSR a training run uses.
 // The device is HALOGEN_DEVICE (default 0).
 #include "halogen/config.hpp"
 
@@ -42,6 +47,7 @@
 #include "halogen/core/cuda/stream.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
+#include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/generate.hpp"
 #include "halogen/quant/quantize.hpp"
 #include "kernels/aggregate.hpp"
@@ -62,6 +68,7 @@ using cuda::DeviceBuffer;
 
 struct Options {
   std::string graph = "rmat";
+  std::string dataset;  // read this dataset's graph instead of generating one
   int scale = 18;
   int edge_factor = 16;
   int64_t nodes = 1 << 18;  // SBM
@@ -91,6 +98,8 @@ Options parse(int argc, char** argv) {
     if (arg == "--graph") {
       o.graph = value;
       HALOGEN_EXPECTS(value == "rmat" || value == "sbm", "--graph: expected rmat or sbm, got '{}'", value);
+    } else if (arg == "--dataset") {
+      o.dataset = value;
     } else if (arg == "--scale") {
       o.scale = std::stoi(value);
     } else if (arg == "--edge-factor") {
@@ -141,10 +150,42 @@ void print_row(const char* kernel, int64_t cols, double ms, double bytes, double
               bytes / (ms * 1e-3) / 1e9, error, error <= tolerance ? "OK" : "FAIL");
 }
 
+/// Times cuSPARSE CSR SpMM (ALG2, preprocessed) of an n x n matrix with `entries` values of
+/// type `type` against row-major n x cols rows of the same type, fp32 compute.
+double time_cusparse(const Options& o, cusparseHandle_t sparse, cudaStream_t stream, int64_t n, int64_t cols,
+                     int32_t* offsets, int32_t* indices, void* values, int64_t entries, void* x, void* out,
+                     cudaDataType type) {
+  cusparseSpMatDescr_t mat = nullptr;
+  cusparseDnMatDescr_t in = nullptr, result = nullptr;
+  CHECK_CUSPARSE(cusparseCreateCsr(&mat, n, n, entries, offsets, indices, values, CUSPARSE_INDEX_32I,
+                                   CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, type));
+  CHECK_CUSPARSE(cusparseCreateDnMat(&in, n, cols, cols, x, type, CUSPARSE_ORDER_ROW));
+  CHECK_CUSPARSE(cusparseCreateDnMat(&result, n, cols, cols, out, type, CUSPARSE_ORDER_ROW));
+  const float alpha = 1.0f, beta = 0.0f;
+  const auto op = CUSPARSE_OPERATION_NON_TRANSPOSE;
+  size_t buffer_bytes = 0;
+  CHECK_CUSPARSE(cusparseSpMM_bufferSize(sparse, op, op, &alpha, mat, in, &beta, result, CUDA_R_32F,
+                                         CUSPARSE_SPMM_CSR_ALG2, &buffer_bytes));
+  DeviceBuffer<char> buffer(std::max<size_t>(buffer_bytes, 1));
+  CHECK_CUSPARSE(cusparseSpMM_preprocess(sparse, op, op, &alpha, mat, in, &beta, result, CUDA_R_32F,
+                                         CUSPARSE_SPMM_CSR_ALG2, buffer.data()));
+  const double ms = time_ms(o, stream, [&] {
+    CHECK_CUSPARSE(cusparseSpMM(sparse, op, op, &alpha, mat, in, &beta, result, CUDA_R_32F, CUSPARSE_SPMM_CSR_ALG2,
+                                buffer.data()));
+  });
+  cusparseDestroySpMat(mat);
+  cusparseDestroyDnMat(in);
+  cusparseDestroyDnMat(result);
+  return ms;
+}
+
 int bench_spmm(const Options& o, cudaStream_t stream) {
   Dataset ds;
   std::string what;
-  if (o.graph == "rmat") {
+  if (!o.dataset.empty()) {
+    ds = read_dataset(o.dataset);
+    what = "dataset " + o.dataset;
+  } else if (o.graph == "rmat") {
     RmatOptions r;
     r.scale = o.scale;
     r.edge_factor = o.edge_factor;
@@ -193,6 +234,9 @@ int bench_spmm(const Options& o, cudaStream_t stream) {
   DeviceBuffer<int32_t> d_w_offsets = DeviceBuffer<int32_t>::from_host(w_offsets);
   DeviceBuffer<int32_t> d_w_indices = DeviceBuffer<int32_t>::from_host(w_indices);
   DeviceBuffer<float> d_w_values = DeviceBuffer<float>::from_host(w_values);
+  std::vector<__half> w_values_half(w_values.size());
+  for (size_t i = 0; i < w_values.size(); ++i) w_values_half[i] = __float2half_rn(w_values[i]);
+  DeviceBuffer<__half> d_w_values_half = DeviceBuffer<__half>::from_host(w_values_half);
   const CsrBlock d_graph{d_offsets.data(), d_indices.data(), n};
   const AggregationPlan plan(d_graph, AggregationPlan::kDefaultChunk, stream);
 
@@ -270,39 +314,28 @@ int bench_spmm(const Options& o, cudaStream_t stream) {
     f.x = d_x.data();
     f.ldx = f.ldo = f.cols = cols;
     f.out = d_out.data();
-    ms = time_ms(o, stream, [&] { aggregate<kDevCuda>(f, stream); });
+    ms = time_ms(o, stream, [&] { aggregate_f32(f, &plan, stream); });
     err = max_rel_error(d_out.to_host(stream), want);
     failures += err > 1e-5;
     print_row("fused fp32 (fp64 sums)", cols, ms, traffic(4, 4, static_cast<double>(nnz + n)), err, 1e-5);
 
     // cuSPARSE fp32, ALG2.
-    cusparseSpMatDescr_t mat = nullptr;
-    cusparseDnMatDescr_t in = nullptr, out = nullptr;
-    CHECK_CUSPARSE(cusparseCreateCsr(&mat, n, n, static_cast<int64_t>(w_indices.size()), d_w_offsets.data(),
-                                     d_w_indices.data(), d_w_values.data(), CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
-                                     CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F));
-    CHECK_CUSPARSE(cusparseCreateDnMat(&in, n, cols, cols, d_x.data(), CUDA_R_32F, CUSPARSE_ORDER_ROW));
-    CHECK_CUSPARSE(cusparseCreateDnMat(&out, n, cols, cols, d_out.data(), CUDA_R_32F, CUSPARSE_ORDER_ROW));
-    const float alpha = 1.0f, beta = 0.0f;
-    size_t buffer_bytes = 0;
-    CHECK_CUSPARSE(cusparseSpMM_bufferSize(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                           &alpha, mat, in, &beta, out, CUDA_R_32F, CUSPARSE_SPMM_CSR_ALG2,
-                                           &buffer_bytes));
-    DeviceBuffer<char> buffer(std::max<size_t>(buffer_bytes, 1));
-    CHECK_CUSPARSE(cusparseSpMM_preprocess(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                           &alpha, mat, in, &beta, out, CUDA_R_32F, CUSPARSE_SPMM_CSR_ALG2,
-                                           buffer.data()));
     HALOGEN_CHECK_CUDA(cudaMemsetAsync(d_out.data(), 0, d_out.bytes(), stream));
-    ms = time_ms(o, stream, [&] {
-      CHECK_CUSPARSE(cusparseSpMM(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha,
-                                  mat, in, &beta, out, CUDA_R_32F, CUSPARSE_SPMM_CSR_ALG2, buffer.data()));
-    });
+    ms = time_cusparse(o, sparse, stream, n, cols, d_w_offsets.data(), d_w_indices.data(), d_w_values.data(),
+                       static_cast<int64_t>(w_indices.size()), d_x.data(), d_out.data(), CUDA_R_32F);
     err = max_rel_error(d_out.to_host(stream), want);
     failures += err > 1e-4;
     print_row("cuSPARSE fp32 CSR_ALG2", cols, ms, traffic(4, 8, static_cast<double>(nnz + n)), err, 1e-4);
-    cusparseDestroySpMat(mat);
-    cusparseDestroyDnMat(in);
-    cusparseDestroyDnMat(out);
+
+    // cuSPARSE fp16: fp16 values and rows, fp32 compute.
+    HALOGEN_CHECK_CUDA(cudaMemsetAsync(d_outh.data(), 0, d_outh.bytes(), stream));
+    ms = time_cusparse(o, sparse, stream, n, cols, d_w_offsets.data(), d_w_indices.data(), d_w_values_half.data(),
+                       static_cast<int64_t>(w_indices.size()), d_xh.data(), d_outh.data(), CUDA_R_16F);
+    got_half = d_outh.to_host(stream);
+    for (size_t i = 0; i < got.size(); ++i) got[i] = __half2float(got_half[i]);
+    err = max_rel_error(got, want_half);
+    failures += err > 1e-2;
+    print_row("cuSPARSE fp16 CSR_ALG2", cols, ms, traffic(2, 6, static_cast<double>(nnz + n)), err, 1e-2);
   }
   cusparseDestroy(sparse);
   return failures;
@@ -347,6 +380,19 @@ int bench_quantize(const Options& o, cudaStream_t stream) {
     const double gbs = (in_bytes + static_cast<double>(words) * 4) / (ms * 1e-3) / 1e9;
     const std::string name = "quantize_rows " + std::to_string(bits) + " bit" + (same ? "" : " (differs from CPU!)");
     std::printf("  %-26s %12.1f %12.1f %11.0f%%\n", name.c_str(), ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
+
+    // dequantize_rows of the same words, checked against the CPU's dequantization.
+    const double dms = time_ms(o, stream, [&] {
+      quant::dequantize_rows<kDevCuda>(d_packed.data(), rows, cols, bits, d_copy.data(), cols, false, stream);
+    });
+    std::vector<float> cpu_rows(values);
+    quant::dequantize_rows<kDevCpu>(cpu.data(), rows, cols, bits, cpu_rows.data(), cols);
+    const bool same_rows = max_rel_error(d_copy.to_host(stream), cpu_rows) <= 1e-6;
+    failures += !same_rows;
+    const double dgbs = (in_bytes + static_cast<double>(words) * 4) / (dms * 1e-3) / 1e9;
+    const std::string dname =
+        "dequantize_rows " + std::to_string(bits) + " bit" + (same_rows ? "" : " (differs from CPU!)");
+    std::printf("  %-26s %12.1f %12.1f %11.0f%%\n", dname.c_str(), dms * 1e3, dgbs, 100.0 * dgbs / copy_gbs);
   }
   return failures;
 }

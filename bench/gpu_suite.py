@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""halogen's GPU path against its anchors, in one run on one GPU; bench/gpu_suite.sh calls it.
+
+Sections (each prints its rows as it finishes; the summary table comes last):
+  train   halogen against PyG (bench/gpu_pyg.py) on an RMAT graph of ogbn-products' shape:
+          GCN and GraphSAGE, 2 and 3 layers, hidden 256, fp32 and fp16, alternating runs;
+          median training-step time and the peak of each one's device allocator.
+  spmm    build/bench/bench_spmm_gpu on the same CSR: fused fp32 and fp16 aggregation against
+          cuSPARSE SpMM, quantize + pack and dequantize against a device-to-device copy.
+  gat     halogen's fused GAT against PyG's GATConv on a smaller RMAT graph, fp32 and fp16.
+  halos   4 ranks sharing the GPU over MPI staging (HALOGEN_DEVICE=0): fp32 synchronous halos,
+          1-bit stale halos, and no exchange at all (--skip-exchange, the floor).
+  profile per-kernel device time of one GCN training run in fp32 and in fp16 (Nsight Compute,
+          one metric: gpu__time_duration), when ncu is on the PATH.
+
+usage: gpu_suite.py [--bin DIR] [--work DIR] [--out DIR] [--sections train,spmm,gat,halos]
+                    [--scale 21] [--edge-factor 30] [--small-scale 20] [--epochs 8] [--rounds 1]
+                    [--device cuda|cpu]
+--device cpu runs the halogen and PyG sides on the CPU at a small --scale: a dry run of the
+script where there is no GPU (spmm and profile need one and are left out).
+"""
+import argparse, json, os, shutil, statistics, subprocess, sys, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MIB = 2.0 ** 20
+
+# Anchors the figures are read against (targets of the GPU path).
+TARGETS = {
+    "fp16_vs_pyg_fp32": 3.0,     # fp16 GCN/SAGE step at least 3x PyG's fastest fp32 step
+    "fp32_vs_pyg_fp32": 1.5,     # fp32 at least 1.5x
+    "memory_vs_pyg": 0.5,        # peak device memory at most half of PyG's
+    "fp16_agg_vs_cusparse": 1.5, # fp16 aggregation at least 1.5x cuSPARSE fp32 SpMM
+    "fp32_agg_vs_cusparse": 1.0,
+    "quant1_vs_copy": 0.8,       # 1-bit quantize + pack at least 80% of the device copy
+    "gat_fp16_vs_pyg": 2.0,      # GAT fp16 at least 2x PyG GATConv
+}
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def run(cmd, env=None, timeout=None, check=True):
+    t0 = time.time()
+    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"command failed ({r.returncode}) after {time.time() - t0:.0f} s: {' '.join(cmd)}\n"
+                           f"{r.stdout[-3000:]}")
+    return r.stdout
+
+
+class Suite:
+    def __init__(self, args):
+        self.a = args
+        self.halogen = os.path.join(args.bin, "halogen")
+        self.mpirun = ["mpirun", "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+        self.rows = []  # (section, what, halogen figure, anchor figure, ratio, target, met)
+        os.makedirs(args.work, exist_ok=True)
+        os.makedirs(args.out, exist_ok=True)
+        # The CPU path computes in fp32 only: a dry run there leaves fp16 out.
+        self.precisions = args.precisions.split(",") if args.device == "cuda" else ["fp32"]
+
+    def path(self, name):
+        return os.path.join(self.a.work, name)
+
+    # ----- data ---------------------------------------------------------------------------
+    def dataset(self, name, scale, edge_factor):
+        d = self.path(name)
+        if not os.path.isdir(d):
+            t0 = time.time()
+            run([self.halogen, "generate", "rmat", "--scale", str(scale), "--edge-factor", str(edge_factor),
+                 "--feature-dim", "100", "--classes", "47", "--out", d])
+            meta = json.load(open(os.path.join(d, "meta.json")))
+            log(f"# generated {name}: RMAT scale {scale}, edge factor {edge_factor}: {meta.get('num_nodes')} nodes, "
+                f"{meta.get('num_edges')} stored entries, 100 features, 47 classes ({time.time() - t0:.0f} s)")
+        return d
+
+    def parts(self, dataset, count):
+        p = dataset + f"-p{count}"
+        if not os.path.isdir(p):
+            t0 = time.time()
+            if count == 1:
+                run([self.halogen, "partition", dataset, "--parts", "1", "--out", p])
+            else:
+                run(self.mpirun + ["-np", str(count), self.halogen, "partition", dataset, "--parts", str(count),
+                                   "--method", "ptscotch", "--out", p])
+            log(f"# partitioned {os.path.basename(dataset)} into {count} ({time.time() - t0:.0f} s)")
+        return p
+
+    # ----- runs ---------------------------------------------------------------------------
+    def halogen_train(self, parts, tag, ranks=1, extra=(), env=None):
+        """Median training-epoch time (first epoch and the evaluating last one left out), the
+        largest rank's allocator peak, and the summary."""
+        metrics = os.path.join(self.a.out, f"{tag}.jsonl")
+        if os.path.exists(metrics):
+            os.remove(metrics)
+        epochs = self.a.epochs + 1
+        run(self.mpirun + ["-np", str(ranks)] + (["-x", "HALOGEN_DEVICE"] if env else []) +
+            [self.halogen, "train", "--parts", parts, "--device", self.a.device, "--epochs", str(epochs),
+             "--eval-every", str(epochs), "--patience", "0", "-q", "--memory-limit", "none",
+             "--metrics", metrics] + list(extra), env=env, timeout=300)
+        recs = [json.loads(l) for l in open(metrics)]
+        eps = [r for r in recs if "summary" not in r and "val_acc" not in r][1:]
+        summary = [r for r in recs if "summary" in r][0]
+        peak = max(summary.get("peak_gpu_allocated_bytes_per_rank") or [0])
+        return statistics.median(r["epoch_s"] for r in eps), peak, summary
+
+    def pyg(self, dataset, model, layers, hidden, precision, heads=8):
+        out = run([sys.executable, os.path.join(HERE, "gpu_pyg.py"), "--dataset", dataset, "--model", model,
+                   "--layers", str(layers), "--hidden", str(hidden), "--heads", str(heads), "--precision", precision,
+                   "--epochs", str(self.a.epochs + 1), "--device", self.a.device], timeout=300)
+        res = json.loads(out.strip().splitlines()[-1])
+        self.versions = f"torch {res['torch']}, torch_geometric {res['pyg']}"
+        return res["median_step_s"], res["peak_bytes"]
+
+    def row(self, section, what, ours, anchor, ratio, target, higher_is_better=True):
+        met = None if target is None else (ratio >= target if higher_is_better else ratio <= target)
+        self.rows.append((section, what, ours, anchor, ratio, target, met, higher_is_better))
+
+    # ----- sections -----------------------------------------------------------------------
+    def train(self):
+        d = self.dataset(f"rmat{self.a.scale}", self.a.scale, self.a.edge_factor)
+        p = self.parts(d, 1)
+        log("\n# train: halogen (1 rank) against PyG adj_t, hidden 256; median step s, peak device MiB")
+        log(f"{'model':8s} {'layers':>6s} {'precision':>9s} {'halogen s':>10s} {'pyg s':>10s} "
+            f"{'halogen MiB':>12s} {'pyg MiB':>10s}")
+        for model in self.a.models.split(","):
+            for layers in [int(x) for x in self.a.layers.split(",")]:
+                res = {}
+                for rnd in range(self.a.rounds):
+                    for precision in self.precisions:
+                        order = ["halogen", "pyg"] if rnd % 2 == 0 else ["pyg", "halogen"]
+                        for system in order:
+                            key = (system, precision)
+                            try:
+                                if system == "halogen":
+                                    t, m, _ = self.halogen_train(
+                                        p, f"{model}{layers}-{precision}-{rnd}",
+                                        extra=["--model", model, "--layers", str(layers), "--hidden", "256",
+                                               "--precision", precision])
+                                else:
+                                    t, m = self.pyg(d, model, layers, 256, precision)
+                            except Exception as e:  # keep going: one failed run is a row, not the suite
+                                log(f"# {system} {model} {layers} {precision} failed: {str(e)[-1500:]}")
+                                t, m = float("nan"), 0
+                            res.setdefault(key, []).append((t, m))
+                med = {k: (statistics.median(x[0] for x in v), max(x[1] for x in v)) for k, v in res.items()}
+                for precision in self.precisions:
+                    (ht, hm), (pt, pm) = med[("halogen", precision)], med[("pyg", precision)]
+                    log(f"{model:8s} {layers:6d} {precision:>9s} {ht:10.4f} {pt:10.4f} {hm / MIB:12.0f} {pm / MIB:10.0f}")
+                name = f"{model.upper()} {layers}L"
+                pyg32_t, pyg32_m = med[("pyg", "fp32")]
+                for precision, target in [("fp32", TARGETS["fp32_vs_pyg_fp32"]), ("fp16", TARGETS["fp16_vs_pyg_fp32"])]:
+                    if precision not in self.precisions:
+                        continue
+                    ht, hm = med[("halogen", precision)]
+                    self.row("train", f"{name} {precision} step vs PyG fp32", f"{ht * 1e3:.1f} ms",
+                             f"{pyg32_t * 1e3:.1f} ms", pyg32_t / ht, target)
+                    if ("pyg", "fp16") in med:
+                        pyg16_t = med[("pyg", "fp16")][0]
+                        self.row("train", f"{name} {precision} step vs PyG fp16 (autocast)", f"{ht * 1e3:.1f} ms",
+                                 f"{pyg16_t * 1e3:.1f} ms", pyg16_t / ht, None)
+                    if pyg32_m:
+                        anchor = med[("pyg", precision)][1]
+                        self.row("train", f"{name} {precision} peak memory vs PyG {precision}", f"{hm / MIB:.0f} MiB",
+                                 f"{anchor / MIB:.0f} MiB", hm / anchor if anchor else float("nan"),
+                                 TARGETS["memory_vs_pyg"], higher_is_better=False)
+
+    def spmm(self):
+        d = self.dataset(f"rmat{self.a.scale}", self.a.scale, self.a.edge_factor)
+        out = run([os.path.join(self.a.bin, "bench_spmm_gpu"), "--dataset", d, "--cols", "64,256", "--iters", "20",
+                   "--quant-rows", str(1 << 20), "--quant-cols", "128"], timeout=400, check=False)
+        open(os.path.join(self.a.out, "spmm.txt"), "w").write(out)
+        log("\n# spmm and quantize (bench_spmm_gpu)\n" + out)
+        times, copy_gbs, quant = {}, None, {}
+        for line in out.splitlines():
+            f = line.split()
+            if len(f) >= 6 and f[-1] in ("OK", "FAIL") and f[-5].isdigit():
+                times[(" ".join(f[:-5]), int(f[-5]))] = (float(f[-4]), float(f[-3]))
+            elif line.strip().startswith("cudaMemcpy D2D"):
+                copy_gbs = float(f[-2])
+            elif line.strip().startswith(("quantize_rows", "dequantize_rows")):
+                quant[" ".join(f[:3])] = float(f[-2])
+        for cols in (64, 256):
+            cus = times.get(("cuSPARSE fp32 CSR_ALG2", cols))
+            for kernel, key, target in [("fused fp16 (chunked)", "fp16", TARGETS["fp16_agg_vs_cusparse"]),
+                                        ("fused fp32 (fp64 sums)", "fp32", TARGETS["fp32_agg_vs_cusparse"])]:
+                ours = times.get((kernel, cols))
+                if ours and cus:
+                    self.row("spmm", f"{key} aggregation, width {cols} vs cuSPARSE fp32", f"{ours[0]:.0f} us",
+                             f"{cus[0]:.0f} us", cus[0] / ours[0], target)
+            c16 = times.get(("cuSPARSE fp16 CSR_ALG2", cols))
+            ours = times.get(("fused fp16 (chunked)", cols))
+            if ours and c16:
+                self.row("spmm", f"fp16 aggregation, width {cols} vs cuSPARSE fp16", f"{ours[0]:.0f} us",
+                         f"{c16[0]:.0f} us", c16[0] / ours[0], None)
+        if copy_gbs:
+            for bits in (1, 2, 4, 8):
+                for op in ("quantize_rows", "dequantize_rows"):
+                    g = quant.get(f"{op} {bits} bit")
+                    if g:
+                        self.row("quant", f"{op.split('_')[0]} {bits} bit vs D2D copy", f"{g:.0f} GB/s",
+                                 f"{copy_gbs:.0f} GB/s", g / copy_gbs,
+                                 TARGETS["quant1_vs_copy"] if bits == 1 and op == "quantize_rows" else None)
+
+    def gat(self):
+        d = self.dataset(f"rmat{self.a.small_scale}", self.a.small_scale, 16)
+        p = self.parts(d, 1)
+        log("\n# gat: halogen fused GAT against PyG GATConv, 2 layers, 8 heads of 8; median step s, peak MiB")
+        res = {}
+        for rnd in range(self.a.rounds):
+            for precision in self.precisions:
+                for system in (["halogen", "pyg"] if rnd % 2 == 0 else ["pyg", "halogen"]):
+                    try:
+                        if system == "halogen":
+                            t, m, _ = self.halogen_train(p, f"gat-{precision}-{rnd}", extra=[
+                                "--model", "gat", "--heads", "8", "--hidden", "8", "--precision", precision])
+                        else:
+                            t, m = self.pyg(d, "gat", 2, 8, precision, heads=8)
+                    except Exception as e:
+                        log(f"# {system} gat {precision} failed: {str(e)[-1500:]}")
+                        t, m = float("nan"), 0
+                    res.setdefault((system, precision), []).append((t, m))
+        med = {k: (statistics.median(x[0] for x in v), max(x[1] for x in v)) for k, v in res.items()}
+        for precision in self.precisions:
+            (ht, hm), (pt, pm) = med[("halogen", precision)], med[("pyg", precision)]
+            log(f"gat {precision}: halogen {ht:.4f} s {hm / MIB:.0f} MiB, PyG {pt:.4f} s {pm / MIB:.0f} MiB")
+            self.row("gat", f"GAT {precision} step vs PyG GATConv {precision}", f"{ht * 1e3:.1f} ms",
+                     f"{pt * 1e3:.1f} ms", pt / ht, TARGETS["gat_fp16_vs_pyg"] if precision == "fp16" else None)
+            if pm:
+                self.row("gat", f"GAT {precision} peak memory vs PyG {precision}", f"{hm / MIB:.0f} MiB",
+                         f"{pm / MIB:.0f} MiB", hm / pm, 1.0, higher_is_better=False)
+
+    def halos(self):
+        d = self.dataset(f"rmat{self.a.small_scale}", self.a.small_scale, 16)
+        p = self.parts(d, 4)
+        env = dict(os.environ, HALOGEN_DEVICE="0")
+        log("\n# halos: 4 ranks on one GPU over MPI staging, GCN 2 layers hidden 256; median epoch s")
+        base = ["--model", "gcn", "--hidden", "256", "--comm", "mpi"] if self.a.device == "cuda" else \
+            ["--model", "gcn", "--hidden", "256"]
+        cases = [("fp32 sync", []), ("1-bit stale", ["--bits-fwd", "1", "--bits-bwd", "1", "--mode", "stale"]),
+                 ("no exchange (floor)", ["--skip-exchange"])]
+        t = {}
+        for name, extra in cases:
+            try:
+                t[name] = self.halogen_train(p, "halos-" + name.split()[0], ranks=4, extra=base + extra,
+                                             env=env)[0]
+                log(f"{name:22s} {t[name]:.4f}")
+            except Exception as e:
+                log(f"# halos {name} failed: {str(e)[-1500:]}")
+        if "fp32 sync" in t and "1-bit stale" in t:
+            self.row("halos", "1-bit stale epoch vs fp32 sync (4 ranks, 1 GPU)", f"{t['1-bit stale'] * 1e3:.1f} ms",
+                     f"{t['fp32 sync'] * 1e3:.1f} ms", t["fp32 sync"] / t["1-bit stale"], 1.0)
+
+    def profile(self):
+        ncu = shutil.which("ncu")
+        if not ncu:
+            log("# profile: ncu not found")
+            return
+        p = self.parts(self.path(f"rmat{self.a.scale}"), 1)
+        for precision in ["fp32", "fp16"]:
+            # A short run: every kernel of two epochs and the set-up, one duration each.
+            cmd = [ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv",
+                   "--print-summary", "per-kernel", "--launch-count", "400",
+                   self.halogen, "train", "--parts", p, "--device", "cuda", "--precision", precision,
+                   "--hidden", "256", "--epochs", "2", "--eval-every", "2", "--patience", "0", "-q",
+                   "--memory-limit", "none"]
+            try:
+                out = run(cmd, timeout=120, check=False)
+            except subprocess.TimeoutExpired:
+                log(f"# profile {precision}: ncu timed out")
+                continue
+            open(os.path.join(self.a.out, f"profile-{precision}.csv"), "w").write(out)
+            log(f"\n# profile {precision}: per-kernel device time over a 2-epoch run (ncu)")
+            summarize_ncu(out)
+
+    def summary(self):
+        log(f"\n# summary ({getattr(self, 'versions', 'PyG not run')})")
+        log(f"| section | figure | halogen | anchor | ratio | target | met |")
+        log("|---|---|---|---|---|---|---|")
+        for section, what, ours, anchor, ratio, target, met, higher in self.rows:
+            tgt = "" if target is None else (f">= {target:g}" if higher else f"<= {target:g}")
+            log(f"| {section} | {what} | {ours} | {anchor} | {ratio:.2f} | {tgt} | "
+                f"{'' if met is None else ('yes' if met else 'NO')} |")
+        json.dump([r[:7] for r in self.rows], open(os.path.join(self.a.out, "summary.json"), "w"), indent=1)
+
+
+def summarize_ncu(out):
+    """Totals per kernel name from ncu's CSV (one row per launch and metric)."""
+    import csv, io
+    lines = [l for l in out.splitlines() if l.startswith('"')]
+    if not lines:
+        log(out[-2000:])
+        return
+    totals = {}
+    for rec in csv.DictReader(io.StringIO("\n".join(lines))):
+        name = rec.get("Kernel Name") or rec.get("Function Name") or "?"
+        try:
+            value = float(rec.get("Metric Value", rec.get("Average", "nan")).replace(",", ""))
+        except ValueError:
+            continue
+        unit = rec.get("Metric Unit", "")
+        scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}.get(unit, 1e-6)
+        calls = int(float(rec.get("Invocations", "1") or 1))
+        n, t = totals.get(name[:90], (0, 0.0))
+        totals[name[:90]] = (n + calls, t + value * scale * calls)
+    whole = sum(t for _, t in totals.values())
+    for name, (n, t) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:15]:
+        log(f"  {t:9.2f} ms {100 * t / whole:5.1f}%  x{n:<4d} {name}")
+    log(f"  {whole:9.2f} ms in all")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.path.join(os.path.dirname(HERE), "build"))
+    ap.add_argument("--work", default="/tmp/halogen-gpu-suite")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--sections", default="train,spmm,gat,halos")
+    ap.add_argument("--models", default="gcn,sage", help="train: models")
+    ap.add_argument("--layers", default="2,3", help="train: layer counts")
+    ap.add_argument("--precisions", default="fp32,fp16")
+    ap.add_argument("--scale", type=int, default=21)
+    ap.add_argument("--edge-factor", type=int, default=30)
+    ap.add_argument("--small-scale", type=int, default=20)
+    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--budget", type=float, default=480, help="seconds; later sections are skipped past it")
+    args = ap.parse_args()
+    args.out = args.out or os.path.join(args.work, "out")
+    suite = Suite(args)
+    log(f"# halogen GPU suite, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, device {args.device}")
+    if args.device == "cuda":
+        log("# " + run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                       check=False).strip())
+    t0 = time.time()
+    for section in args.sections.split(","):
+        s0 = time.time()
+        if s0 - t0 > args.budget:
+            log(f"# section {section} skipped: {s0 - t0:.0f} s of the {args.budget:.0f} s budget spent")
+            continue
+        try:
+            getattr(suite, section)()
+        except Exception as e:
+            log(f"# section {section} failed: {str(e)[-2000:]}")
+        log(f"# section {section}: {time.time() - s0:.0f} s")
+    suite.summary()
+    log(f"# suite: {time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# halogen's GPU path measured against its anchors in one run on one GPU (PyG side by side,
+# cuSPARSE, the device copy; see bench/gpu_suite.py for the sections). Needs a CUDA build, a
+# python3 with torch and torch_geometric (PyG is never a dependency of halogen) and mpirun.
+#
+#   bash bench/gpu_suite.sh [--bundle DIR] [gpu_suite.py options]
+#
+# --bundle DIR runs a relocatable bundle of halogen's executables (build/halogen and
+# build/bench/bench_spmm_gpu with their libraries and Open MPI) made on another machine, for a
+# GPU host without halogen's Debian packages: the bundle's environment script is sourced and
+# its executables used. Without it, those of build/.
+# The whole suite takes about 8 minutes on one H100 or H200.
+set -euo pipefail
+suite_dir=$(cd "$(dirname "$0")" && pwd)
+args=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --bundle) bundle=$(cd "$2" && pwd); shift 2
+      # shellcheck disable=SC1091
+      source "$bundle/env.sh"; args+=(--bin "$bundle/bin") ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+export PYTHONUNBUFFERED=1
+exec python3 "$suite_dir/gpu_suite.py" "${args[@]}"
