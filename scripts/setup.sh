@@ -13,7 +13,7 @@ packages=(
   libopenblas-dev
   libboost-program-options-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  zlib1g-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libxxhash-dev
+  zlib1g-dev libzip-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libxxhash-dev
   gnuplot-nox iproute2 procps
   python3-numpy  # the saved-model test reads the .npy files back with NumPy (/usr/bin/python3)
 )

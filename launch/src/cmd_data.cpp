@@ -71,9 +71,9 @@ int cmd_convert(const std::vector<std::string>& args) {
   std::string format, input, out, split;
   int64_t num_nodes = 0;
   bool overwrite = false;
-  opts.add_options()("input", po::value(&input)->required(), "input file or directory")(
-      "format,f", po::value(&format)->required(), "ogb | edgelist | mtx | metis")("out,o", po::value(&out)->required(),
-                                                                                  "output dataset directory")(
+  opts.add_options()("input", po::value(&input)->required(), "input file, or directory for ogb")(
+      "format,f", po::value(&format)->required(), "ogb | edgelist | mtx | metis | npz (a NumPy archive)")(
+      "out,o", po::value(&out)->required(), "output dataset directory")(
       "split", po::value(&split), "ogb: split scheme (default: the only one present)")(
       "num-nodes", po::value(&num_nodes), "edgelist: node count (default max id + 1)")(
       "overwrite", po::bool_switch(&overwrite),
@@ -81,11 +81,13 @@ int cmd_convert(const std::vector<std::string>& args) {
   po::positional_options_description pos;
   pos.add("input", 1);
   po::variables_map vm;
-  if (!parse("convert", "--format ogb|edgelist|mtx|metis INPUT --out DIR", opts, pos, args, vm)) return 0;
+  if (!parse("convert", "--format ogb|edgelist|mtx|metis|npz INPUT --out DIR", opts, pos, args, vm)) return 0;
   Stopwatch sw;
   Dataset ds;
   if (format == "ogb") {
     ds = read_ogb_dataset(input, split);
+  } else if (format == "npz") {
+    ds = read_npz_dataset(input);  // named after the file's stem
   } else {
     EdgeList edges;
     if (format == "edgelist")
@@ -95,7 +97,7 @@ int cmd_convert(const std::vector<std::string>& args) {
     else if (format == "metis")
       edges = read_metis_graph(input);
     else
-      HALOGEN_FAIL("convert: unknown format '{}': expected ogb, edgelist, mtx or metis", format);
+      HALOGEN_FAIL("convert: unknown format '{}': expected ogb, edgelist, mtx, metis or npz", format);
     ds.name = std::filesystem::path(input).stem().string();
     ds.graph = build_csr(edges);
     ds.feature_dim = 0;
@@ -133,6 +135,9 @@ int cmd_info(const std::vector<std::string>& args) {
               static_cast<long long>(g.num_edges() / 2));
   std::printf("degree       min %lld  mean %.2f  max %lld\n", static_cast<long long>(dmin), dmean,
               static_cast<long long>(dmax));
+  // Sorted rows: one binary search per stored entry (CsrGraph::is_symmetric).
+  std::printf("symmetric    %s\n", g.is_symmetric() ? "yes (every entry (r, c) has its (c, r))"
+                                                    : "no (some entry (r, c) lacks its (c, r): a directed graph)");
   std::printf("features     %lld\n", static_cast<long long>(ds.feature_dim));
   std::printf("classes      %d\n", ds.num_classes);
   std::printf("split        train %lld  valid %lld  test %lld\n", static_cast<long long>(ds.count(SplitRole::kTrain)),

@@ -19,7 +19,7 @@ void print_usage() {
       "usage: halogen <command> [options]   (halogen <command> --help for its options)\n\n"
       "commands:\n"
       "  generate sbm|rmat   generate a synthetic dataset\n"
-      "  convert             convert an OGB / edge list / Matrix Market / METIS graph\n"
+      "  convert             convert an OGB / edge list / Matrix Market / METIS graph or a NumPy .npz\n"
       "  info                describe a dataset\n"
       "  partition           cut a dataset into one shard per rank (METIS, PT-Scotch, random)\n"
       "  train               train a GNN (run under mpirun -np P); --save-model DIR keeps it\n"

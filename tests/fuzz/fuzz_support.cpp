@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <zip.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -110,6 +111,48 @@ std::string gzip(std::string_view text) {
   if (rc != Z_STREAM_END) throw std::runtime_error("deflate");
   out.resize(zs.total_out);
   return out;
+}
+
+std::string npy_bytes(std::string_view descr, const std::vector<int64_t>& shape, std::string_view data,
+                      bool fortran_order) {
+  std::string dims;
+  for (size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() == 1) dims += ",";
+  std::string dict = "{'descr': '" + std::string(descr) + "', 'fortran_order': " + (fortran_order ? "True" : "False") +
+                     ", 'shape': (" + dims + "), }";
+  dict.append(63 - (10 + dict.size()) % 64, ' ');  // preamble + dict + '\n': a multiple of 64
+  dict += '\n';
+  std::string out = "\x93NUMPY\x01";
+  out += '\0';
+  out += static_cast<char>(dict.size() & 0xff);
+  out += static_cast<char>(dict.size() >> 8);
+  return out + dict + std::string(data);
+}
+
+std::string npz_bytes(const std::vector<std::pair<std::string, std::string>>& members, bool deflate) {
+  const fs::path file = scratch_dir() / "seed.npz";
+  int error = 0;
+  zip_t* za = zip_open(file.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
+  if (za == nullptr) throw std::runtime_error("zip_open " + file.string());
+  for (const auto& [name, bytes] : members) {
+    zip_source_t* src = zip_source_buffer(za, bytes.data(), bytes.size(), 0);
+    const zip_int64_t i = src ? zip_file_add(za, (name + ".npy").c_str(), src, ZIP_FL_OVERWRITE) : -1;
+    if (src && i < 0) zip_source_free(src);  // not taken over by the archive
+    if (i < 0 ||
+        zip_set_file_compression(za, static_cast<zip_uint64_t>(i), deflate ? ZIP_CM_DEFLATE : ZIP_CM_STORE, 0) != 0 ||
+        // A fixed time stamp (2024-01-01), so that regenerated seeds only change with their content.
+        zip_file_set_mtime(za, static_cast<zip_uint64_t>(i), 1704067200, 0) != 0) {
+      const std::string why = zip_strerror(za);
+      zip_discard(za);
+      throw std::runtime_error("adding " + name + ".npy: " + why);
+    }
+  }
+  if (zip_close(za) != 0) {
+    const std::string why = zip_strerror(za);
+    zip_discard(za);
+    throw std::runtime_error("writing " + file.string() + ": " + why);
+  }
+  return read_bytes(file);
 }
 
 SmallTextBlocks::SmallTextBlocks(size_t input_size) : previous_(detail::TextInput::default_block_bytes()) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace halogen::fuzz {
@@ -47,6 +48,15 @@ inline bool is_gzip(std::string_view bytes) {
 
 /// gzip-compresses `text` (for seeds).
 std::string gzip(std::string_view text);
+
+/// A whole .npy member (format version 1.0): header dict for `descr`, `shape` and the order,
+/// padded as NumPy pads it, then `data` (for seeds).
+std::string npy_bytes(std::string_view descr, const std::vector<int64_t>& shape, std::string_view data,
+                      bool fortran_order = false);
+
+/// A .npz archive (zip) of `members` (name without ".npy", .npy bytes), each stored or
+/// deflated (for seeds; written with libzip).
+std::string npz_bytes(const std::vector<std::pair<std::string, std::string>>& members, bool deflate);
 
 /// While alive, the text readers read in small blocks (16 to 112 bytes, picked from the
 /// input size so that a reproducer replays identically): every line boundary case of the

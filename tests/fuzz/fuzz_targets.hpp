@@ -18,6 +18,7 @@
 //    split as sections (whole .bin files, or payloads the harness puts a header on).
 //  - shard: the serialised shard, parsed as it is and again after re-sealing its checksums.
 //  - checkpoint: one rank's checkpoint file (CheckpointReader).
+//  - npz: the .npz archive (read twice, with two block sizes, which must agree).
 #pragma once
 
 #include <cstddef>
@@ -34,6 +35,7 @@ int fuzz_ogb_dataset(const uint8_t* data, size_t size);
 int fuzz_dataset(const uint8_t* data, size_t size);
 int fuzz_shard(const uint8_t* data, size_t size);
 int fuzz_checkpoint(const uint8_t* data, size_t size);
+int fuzz_npz(const uint8_t* data, size_t size);
 
 using FuzzFunction = int (*)(const uint8_t*, size_t);
 
@@ -45,7 +47,7 @@ struct FuzzTarget {
 inline constexpr FuzzTarget kFuzzTargets[] = {
     {"edge_list", fuzz_edge_list},   {"matrix_market", fuzz_matrix_market}, {"metis_graph", fuzz_metis_graph},
     {"text_input", fuzz_text_input}, {"ogb_dataset", fuzz_ogb_dataset},     {"dataset", fuzz_dataset},
-    {"shard", fuzz_shard},           {"checkpoint", fuzz_checkpoint},
+    {"shard", fuzz_shard},           {"checkpoint", fuzz_checkpoint},       {"npz", fuzz_npz},
 };
 
 }  // namespace halogen::fuzz

@@ -4,6 +4,8 @@
 // (scripts/fuzz.sh --regenerate-corpus runs it on tests/fuzz/corpus).
 #include <cstdio>
 #include <filesystem>
+#include <initializer_list>
+#include <iterator>
 #include <span>
 #include <string>
 #include <vector>
@@ -87,6 +89,47 @@ void shard_seeds(const fs::path& root, const std::string& name, const Dataset& d
   }
 }
 
+template <typename T>
+std::string raw(std::initializer_list<T> values) {
+  return std::string(reinterpret_cast<const char*>(std::data(values)), values.size() * sizeof(T));
+}
+
+// NumPy archives of one 5-node graph (a triangle, a self loop, an edge 3 - 4) in several
+// dtypes, orders, split forms and compressions.
+void npz_seeds(const fs::path& root) {
+  const std::string edges_i8 = npy_bytes("<i8", {2, 5}, raw<int64_t>({0, 1, 2, 3, 3, 1, 2, 0, 3, 4}));
+  // Fortran order: the (source, destination) pairs are adjacent.
+  const std::string edges_i4_f = npy_bytes("<i4", {2, 5}, raw<int32_t>({0, 1, 1, 2, 2, 0, 3, 3, 3, 4}), true);
+  const std::string x_f4 = npy_bytes("<f4", {5, 2}, raw<float>({0.5f, 1, -2, 0, 3.25f, 1e-3f, 7, 8, -0.0f, 1}));
+  const std::string x_f2 =
+      npy_bytes("<f2", {5, 2}, raw<uint16_t>({0x3800, 0x3c00, 0xc000, 0, 0x4a80, 1, 0x4700, 0x4800, 0x8000, 0x3c00}));
+  const std::string y_i8 = npy_bytes("<i8", {5}, raw<int64_t>({0, 1, -1, 1, 0}));
+  const std::string y_u1 = npy_bytes("|u1", {5, 1}, raw<uint8_t>({0, 1, 2, 1, 0}));
+  const auto mask = [](std::initializer_list<uint8_t> m) { return npy_bytes("|b1", {5}, raw<uint8_t>(m)); };
+  seed(root, "npz", "masks-stored",
+       npz_bytes({{"edge_index", edges_i8},
+                  {"x", x_f4},
+                  {"y", y_i8},
+                  {"train_mask", mask({1, 1, 0, 0, 0})},
+                  {"val_mask", mask({0, 0, 1, 0, 0})},
+                  {"test_mask", mask({0, 0, 0, 1, 0})}},
+                 false));
+  seed(root, "npz", "split-fortran-deflated",
+       npz_bytes({{"edge_index", edges_i4_f},
+                  {"x", x_f2},
+                  {"y", y_u1},
+                  {"split", npy_bytes("|u1", {5}, raw<uint8_t>({1, 1, 2, 3, 0}))},
+                  {"num_nodes", npy_bytes("<i8", {}, raw<int64_t>({5}))}},
+                 true));
+  seed(root, "npz", "graph-only-stored", npz_bytes({{"edge_index", edges_i8}}, false));
+  seed(root, "npz", "num-nodes-f8-deflated",
+       npz_bytes({{"edge_index", edges_i8},
+                  {"x", npy_bytes("<f8", {6, 1}, raw<double>({1, 2, 3, 4, 5, 6}))},
+                  {"num_nodes", npy_bytes("<u4", {1}, raw<uint32_t>({6}))},
+                  {"edge_attr", npy_bytes("<f4", {5}, raw<float>({1, 1, 1, 1, 1}))}},
+                 true));
+}
+
 void write_corpus(const fs::path& root) {
   // --- edge lists ---
   seed(root, "edge_list", "triangle", "0 1\n1 2\n2 0\n");
@@ -131,6 +174,9 @@ void write_corpus(const fs::path& root) {
   shard_seeds(root, "sbm12", sbm, 2);
   shard_seeds(root, "sbm12", sbm, 3);
   shard_seeds(root, "tiny", tiny_dataset(), 2);
+
+  // --- NumPy .npz archives ---
+  npz_seeds(root);
 
   // --- checkpoint files (the records --resume reads, with made-up contents) ---
   {

@@ -2,6 +2,7 @@
 // with a set-based reference on a random multigraph.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <utility>
 #include <vector>
@@ -86,6 +87,45 @@ TEST(BuildCsr, EmptyGraphs) {
   none.num_nodes = 5;
   const CsrGraph g5 = build_csr(none, {.symmetrize = true, .self_loops = SelfLoops::kAdd});
   EXPECT_EQ(rows_of(g5), (Rows{{0}, {1}, {2}, {3}, {4}}));
+}
+
+// The streamed build gives build_csr's graph for every block size and option, and refuses a
+// source whose second pass differs from its first, or an endpoint out of range.
+TEST(BuildCsr, StreamedBlocksGiveTheEdgeListsGraph) {
+  EdgeList e;
+  e.num_nodes = 300;
+  const RngStream rng = RngStream::make(11, RngPurpose::kGenerator);
+  for (uint32_t i = 0; i < 2000; ++i) {
+    const auto bits = rng.bits(i, 0, 0, 0);
+    e.add(static_cast<NodeId>(bits.v[0] % 300), static_cast<NodeId>(bits.v[1] % 300));  // self loops, duplicates
+  }
+  for (const CsrBuildOptions options :
+       {CsrBuildOptions{}, CsrBuildOptions{.symmetrize = false, .self_loops = SelfLoops::kKeep},
+        CsrBuildOptions{.symmetrize = true, .self_loops = SelfLoops::kAdd}}) {
+    const CsrGraph want = build_csr(e, options);
+    for (const size_t block : {size_t{1}, size_t{7}, size_t{2000}}) {
+      const CsrGraph got = build_csr_streamed(
+          e.num_nodes,
+          [&](const EdgeBlockFn& fn) {
+            for (size_t first = 0; first < e.size(); first += block)
+              fn(e.src.data() + first, e.dst.data() + first, std::min(block, e.size() - first));
+          },
+          options);
+      EXPECT_EQ(rows_of(got), rows_of(want)) << "block " << block;
+    }
+  }
+  int calls = 0;  // the second pass leaves one edge out
+  EXPECT_THROW(
+      build_csr_streamed(e.num_nodes,
+                         [&](const EdgeBlockFn& fn) { fn(e.src.data(), e.dst.data(), e.size() - (calls++ == 1)); }),
+      Error);
+  const std::vector<NodeId> src = {0, 1}, dst = {1, 5};
+  try {
+    build_csr_streamed(3, [&](const EdgeBlockFn& fn) { fn(src.data(), dst.data(), 2); });
+    FAIL() << "expected an error";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("outside [0, 3)"), std::string::npos) << err.what();
+  }
 }
 
 TEST(BuildCsr, RejectsEndpointsOutOfRange) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -40,7 +41,7 @@ enum class SelfLoops {
 };
 
 struct CsrBuildOptions {
-  bool symmetrize = true;               // add (v,u) for every (u,v)
+  bool symmetrize = true;  // add (v,u) for every (u,v)
   SelfLoops self_loops = SelfLoops::kRemove;
 };
 
@@ -74,6 +75,16 @@ class CsrGraph {
 /// Builds a CSR (rows = destinations) from an edge list: optional symmetrisation, self-loop
 /// policy, sorting and deduplication. Parallel (OpenMP) counting sort; memory O(E).
 CsrGraph build_csr(const EdgeList& edges, const CsrBuildOptions& options = {});
+
+/// Receives one block of `count` edges src[i] -> dst[i].
+using EdgeBlockFn = std::function<void(const NodeId* src, const NodeId* dst, size_t count)>;
+/// build_csr for edges that arrive in blocks instead of an EdgeList held whole: stream(fn)
+/// must call fn on every block of the same edges each time it is called. It is called twice,
+/// once to count the rows' lengths and once to fill them, so the memory is the CSR's (with
+/// its duplicates, before they are removed) and one block's, not the edge list's as well.
+/// The result equals build_csr of the blocks' edges with `num_nodes` nodes.
+CsrGraph build_csr_streamed(int64_t num_nodes, const std::function<void(const EdgeBlockFn&)>& stream,
+                            const CsrBuildOptions& options = {});
 
 /// The transpose (rows = sources): for directed graphs the out-neighbour structure.
 CsrGraph transpose(const CsrGraph& g);
