@@ -12,7 +12,7 @@
 # The emulated hosts share this machine's cores, so a rank that spins while it waits takes
 # a core from a rank of the other host; --wait sleep (HALOGEN_WAIT for every rank) avoids that.
 # Everything runs inside namespaces the script makes and always removes (trap). See
-# docs/launch.md and README "Running on clusters".
+# docs/launch.md.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 dataset=$(cd "$here/.." && pwd)/shared/data/amazon-photo
