@@ -2,6 +2,10 @@
 """halogen's GPU path against its anchors, in one run on one GPU; bench/gpu_suite.sh calls it.
 
 Sections (each prints its rows as it finishes; the summary table comes last):
+  tests   the GPU test programs found beside halogen (test_gpu_kernels, test_quantize_cuda,
+          test_gpu_training on 1 and 2 ranks sharing the GPU): pass, fail or skip each, so that
+          one call checks the kernels before it times them. test_gpu_training reads Cora from
+          --shared-data (HALOGEN_SHARED_DATA; default ../shared/data beside the sources).
   train   halogen against PyG (bench/gpu_pyg.py) on an RMAT graph of ogbn-products' shape:
           GCN and GraphSAGE, 2 and 3 layers, hidden 256, fp32 and fp16, alternating runs;
           median training-step time and the peak of each one's device allocator.
@@ -13,7 +17,8 @@ Sections (each prints its rows as it finishes; the summary table comes last):
   profile per-kernel device time of one GCN training run in fp32 and in fp16 (Nsight Compute,
           one metric: gpu__time_duration), when ncu is on the PATH.
 
-usage: gpu_suite.py [--bin DIR] [--work DIR] [--out DIR] [--sections train,spmm,gat,halos]
+usage: gpu_suite.py [--bin DIR] [--work DIR] [--out DIR] [--sections tests,train,spmm,gat,halos]
+                    [--shared-data DIR]
                     [--scale 21] [--edge-factor 30] [--small-scale 20] [--epochs 8] [--rounds 1]
                     [--device cuda|cpu]
 --device cpu runs the halogen and PyG sides on the CPU at a small --scale: a dry run of the
@@ -55,6 +60,7 @@ class Suite:
         self.halogen = os.path.join(args.bin, "halogen")
         self.mpirun = ["mpirun", "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
         self.rows = []  # (section, what, halogen figure, anchor figure, ratio, target, met)
+        self.test_rows = []  # (program, ranks, outcome, detail)
         os.makedirs(args.work, exist_ok=True)
         os.makedirs(args.out, exist_ok=True)
         # The CPU path computes in fp32 only: a dry run there leaves fp16 out.
@@ -252,6 +258,42 @@ class Suite:
             self.row("halos", "1-bit stale epoch vs fp32 sync (4 ranks, 1 GPU)", f"{t['1-bit stale'] * 1e3:.1f} ms",
                      f"{t['fp32 sync'] * 1e3:.1f} ms", t["fp32 sync"] / t["1-bit stale"], 1.0)
 
+    def tests(self):
+        env = dict(os.environ)
+        if self.a.shared_data:
+            env["HALOGEN_SHARED_DATA"] = os.path.abspath(self.a.shared_data)
+        log("\n# tests: GPU test programs")
+        for name, ranks in [("test_gpu_kernels", 1), ("test_quantize_cuda", 1), ("test_gpu_training", 1),
+                            ("test_gpu_training", 2)]:
+            exe = os.path.join(self.a.bin, name)
+            if not os.path.exists(exe):
+                self.test_rows.append((name, ranks, "absent", f"not in {self.a.bin}"))
+                continue
+            cmd = self.mpirun + ["-np", str(ranks), exe, "--gtest_color=no"]
+            try:
+                r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   timeout=300)
+                out, code = r.stdout, r.returncode
+            except subprocess.TimeoutExpired as e:
+                out = e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode(errors="replace")
+                code = -1
+            open(os.path.join(self.a.out, f"tests-{name}-np{ranks}.txt"), "w").write(out)
+            failed = [l.split("]", 1)[1].strip() for l in out.splitlines() if l.startswith("[  FAILED  ]")]
+            # gtest's closing lines: "[  PASSED  ] N tests." and "[  SKIPPED ] N tests, listed below:"
+            def closing(tag):
+                counts = [int(l.split()[3]) for l in out.splitlines() if l.startswith(tag) and l.split()[3].isdigit()]
+                return max(counts, default=0)
+            passed, skipped = closing("[  PASSED  ]"), closing("[  SKIPPED ]")
+            if code == -1:
+                outcome, detail = "TIMEOUT", "over 300 s"
+            elif code != 0 or failed:
+                outcome, detail = "FAILED", ", ".join(sorted(set(f.split(" ")[0] for f in failed)))[:300] or f"exit {code}"
+            else:
+                outcome = "passed" if passed > 0 else "skipped"
+                detail = f"{passed} passed, {skipped} skipped"
+            self.test_rows.append((name, ranks, outcome, detail))
+            log(f"{name:20s} np={ranks}  {outcome}  {detail}")
+
     def profile(self):
         ncu = shutil.which("ncu")
         if not ncu:
@@ -275,6 +317,12 @@ class Suite:
             summarize_ncu(out)
 
     def summary(self):
+        if self.test_rows:
+            log("\n# GPU tests")
+            log("| program | ranks | outcome | detail |")
+            log("|---|---|---|---|")
+            for name, ranks, outcome, detail in self.test_rows:
+                log(f"| {name} | {ranks} | {outcome} | {detail} |")
         log(f"\n# summary ({getattr(self, 'versions', 'PyG not run')})")
         log(f"| section | figure | halogen | anchor | ratio | target | met |")
         log("|---|---|---|---|---|---|---|")
@@ -315,7 +363,9 @@ def main():
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(HERE), "build"))
     ap.add_argument("--work", default="/tmp/halogen-gpu-suite")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--sections", default="train,spmm,gat,halos")
+    ap.add_argument("--sections", default="tests,train,spmm,gat,halos")
+    ap.add_argument("--shared-data", default=None,
+                    help="tests: the shared datasets (default: HALOGEN_SHARED_DATA, else beside the sources)")
     ap.add_argument("--models", default="gcn,sage", help="train: models")
     ap.add_argument("--layers", default="2,3", help="train: layer counts")
     ap.add_argument("--precisions", default="fp32,fp16")

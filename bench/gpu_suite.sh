@@ -5,10 +5,12 @@
 #
 #   bash bench/gpu_suite.sh [--bundle DIR] [gpu_suite.py options]
 #
-# --bundle DIR runs a relocatable bundle of halogen's executables (build/halogen and
-# build/bench/bench_spmm_gpu with their libraries and Open MPI) made on another machine, for a
-# GPU host without halogen's Debian packages: the bundle's environment script is sourced and
-# its executables used. Without it, those of build/.
+# --bundle DIR runs a relocatable bundle of halogen's executables (build/halogen,
+# build/bench/bench_spmm_gpu and the GPU test programs build/tests/gpu/test_gpu_kernels,
+# build/tests/gpu/test_gpu_training and build/tests/quant/test_quantize_cuda, with their
+# libraries and Open MPI) made on another machine, for a GPU host without halogen's Debian
+# packages: the bundle's environment script is sourced and its executables used. Without it,
+# those of build/ (the tests section then finds no test programs beside halogen).
 # The whole suite takes about 8 minutes on one H100 or H200.
 set -euo pipefail
 suite_dir=$(cd "$(dirname "$0")" && pwd)
