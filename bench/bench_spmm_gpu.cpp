@@ -150,11 +150,11 @@ void print_row(const char* kernel, int64_t cols, double ms, double bytes, double
               bytes / (ms * 1e-3) / 1e9, error, error <= tolerance ? "OK" : "FAIL");
 }
 
-/// Times cuSPARSE CSR SpMM (ALG2, preprocessed) of an n x n matrix with `entries` values of
-/// type `type` against row-major n x cols rows of the same type, fp32 compute.
+/// Times cuSPARSE CSR SpMM (`alg`; ALG2 preprocessed) of an n x n matrix with `entries`
+/// values of type `type` against row-major n x cols rows of the same type, fp32 compute.
 double time_cusparse(const Options& o, cusparseHandle_t sparse, cudaStream_t stream, int64_t n, int64_t cols,
                      int32_t* offsets, int32_t* indices, void* values, int64_t entries, void* x, void* out,
-                     cudaDataType type) {
+                     cudaDataType type, cusparseSpMMAlg_t alg = CUSPARSE_SPMM_CSR_ALG2) {
   cusparseSpMatDescr_t mat = nullptr;
   cusparseDnMatDescr_t in = nullptr, result = nullptr;
   CHECK_CUSPARSE(cusparseCreateCsr(&mat, n, n, entries, offsets, indices, values, CUSPARSE_INDEX_32I,
@@ -164,14 +164,15 @@ double time_cusparse(const Options& o, cusparseHandle_t sparse, cudaStream_t str
   const float alpha = 1.0f, beta = 0.0f;
   const auto op = CUSPARSE_OPERATION_NON_TRANSPOSE;
   size_t buffer_bytes = 0;
-  CHECK_CUSPARSE(cusparseSpMM_bufferSize(sparse, op, op, &alpha, mat, in, &beta, result, CUDA_R_32F,
-                                         CUSPARSE_SPMM_CSR_ALG2, &buffer_bytes));
+  CHECK_CUSPARSE(
+      cusparseSpMM_bufferSize(sparse, op, op, &alpha, mat, in, &beta, result, CUDA_R_32F, alg, &buffer_bytes));
   DeviceBuffer<char> buffer(std::max<size_t>(buffer_bytes, 1));
-  CHECK_CUSPARSE(cusparseSpMM_preprocess(sparse, op, op, &alpha, mat, in, &beta, result, CUDA_R_32F,
-                                         CUSPARSE_SPMM_CSR_ALG2, buffer.data()));
+  if (alg == CUSPARSE_SPMM_CSR_ALG2) {
+    CHECK_CUSPARSE(
+        cusparseSpMM_preprocess(sparse, op, op, &alpha, mat, in, &beta, result, CUDA_R_32F, alg, buffer.data()));
+  }
   const double ms = time_ms(o, stream, [&] {
-    CHECK_CUSPARSE(cusparseSpMM(sparse, op, op, &alpha, mat, in, &beta, result, CUDA_R_32F, CUSPARSE_SPMM_CSR_ALG2,
-                                buffer.data()));
+    CHECK_CUSPARSE(cusparseSpMM(sparse, op, op, &alpha, mat, in, &beta, result, CUDA_R_32F, alg, buffer.data()));
   });
   cusparseDestroySpMat(mat);
   cusparseDestroyDnMat(in);
@@ -336,6 +337,17 @@ int bench_spmm(const Options& o, cudaStream_t stream) {
     err = max_rel_error(got, want_half);
     failures += err > 1e-2;
     print_row("cuSPARSE fp16 CSR_ALG2", cols, ms, traffic(2, 6, static_cast<double>(nnz + n)), err, 1e-2);
+
+    // The same with cuSPARSE's default algorithm: tells a wrong ALG2 fp16 result from a wrong call.
+    HALOGEN_CHECK_CUDA(cudaMemsetAsync(d_outh.data(), 0, d_outh.bytes(), stream));
+    ms = time_cusparse(o, sparse, stream, n, cols, d_w_offsets.data(), d_w_indices.data(), d_w_values_half.data(),
+                       static_cast<int64_t>(w_indices.size()), d_xh.data(), d_outh.data(), CUDA_R_16F,
+                       CUSPARSE_SPMM_ALG_DEFAULT);
+    got_half = d_outh.to_host(stream);
+    for (size_t i = 0; i < got.size(); ++i) got[i] = __half2float(got_half[i]);
+    err = max_rel_error(got, want_half);
+    failures += err > 1e-2;
+    print_row("cuSPARSE fp16 default alg", cols, ms, traffic(2, 6, static_cast<double>(nnz + n)), err, 1e-2);
   }
   cusparseDestroy(sparse);
   return failures;
