@@ -139,6 +139,17 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
 // ---------------------------------------------------------------------------------------------
 // fp32 aggregation.
 
+/// The arguments of a CPU aggregation `host` with the device's arrays in place of its own.
+AggregateArgs on_device(AggregateArgs host, const CsrBlock& graph, const float* dst_scale, const float* src_scale,
+                        const float* x, float* out) {
+  host.graph = graph;
+  host.dst_scale = dst_scale;
+  host.src_scale = src_scale;
+  host.x = x;
+  host.out = out;
+  return host;
+}
+
 TEST_F(GpuKernels, AggregateFp32MatchesCpu) {
   const int64_t rows = 700, x_rows = 900;
   const RandomGraph g = random_graph(rows, x_rows, 21);
@@ -179,12 +190,7 @@ TEST_F(GpuKernels, AggregateFp32MatchesCpu) {
                                         << include_self << " accumulate " << accumulate);
         for (const AggregationPlan* plan : {static_cast<const AggregationPlan*>(nullptr), &small_chunks}) {
           DeviceBuffer<float> d_out = DeviceBuffer<float>::from_host(out0);
-          AggregateArgs d = a;
-          d.graph = d_graph;
-          d.dst_scale = d_dst.data();
-          d.src_scale = d_src.data();
-          d.x = d_x.data();
-          d.out = d_out.data();
+          const AggregateArgs d = on_device(a, d_graph, d_dst.data(), d_src.data(), d_x.data(), d_out.data());
           if (plan == nullptr) {
             aggregate<kDevCuda>(d);
           } else {
@@ -903,13 +909,7 @@ TEST_F(GpuKernels, AggregateOnRowsAroundTheWarpAndChunkSizes) {
           a.out = want.data();
           aggregate<kDevCpu>(a);
           DeviceBuffer<float> d_out = DeviceBuffer<float>::from_host(out0);
-          AggregateArgs d = a;
-          d.graph = d_graph;
-          d.dst_scale = d_dst.data();
-          d.src_scale = d_src.data();
-          d.x = d_x.data();
-          d.out = d_out.data();
-          aggregate<kDevCuda>(d);
+          aggregate<kDevCuda>(on_device(a, d_graph, d_dst.data(), d_src.data(), d_x.data(), d_out.data()));
           // Padding columns (ldo > cols) and empty rows are compared too.
           expect_close(d_out.to_host(), want, 1e-5, 1e-9, "aggregate fp32");
           if (HasFatalFailure()) return;

@@ -1,7 +1,9 @@
 // Fused CSR aggregation on the GPU: fp32 with fp64 sums (aggregate<kDevCuda>, aggregate_f32)
-// and fp16 storage with fp32 accumulation (aggregate_half<kDevCuda>), both with chunked long
-// rows. See kernels/aggregate.hpp and
-// device_kernels.hpp for the contracts.
+// and fp16 storage with fp32 accumulation (aggregate_half<kDevCuda>). See kernels/aggregate.hpp
+// and device_kernels.hpp for the contracts.
+//
+// One set of kernels serves both precisions; a policy (F32Sums, HalfSums) says how rows are
+// loaded, in which type they are summed and how a result is written.
 //
 // Work layout: a row is handled by a group of G lanes (G = 4..32, a power of two, so a warp
 // holds 32 / G rows); lane l of the group owns VEC consecutive columns of each tile of G * VEC
@@ -9,166 +11,107 @@
 // thus do not leave most of a warp idle, and wide ones loop over tiles. Index and scale loads
 // are the same address across the group (one broadcast transaction); feature loads are VEC
 // wide (float4 = 16 bytes, half8 = 16 bytes).
+//
+// Long rows. A row of more than `chunk` entries would keep one lane group busy long after the
+// rest of the grid has finished (RMAT hubs have 10^5 entries): such rows are cut into chunks of
+// `chunk` entries (AggregationPlan), each chunk summed by its own group into a scratch row in
+// the accumulation type, and the partial sums added in chunk order by a third kernel, so the
+// result stays deterministic.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cub/device/device_scan.cuh>
 
 #include "device_kernels.hpp"
-#include "halogen/core/cuda/device_memory.hpp"
 #include "halogen/core/error.hpp"
 #include "kernels.hpp"
 #include "kernels/aggregate.hpp"
+#include "lane_access.cuh"
 
 namespace halogen {
 namespace {
 
+using namespace aggregate_detail;
 using detail::as_stream;
 using detail::grid_for;
 using detail::kThreadsPerBlock;
 
 // ---------------------------------------------------------------------------------------------
-// Vector loads and stores.
+// Precision policies.
 
-template <int VEC>
-struct FloatVec {
-  float v[VEC];
+/// fp32 rows summed in fp64 in row order (the CPU's arithmetic, see aggregate.hpp), rounded
+/// once. A long row's chunks keep fp64 partial sums: a row whose terms cancel would magnify an
+/// fp32 rounding of the partial sums far beyond the result's own rounding.
+struct F32Sums {
+  using Args = AggregateArgs;
+  using Acc = double;
+  static constexpr int kMaxVec = 4;  // float4
+  static constexpr int kElementBytes = 4;
+
+  template <int VEC>
+  __device__ static FloatVec<VEC> load(const float* p) {
+    return load_floats<VEC>(p);
+  }
+  __device__ static Acc fma(Acc s, float v, Acc acc) { return acc + s * static_cast<double>(v); }
+
+  /// out[r, c0 .. c0 + VEC) (+)= dst_scale[r] * acc, rounded to fp32 once.
+  template <int VEC>
+  __device__ static void finish(const Args& a, int64_t r, int64_t c0, const Acc (&acc)[VEC]) {
+    const double d = a.dst_scale[r];
+    float* o = a.out + r * a.ldo + c0;
+    FloatVec<VEC> result;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) result.v[j] = static_cast<float>(d * acc[j]);
+    if (a.accumulate) {
+      const FloatVec<VEC> old = load_floats_rw<VEC>(o);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) result.v[j] = old.v[j] + result.v[j];
+    }
+    store_floats<VEC>(o, result);
+  }
 };
 
-template <int VEC>
-__device__ __forceinline__ FloatVec<VEC> load_floats(const float* p) {
-  FloatVec<VEC> r;
-  if constexpr (VEC == 4) {
-    const float4 t = __ldg(reinterpret_cast<const float4*>(p));
-    r.v[0] = t.x, r.v[1] = t.y, r.v[2] = t.z, r.v[3] = t.w;
-  } else if constexpr (VEC == 2) {
-    const float2 t = __ldg(reinterpret_cast<const float2*>(p));
-    r.v[0] = t.x, r.v[1] = t.y;
-  } else {
-    r.v[0] = __ldg(p);
+constexpr float kHalfMax = 65504.0f;
+
+/// fp16 rows summed in fp32, rounded to fp16 once (see device_kernels.hpp for the saturation
+/// rule).
+struct HalfSums {
+  using Args = AggregateHalfArgs;
+  using Acc = float;
+  static constexpr int kMaxVec = 8;  // 8 halves = 16 bytes
+  static constexpr int kElementBytes = 2;
+
+  template <int VEC>
+  __device__ static FloatVec<VEC> load(const __half* p) {
+    return load_halves<VEC>(p, true);
   }
-  return r;
-}
+  __device__ static Acc fma(Acc s, float v, Acc acc) { return fmaf(s, v, acc); }
 
-/// Plain (not read-only cache) load, for memory the kernel also writes.
-template <int VEC>
-__device__ __forceinline__ FloatVec<VEC> load_floats_rw(const float* p) {
-  FloatVec<VEC> r;
-  if constexpr (VEC == 8) {
-    const float4 a = reinterpret_cast<const float4*>(p)[0];
-    const float4 b = reinterpret_cast<const float4*>(p)[1];
-    r.v[0] = a.x, r.v[1] = a.y, r.v[2] = a.z, r.v[3] = a.w;
-    r.v[4] = b.x, r.v[5] = b.y, r.v[6] = b.z, r.v[7] = b.w;
-  } else if constexpr (VEC == 4) {
-    const float4 t = *reinterpret_cast<const float4*>(p);
-    r.v[0] = t.x, r.v[1] = t.y, r.v[2] = t.z, r.v[3] = t.w;
-  } else if constexpr (VEC == 2) {
-    const float2 t = *reinterpret_cast<const float2*>(p);
-    r.v[0] = t.x, r.v[1] = t.y;
-  } else {
-    r.v[0] = *p;
+  template <int VEC>
+  __device__ static void finish(const Args& a, int64_t r, int64_t c0, const Acc (&acc)[VEC]) {
+    const float d = a.dst_scale[r];
+    __half* o = a.out + r * a.ldo + c0;
+    float v[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v[j] = d * acc[j];
+    if (a.accumulate) {
+      const FloatVec<VEC> old = load_halves<VEC>(o, false);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) v[j] += old.v[j];
+    }
+    __half h[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      float x = v[j];
+      if (a.saturate && isfinite(x)) x = fminf(fmaxf(x, -kHalfMax), kHalfMax);
+      h[j] = __float2half_rn(x);
+    }
+    store_halves<VEC>(o, h);
   }
-  return r;
-}
-
-template <int VEC>
-__device__ __forceinline__ void store_floats(float* p, const FloatVec<VEC>& r) {
-  if constexpr (VEC == 8) {
-    reinterpret_cast<float4*>(p)[0] = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
-    reinterpret_cast<float4*>(p)[1] = make_float4(r.v[4], r.v[5], r.v[6], r.v[7]);
-  } else if constexpr (VEC == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
-  } else if constexpr (VEC == 2) {
-    *reinterpret_cast<float2*>(p) = make_float2(r.v[0], r.v[1]);
-  } else {
-    *p = r.v[0];
-  }
-}
-
-/// Two fp16 values packed in a 32-bit word (low half first), widened to fp32; bit operations
-/// only, so everything stays in registers.
-__device__ __forceinline__ void unpack_halves(unsigned int word, float* out) {
-  out[0] = __half2float(__ushort_as_half(static_cast<unsigned short>(word & 0xffffu)));
-  out[1] = __half2float(__ushort_as_half(static_cast<unsigned short>(word >> 16)));
-}
-
-__device__ __forceinline__ unsigned int pack_halves(__half lo, __half hi) {
-  return static_cast<unsigned int>(__half_as_ushort(lo)) | (static_cast<unsigned int>(__half_as_ushort(hi)) << 16);
-}
-
-/// VEC halves (VEC = 1, 2, 4, 8: 2 to 16 bytes, one load) widened to fp32.
-template <int VEC>
-__device__ __forceinline__ FloatVec<VEC> load_halves(const __half* p, bool read_only) {
-  FloatVec<VEC> r;
-  if constexpr (VEC == 8) {
-    const uint4 w = read_only ? __ldg(reinterpret_cast<const uint4*>(p)) : *reinterpret_cast<const uint4*>(p);
-    unpack_halves(w.x, r.v);
-    unpack_halves(w.y, r.v + 2);
-    unpack_halves(w.z, r.v + 4);
-    unpack_halves(w.w, r.v + 6);
-  } else if constexpr (VEC == 4) {
-    const uint2 w = read_only ? __ldg(reinterpret_cast<const uint2*>(p)) : *reinterpret_cast<const uint2*>(p);
-    unpack_halves(w.x, r.v);
-    unpack_halves(w.y, r.v + 2);
-  } else if constexpr (VEC == 2) {
-    const unsigned int w =
-        read_only ? __ldg(reinterpret_cast<const unsigned int*>(p)) : *reinterpret_cast<const unsigned int*>(p);
-    unpack_halves(w, r.v);
-  } else {
-    const unsigned short w =
-        read_only ? __ldg(reinterpret_cast<const unsigned short*>(p)) : *reinterpret_cast<const unsigned short*>(p);
-    r.v[0] = __half2float(__ushort_as_half(w));
-  }
-  return r;
-}
-
-template <int VEC>
-__device__ __forceinline__ void store_halves(__half* p, const __half (&h)[VEC]) {
-  if constexpr (VEC == 8) {
-    *reinterpret_cast<uint4*>(p) =
-        make_uint4(pack_halves(h[0], h[1]), pack_halves(h[2], h[3]), pack_halves(h[4], h[5]), pack_halves(h[6], h[7]));
-  } else if constexpr (VEC == 4) {
-    *reinterpret_cast<uint2*>(p) = make_uint2(pack_halves(h[0], h[1]), pack_halves(h[2], h[3]));
-  } else if constexpr (VEC == 2) {
-    *reinterpret_cast<unsigned int*>(p) = pack_halves(h[0], h[1]);
-  } else {
-    *p = h[0];
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Lane groups.
-
-template <int G>
-struct LaneGroup {
-  int64_t group;   // this thread's group index in the grid
-  int64_t groups;  // groups in the grid
-  int lane;        // lane within the group
 };
 
-template <int G>
-__device__ __forceinline__ LaneGroup<G> lane_group() {
-  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  return {thread / G, static_cast<int64_t>(gridDim.x) * blockDim.x / G, static_cast<int>(threadIdx.x) & (G - 1)};
-}
-
-/// Smallest power of two >= units, within [4, 32].
-int lanes_for(int64_t units) {
-  int g = 4;
-  while (g < 32 && g < units) g *= 2;
-  return g;
-}
-
-bool aligned(const void* p, int64_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
-}
-
 // ---------------------------------------------------------------------------------------------
-// Long rows. A row of more than `chunk` entries would keep one lane group busy long after the
-// rest of the grid has finished (RMAT hubs have 10^5 entries): such rows are cut into chunks of
-// `chunk` entries, each chunk summed by its own group into a scratch row, and the partial sums
-// added in chunk order by a third kernel, so the result stays deterministic.
+// The kernels, for either policy.
 
 /// The plan as the kernels see it.
 struct PlanView {
@@ -179,9 +122,9 @@ struct PlanView {
   const int64_t* long_chunk_offsets;  // num_long + 1
 };
 
-/// The entries [begin, end) of chunk `item` and the long row `row` they belong to.
+/// The entries [begin, end) of chunk `item`.
 struct ChunkRange {
-  int64_t row, begin, end;
+  int64_t begin, end;
 };
 
 __device__ __forceinline__ ChunkRange chunk_range(const PlanView& plan, const int64_t* offsets, int64_t item) {
@@ -196,361 +139,176 @@ __device__ __forceinline__ ChunkRange chunk_range(const PlanView& plan, const in
     }
   }
   const int64_t r = plan.long_rows[lo];
-  const int64_t j = item - plan.long_chunk_offsets[lo];
-  const int64_t row_end = offsets[r + 1];
-  const int64_t begin = offsets[r] + j * plan.chunk;
+  const int64_t begin = offsets[r] + (item - plan.long_chunk_offsets[lo]) * plan.chunk;
   const int64_t chunk_end = begin + plan.chunk;
-  return {r, begin, chunk_end < row_end ? chunk_end : row_end};
+  return {begin, chunk_end < offsets[r + 1] ? chunk_end : offsets[r + 1]};
 }
 
-// ---------------------------------------------------------------------------------------------
-// fp32: fp64 accumulation in row order (the CPU's arithmetic, see aggregate.hpp); a long row's
-// chunks are summed in fp64 and their partial sums kept in fp64, since a row whose terms cancel
-// would magnify an fp32 rounding of the partial sums far beyond the result's own rounding.
-
-/// Sums entries [begin, end) of x's rows, scaled by src_scale, into acc (fp64, entry order).
+// Partial sums in scratch rows: fp32 ones with vector stores and loads, fp64 ones element-wise.
 template <int VEC>
-__device__ __forceinline__ void accumulate_entries(const AggregateArgs& a, int64_t begin, int64_t end, int64_t c0,
-                                                   double (&acc)[VEC]) {
+__device__ __forceinline__ void store_partial(float* p, const float (&acc)[VEC]) {
+  FloatVec<VEC> v;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) v.v[j] = acc[j];
+  store_floats<VEC>(p, v);
+}
+template <int VEC>
+__device__ __forceinline__ void store_partial(double* p, const double (&acc)[VEC]) {
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) p[j] = acc[j];
+}
+template <int VEC>
+__device__ __forceinline__ void add_partial(const float* p, float (&acc)[VEC]) {
+  const FloatVec<VEC> v = load_floats_rw<VEC>(p);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) acc[j] += v.v[j];
+}
+template <int VEC>
+__device__ __forceinline__ void add_partial(const double* p, double (&acc)[VEC]) {
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) acc[j] += p[j];
+}
+
+/// Sums entries [begin, end) of x's rows, scaled by src_scale, into acc (entry order).
+template <typename P, int VEC>
+__device__ __forceinline__ void accumulate_entries(const typename P::Args& a, int64_t begin, int64_t end, int64_t c0,
+                                                   typename P::Acc (&acc)[VEC]) {
+  using Acc = typename P::Acc;
   int64_t e = begin;
   // Four entries per step: their loads are independent and in flight together; the sums
   // still run in entry order.
   for (; e + 4 <= end; e += 4) {
     int32_t c[4];
-    double s[4];
+    Acc s[4];
     FloatVec<VEC> v[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) c[k] = __ldg(a.graph.indices + e + k);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       s[k] = __ldg(a.src_scale + c[k]);
-      v[k] = load_floats<VEC>(a.x + static_cast<int64_t>(c[k]) * a.ldx + c0);
+      v[k] = P::template load<VEC>(a.x + static_cast<int64_t>(c[k]) * a.ldx + c0);
     }
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) acc[j] += s[k] * static_cast<double>(v[k].v[j]);
+      for (int j = 0; j < VEC; ++j) acc[j] = P::fma(s[k], v[k].v[j], acc[j]);
     }
   }
   for (; e < end; ++e) {
     const int32_t c = __ldg(a.graph.indices + e);
-    const double s = __ldg(a.src_scale + c);
-    const FloatVec<VEC> v = load_floats<VEC>(a.x + static_cast<int64_t>(c) * a.ldx + c0);
+    const Acc s = __ldg(a.src_scale + c);
+    const FloatVec<VEC> v = P::template load<VEC>(a.x + static_cast<int64_t>(c) * a.ldx + c0);
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) acc[j] += s * static_cast<double>(v.v[j]);
+    for (int j = 0; j < VEC; ++j) acc[j] = P::fma(s, v.v[j], acc[j]);
   }
 }
 
-template <int VEC>
-__device__ __forceinline__ void add_self(const AggregateArgs& a, int64_t r, int64_t c0, double (&acc)[VEC]) {
+/// acc = the row's own term when the aggregation includes it, else zero.
+template <typename P, int VEC>
+__device__ __forceinline__ void start_row(const typename P::Args& a, int64_t r, int64_t c0,
+                                          typename P::Acc (&acc)[VEC]) {
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) acc[j] = 0;
   if (!a.include_self) return;
-  const double s = a.src_scale[r];
-  const FloatVec<VEC> v = load_floats<VEC>(a.x + r * a.ldx + c0);
+  const typename P::Acc s = a.src_scale[r];
+  const FloatVec<VEC> v = P::template load<VEC>(a.x + r * a.ldx + c0);
 #pragma unroll
-  for (int j = 0; j < VEC; ++j) acc[j] += s * static_cast<double>(v.v[j]);
-}
-
-/// out[r, c0 .. c0 + VEC) (+)= dst_scale[r] * acc, rounded to fp32 once.
-template <int VEC>
-__device__ __forceinline__ void finish_row(const AggregateArgs& a, int64_t r, int64_t c0, const double (&acc)[VEC]) {
-  const double d = a.dst_scale[r];
-  float* o = a.out + r * a.ldo + c0;
-  FloatVec<VEC> result;
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) result.v[j] = static_cast<float>(d * acc[j]);
-  if (a.accumulate) {
-    const FloatVec<VEC> old = load_floats_rw<VEC>(o);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) result.v[j] = old.v[j] + result.v[j];
-  }
-  store_floats<VEC>(o, result);
+  for (int j = 0; j < VEC; ++j) acc[j] = P::fma(s, v.v[j], acc[j]);
 }
 
 /// Rows of at most `chunk` entries, whole.
-template <int VEC, int G>
-__global__ void __launch_bounds__(kThreadsPerBlock) f32_rows_kernel(AggregateArgs a, int chunk) {
+template <typename P, int VEC, int G>
+__global__ void __launch_bounds__(kThreadsPerBlock) rows_kernel(typename P::Args a, int chunk) {
   const LaneGroup<G> lg = lane_group<G>();
   constexpr int64_t kTile = int64_t{G} * VEC;
   for (int64_t r = lg.group; r < a.graph.rows; r += lg.groups) {
     const int64_t begin = a.graph.offsets[r], end = a.graph.offsets[r + 1];
     if (end - begin > chunk) continue;  // a long row: chunks + reduction
     for (int64_t c0 = int64_t{lg.lane} * VEC; c0 < a.cols; c0 += kTile) {
-      double acc[VEC];
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) acc[j] = 0.0;
-      add_self<VEC>(a, r, c0, acc);
-      accumulate_entries<VEC>(a, begin, end, c0, acc);
-      finish_row<VEC>(a, r, c0, acc);
+      typename P::Acc acc[VEC];
+      start_row<P, VEC>(a, r, c0, acc);
+      accumulate_entries<P, VEC>(a, begin, end, c0, acc);
+      P::template finish<VEC>(a, r, c0, acc);
     }
   }
 }
 
 /// One chunk of a long row per group: its partial sum into scratch row `item`.
-template <int VEC, int G>
+template <typename P, int VEC, int G>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    f32_chunks_kernel(AggregateArgs a, PlanView plan, double* scratch, int64_t scratch_ld) {
+    chunks_kernel(typename P::Args a, PlanView plan, typename P::Acc* scratch, int64_t scratch_ld) {
   const LaneGroup<G> lg = lane_group<G>();
   constexpr int64_t kTile = int64_t{G} * VEC;
   for (int64_t item = lg.group; item < plan.num_items; item += lg.groups) {
     const ChunkRange range = chunk_range(plan, a.graph.offsets, item);
     for (int64_t c0 = int64_t{lg.lane} * VEC; c0 < a.cols; c0 += kTile) {
-      double acc[VEC];
+      typename P::Acc acc[VEC];
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) acc[k] = 0.0;
-      accumulate_entries<VEC>(a, range.begin, range.end, c0, acc);
-      double* partial = scratch + item * scratch_ld + c0;
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) partial[k] = acc[k];
+      for (int j = 0; j < VEC; ++j) acc[j] = 0;
+      accumulate_entries<P, VEC>(a, range.begin, range.end, c0, acc);
+      store_partial<VEC>(scratch + item * scratch_ld + c0, acc);
     }
   }
 }
 
 /// Per long row: self term, then its chunks' partial sums in chunk order (deterministic).
-template <int VEC, int G>
+template <typename P, int VEC, int G>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    f32_reduce_kernel(AggregateArgs a, PlanView plan, const double* scratch, int64_t scratch_ld) {
+    reduce_kernel(typename P::Args a, PlanView plan, const typename P::Acc* scratch, int64_t scratch_ld) {
   const LaneGroup<G> lg = lane_group<G>();
   constexpr int64_t kTile = int64_t{G} * VEC;
   for (int64_t k = lg.group; k < plan.num_long; k += lg.groups) {
     const int64_t r = plan.long_rows[k];
     const int64_t first = plan.long_chunk_offsets[k], last = plan.long_chunk_offsets[k + 1];
     for (int64_t c0 = int64_t{lg.lane} * VEC; c0 < a.cols; c0 += kTile) {
-      double acc[VEC];
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) acc[j] = 0.0;
-      add_self<VEC>(a, r, c0, acc);
-      for (int64_t item = first; item < last; ++item) {
-        const double* partial = scratch + item * scratch_ld + c0;
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) acc[j] += partial[j];
-      }
-      finish_row<VEC>(a, r, c0, acc);
+      typename P::Acc acc[VEC];
+      start_row<P, VEC>(a, r, c0, acc);
+      for (int64_t item = first; item < last; ++item) add_partial<VEC>(scratch + item * scratch_ld + c0, acc);
+      P::template finish<VEC>(a, r, c0, acc);
     }
   }
 }
 
-template <int VEC, int G>
-void launch_f32_g(const AggregateArgs& a, const PlanView& plan, double* scratch, int64_t scratch_ld,
-                  cudaStream_t stream) {
-  f32_rows_kernel<VEC, G><<<grid_for(a.graph.rows * G), kThreadsPerBlock, 0, stream>>>(a, plan.chunk);
+template <typename P, int VEC, int G>
+void launch_kernels(const typename P::Args& a, const PlanView& plan, typename P::Acc* scratch, int64_t scratch_ld,
+                    cudaStream_t stream) {
+  rows_kernel<P, VEC, G><<<grid_for(a.graph.rows * G), kThreadsPerBlock, 0, stream>>>(a, plan.chunk);
   HALOGEN_CHECK_CUDA(cudaGetLastError());
   if (plan.num_items == 0) return;
-  f32_chunks_kernel<VEC, G>
-      <<<grid_for(plan.num_items * G), kThreadsPerBlock, 0, stream>>>(a, plan, scratch, scratch_ld);
+  chunks_kernel<P, VEC, G><<<grid_for(plan.num_items * G), kThreadsPerBlock, 0, stream>>>(a, plan, scratch, scratch_ld);
   HALOGEN_CHECK_CUDA(cudaGetLastError());
-  f32_reduce_kernel<VEC, G><<<grid_for(plan.num_long * G), kThreadsPerBlock, 0, stream>>>(a, plan, scratch, scratch_ld);
+  reduce_kernel<P, VEC, G><<<grid_for(plan.num_long * G), kThreadsPerBlock, 0, stream>>>(a, plan, scratch, scratch_ld);
   HALOGEN_CHECK_CUDA(cudaGetLastError());
 }
 
-template <int VEC>
-void launch_f32(const AggregateArgs& a, const PlanView& plan, double* scratch, int64_t scratch_ld,
+/// Chooses the lane group size from the columns, then launches.
+template <typename P, int VEC>
+void launch_vec(const typename P::Args& a, const PlanView& plan, typename P::Acc* scratch, int64_t scratch_ld,
                 cudaStream_t stream) {
   switch (lanes_for((a.cols + VEC - 1) / VEC)) {
     case 4:
-      launch_f32_g<VEC, 4>(a, plan, scratch, scratch_ld, stream);
-      break;
+      return launch_kernels<P, VEC, 4>(a, plan, scratch, scratch_ld, stream);
     case 8:
-      launch_f32_g<VEC, 8>(a, plan, scratch, scratch_ld, stream);
-      break;
+      return launch_kernels<P, VEC, 8>(a, plan, scratch, scratch_ld, stream);
     case 16:
-      launch_f32_g<VEC, 16>(a, plan, scratch, scratch_ld, stream);
-      break;
+      return launch_kernels<P, VEC, 16>(a, plan, scratch, scratch_ld, stream);
     default:
-      launch_f32_g<VEC, 32>(a, plan, scratch, scratch_ld, stream);
-      break;
+      return launch_kernels<P, VEC, 32>(a, plan, scratch, scratch_ld, stream);
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// fp16 storage, fp32 accumulation, chunked long rows.
-
-constexpr float kHalfMax = 65504.0f;
-
-/// Sums entries [begin, end) of x's rows into acc (fp32, entry order).
-template <int VEC>
-__device__ __forceinline__ void accumulate_entries(const AggregateHalfArgs& a, int64_t begin, int64_t end, int64_t c0,
-                                                   float (&acc)[VEC]) {
-  int64_t e = begin;
-  for (; e + 4 <= end; e += 4) {
-    int32_t c[4];
-    float s[4];
-    FloatVec<VEC> v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) c[k] = __ldg(a.graph.indices + e + k);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      s[k] = __ldg(a.src_scale + c[k]);
-      v[k] = load_halves<VEC>(a.x + static_cast<int64_t>(c[k]) * a.ldx + c0, true);
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) acc[j] = fmaf(s[k], v[k].v[j], acc[j]);
-    }
-  }
-  for (; e < end; ++e) {
-    const int32_t c = __ldg(a.graph.indices + e);
-    const float s = __ldg(a.src_scale + c);
-    const FloatVec<VEC> v = load_halves<VEC>(a.x + static_cast<int64_t>(c) * a.ldx + c0, true);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) acc[j] = fmaf(s, v.v[j], acc[j]);
-  }
-}
-
-template <int VEC>
-__device__ __forceinline__ void add_self(const AggregateHalfArgs& a, int64_t r, int64_t c0, float (&acc)[VEC]) {
-  if (!a.include_self) return;
-  const float s = a.src_scale[r];
-  const FloatVec<VEC> v = load_halves<VEC>(a.x + r * a.ldx + c0, true);
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) acc[j] = fmaf(s, v.v[j], acc[j]);
-}
-
-/// out[r, c0 .. c0 + VEC) (+)= dst_scale[r] * acc, rounded to fp16 once (see device_kernels.hpp
-/// for the saturation rule).
-template <int VEC>
-__device__ __forceinline__ void finish_row(const AggregateHalfArgs& a, int64_t r, int64_t c0, const float (&acc)[VEC]) {
-  const float d = a.dst_scale[r];
-  __half* o = a.out + r * a.ldo + c0;
-  float v[VEC];
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) v[j] = d * acc[j];
-  if (a.accumulate) {
-    const FloatVec<VEC> old = load_halves<VEC>(o, false);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) v[j] += old.v[j];
-  }
-  __half h[VEC];
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) {
-    float x = v[j];
-    if (a.saturate && isfinite(x)) x = fminf(fmaxf(x, -kHalfMax), kHalfMax);
-    h[j] = __float2half_rn(x);
-  }
-  store_halves<VEC>(o, h);
-}
-
-/// Rows of at most `chunk` entries, whole.
-template <int VEC, int G>
-__global__ void __launch_bounds__(kThreadsPerBlock) half_rows_kernel(AggregateHalfArgs a, int chunk) {
-  const LaneGroup<G> lg = lane_group<G>();
-  constexpr int64_t kTile = int64_t{G} * VEC;
-  for (int64_t r = lg.group; r < a.graph.rows; r += lg.groups) {
-    const int64_t begin = a.graph.offsets[r], end = a.graph.offsets[r + 1];
-    if (end - begin > chunk) continue;  // a long row: chunks + reduction
-    for (int64_t c0 = int64_t{lg.lane} * VEC; c0 < a.cols; c0 += kTile) {
-      float acc[VEC];
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) acc[j] = 0.0f;
-      add_self<VEC>(a, r, c0, acc);
-      accumulate_entries<VEC>(a, begin, end, c0, acc);
-      finish_row<VEC>(a, r, c0, acc);
-    }
-  }
-}
-
-/// One chunk of a long row per group: its fp32 partial sum into scratch row `item`.
-template <int VEC, int G>
-__global__ void __launch_bounds__(kThreadsPerBlock)
-    half_chunks_kernel(AggregateHalfArgs a, PlanView plan, float* scratch, int64_t scratch_ld) {
-  const LaneGroup<G> lg = lane_group<G>();
-  constexpr int64_t kTile = int64_t{G} * VEC;
-  for (int64_t item = lg.group; item < plan.num_items; item += lg.groups) {
-    const ChunkRange range = chunk_range(plan, a.graph.offsets, item);
-    for (int64_t c0 = int64_t{lg.lane} * VEC; c0 < a.cols; c0 += kTile) {
-      FloatVec<VEC> acc;
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) acc.v[k] = 0.0f;
-      accumulate_entries<VEC>(a, range.begin, range.end, c0, acc.v);
-      store_floats<VEC>(scratch + item * scratch_ld + c0, acc);
-    }
-  }
-}
-
-/// Per long row: self term, then its chunks' partial sums in chunk order (deterministic).
-template <int VEC, int G>
-__global__ void __launch_bounds__(kThreadsPerBlock)
-    half_reduce_kernel(AggregateHalfArgs a, PlanView plan, const float* scratch, int64_t scratch_ld) {
-  const LaneGroup<G> lg = lane_group<G>();
-  constexpr int64_t kTile = int64_t{G} * VEC;
-  for (int64_t k = lg.group; k < plan.num_long; k += lg.groups) {
-    const int64_t r = plan.long_rows[k];
-    const int64_t first = plan.long_chunk_offsets[k], last = plan.long_chunk_offsets[k + 1];
-    for (int64_t c0 = int64_t{lg.lane} * VEC; c0 < a.cols; c0 += kTile) {
-      float acc[VEC];
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) acc[j] = 0.0f;
-      add_self<VEC>(a, r, c0, acc);
-      for (int64_t item = first; item < last; ++item) {
-        const FloatVec<VEC> p = load_floats_rw<VEC>(scratch + item * scratch_ld + c0);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) acc[j] += p.v[j];
-      }
-      finish_row<VEC>(a, r, c0, acc);
-    }
-  }
-}
-
-template <int VEC, int G>
-void launch_half_g(const AggregateHalfArgs& a, const PlanView& plan, float* scratch, int64_t scratch_ld,
+/// The widest vector (at most P::kMaxVec elements) that the shapes and pointers allow.
+template <typename P, int VEC = P::kMaxVec>
+void launch_widest(const typename P::Args& a, const PlanView& plan, typename P::Acc* scratch, int64_t scratch_ld,
                    cudaStream_t stream) {
-  half_rows_kernel<VEC, G><<<grid_for(a.graph.rows * G), kThreadsPerBlock, 0, stream>>>(a, plan.chunk);
-  HALOGEN_CHECK_CUDA(cudaGetLastError());
-  if (plan.num_items == 0) return;
-  half_chunks_kernel<VEC, G>
-      <<<grid_for(plan.num_items * G), kThreadsPerBlock, 0, stream>>>(a, plan, scratch, scratch_ld);
-  HALOGEN_CHECK_CUDA(cudaGetLastError());
-  half_reduce_kernel<VEC, G>
-      <<<grid_for(plan.num_long * G), kThreadsPerBlock, 0, stream>>>(a, plan, scratch, scratch_ld);
-  HALOGEN_CHECK_CUDA(cudaGetLastError());
-}
-
-template <int VEC>
-void launch_half(const AggregateHalfArgs& a, const PlanView& plan, float* scratch, int64_t scratch_ld,
-                 cudaStream_t stream) {
-  switch (lanes_for((a.cols + VEC - 1) / VEC)) {
-    case 4:
-      launch_half_g<VEC, 4>(a, plan, scratch, scratch_ld, stream);
-      break;
-    case 8:
-      launch_half_g<VEC, 8>(a, plan, scratch, scratch_ld, stream);
-      break;
-    case 16:
-      launch_half_g<VEC, 16>(a, plan, scratch, scratch_ld, stream);
-      break;
-    default:
-      launch_half_g<VEC, 32>(a, plan, scratch, scratch_ld, stream);
-      break;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Plan construction.
-
-/// Per row r < rows: whether it is long and how many chunks it has; entry `rows` is 0 (so an
-/// exclusive scan over rows + 1 entries ends with the totals).
-__global__ void classify_rows_kernel(const int64_t* offsets, int64_t rows, int chunk, int64_t* is_long,
-                                     int64_t* chunks) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r <= rows; r += stride) {
-    int64_t degree = 0;
-    if (r < rows) degree = offsets[r + 1] - offsets[r];
-    const bool long_row = degree > chunk;
-    is_long[r] = long_row ? 1 : 0;
-    chunks[r] = long_row ? (degree + chunk - 1) / chunk : 0;
-  }
-}
-
-__global__ void scatter_long_rows_kernel(const int64_t* offsets, int64_t rows, int chunk, const int64_t* long_pos,
-                                         const int64_t* chunk_pos, int64_t* long_rows, int64_t* long_chunk_offsets) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r <= rows; r += stride) {
-    if (r == rows) {
-      long_chunk_offsets[long_pos[rows]] = chunk_pos[rows];
-    } else if (offsets[r + 1] - offsets[r] > chunk) {
-      long_rows[long_pos[r]] = r;
-      long_chunk_offsets[long_pos[r]] = chunk_pos[r];
-    }
+  const bool fits = a.cols % VEC == 0 && a.ldx % VEC == 0 && a.ldo % VEC == 0 && aligned(a.x, VEC * P::kElementBytes) &&
+                    aligned(a.out, VEC * P::kElementBytes);
+  if constexpr (VEC == 1) {
+    launch_vec<P, 1>(a, plan, scratch, scratch_ld, stream);
+  } else if (fits) {
+    launch_vec<P, VEC>(a, plan, scratch, scratch_ld, stream);
+  } else {
+    launch_widest<P, VEC / 2>(a, plan, scratch, scratch_ld, stream);
   }
 }
 
@@ -565,33 +323,38 @@ class StreamScratch {
   }
   StreamScratch(const StreamScratch&) = delete;
   StreamScratch& operator=(const StreamScratch&) = delete;
-  float* floats() const { return static_cast<float*>(data_); }
-  double* doubles() const { return static_cast<double*>(data_); }
+  void* data() const { return data_; }
 
  private:
   void* data_ = nullptr;
   cudaStream_t stream_;
 };
 
-}  // namespace
-
-namespace {
-
-/// The plan to use for `graph`: `given`, or one built into `own` (synchronising `stream`).
-const AggregationPlan& resolve_plan(const CsrBlock& graph, const AggregationPlan* given, AggregationPlan& own,
-                                    void* stream, const char* op) {
-  if (given == nullptr) {
-    own = AggregationPlan(graph, AggregationPlan::kDefaultChunk, stream);
-    return own;
+/// Checks the shapes, takes `plan` (or builds one, synchronising `stream`), and runs the three
+/// kernels with scratch for the long rows' partial sums.
+template <typename P>
+void aggregate_with(const typename P::Args& a, const AggregationPlan* plan, void* stream, const char* op) {
+  HALOGEN_EXPECTS(a.cols >= 0 && a.ldx >= a.cols && a.ldo >= a.cols && a.graph.rows >= 0,
+                  "{}: bad shapes rows={} cols={} ldx={} ldo={}", op, a.graph.rows, a.cols, a.ldx, a.ldo);
+  if (a.graph.rows == 0 || a.cols == 0) return;
+  const cudaStream_t s = as_stream(stream);
+  AggregationPlan own;
+  if (plan == nullptr) {
+    own = AggregationPlan(a.graph, AggregationPlan::kDefaultChunk, stream);
+  } else {
+    HALOGEN_EXPECTS(plan->built_for(a.graph),
+                    "{}: the plan was built for another graph ({} rows) than the one given ({} rows)", op, plan->rows(),
+                    a.graph.rows);
   }
-  HALOGEN_EXPECTS(given->built_for(graph),
-                  "{}: the plan was built for another graph ({} rows) than the one given ({} rows)", op, given->rows(),
-                  graph.rows);
-  return *given;
-}
-
-PlanView view_of(const AggregationPlan& plan) {
-  return {plan.chunk(), plan.long_rows(), plan.chunk_items(), plan.long_row_ids(), plan.long_chunk_offsets()};
+  const AggregationPlan& p = plan != nullptr ? *plan : own;
+  const PlanView view{p.chunk(), p.long_rows(), p.chunk_items(), p.long_row_ids(), p.long_chunk_offsets()};
+  // Partial rows padded to 32 bytes.
+  constexpr int64_t kPad = 32 / sizeof(typename P::Acc);
+  const int64_t scratch_ld = (a.cols + kPad - 1) / kPad * kPad;
+  StreamScratch scratch(static_cast<size_t>(view.num_items * scratch_ld) * sizeof(typename P::Acc), s);
+  launch_widest<P>(a, view, static_cast<typename P::Acc*>(scratch.data()), scratch_ld, s);
+  // A plan built here is freed at return: its arrays must not be reused under the kernels.
+  if (plan == nullptr) HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
 }
 
 }  // namespace
@@ -602,91 +365,12 @@ void aggregate<kDevCuda>(const AggregateArgs& a, void* stream) {
 }
 
 void aggregate_f32(const AggregateArgs& a, const AggregationPlan* plan, void* stream) {
-  HALOGEN_EXPECTS(a.cols >= 0 && a.ldx >= a.cols && a.ldo >= a.cols && a.graph.rows >= 0,
-                  "aggregate (cuda): bad shapes rows={} cols={} ldx={} ldo={}", a.graph.rows, a.cols, a.ldx, a.ldo);
-  if (a.graph.rows == 0 || a.cols == 0) return;
-  const cudaStream_t s = as_stream(stream);
-  AggregationPlan own;
-  const PlanView view = view_of(resolve_plan(a.graph, plan, own, stream, "aggregate (cuda)"));
-  const int64_t scratch_ld = (a.cols + 3) / 4 * 4;  // 32-byte aligned fp64 partial rows
-  StreamScratch scratch(static_cast<size_t>(view.num_items * scratch_ld) * sizeof(double), s);
-  auto fits = [&](int vec) {
-    return a.cols % vec == 0 && a.ldx % vec == 0 && a.ldo % vec == 0 && aligned(a.x, vec * 4) &&
-           aligned(a.out, vec * 4);
-  };
-  if (fits(4)) {
-    launch_f32<4>(a, view, scratch.doubles(), scratch_ld, s);
-  } else if (fits(2)) {
-    launch_f32<2>(a, view, scratch.doubles(), scratch_ld, s);
-  } else {
-    launch_f32<1>(a, view, scratch.doubles(), scratch_ld, s);
-  }
-  // A plan built here is freed at return: its arrays must not be reused under the kernels.
-  if (plan == nullptr) HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
-}
-
-AggregationPlan::AggregationPlan(const CsrBlock& graph, int chunk, void* stream)
-    : offsets_(graph.offsets), rows_(graph.rows), chunk_(chunk) {
-  HALOGEN_EXPECTS(chunk >= 1, "aggregation plan: chunk size must be >= 1, got {}", chunk);
-  HALOGEN_EXPECTS(graph.rows >= 0, "aggregation plan: negative row count {}", graph.rows);
-  if (graph.rows == 0) return;
-  const cudaStream_t s = as_stream(stream);
-  const int64_t n = graph.rows + 1;
-  cuda::DeviceBuffer<int64_t> is_long(static_cast<size_t>(n)), chunks(static_cast<size_t>(n));
-  cuda::DeviceBuffer<int64_t> long_pos(static_cast<size_t>(n)), chunk_pos(static_cast<size_t>(n));
-  classify_rows_kernel<<<grid_for(n), kThreadsPerBlock, 0, s>>>(graph.offsets, graph.rows, chunk, is_long.data(),
-                                                                chunks.data());
-  HALOGEN_CHECK_CUDA(cudaGetLastError());
-  size_t temp_bytes = 0;  // the same for both scans (same types and length)
-  HALOGEN_CHECK_CUDA(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, is_long.data(), long_pos.data(), n, s));
-  cuda::DeviceBuffer<char> temp(temp_bytes);
-  HALOGEN_CHECK_CUDA(cub::DeviceScan::ExclusiveSum(temp.data(), temp_bytes, is_long.data(), long_pos.data(), n, s));
-  HALOGEN_CHECK_CUDA(cub::DeviceScan::ExclusiveSum(temp.data(), temp_bytes, chunks.data(), chunk_pos.data(), n, s));
-  int64_t totals[2] = {0, 0};
-  HALOGEN_CHECK_CUDA(
-      cudaMemcpyAsync(&totals[0], long_pos.data() + graph.rows, sizeof(int64_t), cudaMemcpyDeviceToHost, s));
-  HALOGEN_CHECK_CUDA(
-      cudaMemcpyAsync(&totals[1], chunk_pos.data() + graph.rows, sizeof(int64_t), cudaMemcpyDeviceToHost, s));
-  HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
-  num_long_ = totals[0];
-  num_items_ = totals[1];
-  if (num_long_ == 0) return;
-  long_row_ids_.resize(static_cast<size_t>(num_long_));
-  long_chunk_offsets_.resize(static_cast<size_t>(num_long_ + 1));
-  scatter_long_rows_kernel<<<grid_for(n), kThreadsPerBlock, 0, s>>>(graph.offsets, graph.rows, chunk, long_pos.data(),
-                                                                    chunk_pos.data(), long_row_ids_.data(),
-                                                                    long_chunk_offsets_.data());
-  HALOGEN_CHECK_CUDA(cudaGetLastError());
-  // The temporaries return to the allocator's cache at scope exit, and the plan may be used
-  // on another stream: wait for the kernel.
-  HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
+  aggregate_with<F32Sums>(a, plan, stream, "aggregate (cuda)");
 }
 
 template <>
 void aggregate_half<kDevCuda>(const AggregateHalfArgs& a, const AggregationPlan* plan, void* stream) {
-  HALOGEN_EXPECTS(a.cols >= 0 && a.ldx >= a.cols && a.ldo >= a.cols && a.graph.rows >= 0,
-                  "aggregate_half: bad shapes rows={} cols={} ldx={} ldo={}", a.graph.rows, a.cols, a.ldx, a.ldo);
-  if (a.graph.rows == 0 || a.cols == 0) return;
-  const cudaStream_t s = as_stream(stream);
-  AggregationPlan own;
-  const PlanView view = view_of(resolve_plan(a.graph, plan, own, stream, "aggregate_half"));
-  const int64_t scratch_ld = (a.cols + 7) / 8 * 8;  // 32-byte aligned partial rows
-  StreamScratch scratch(static_cast<size_t>(view.num_items * scratch_ld) * sizeof(float), s);
-  auto fits = [&](int vec) {
-    return a.cols % vec == 0 && a.ldx % vec == 0 && a.ldo % vec == 0 && aligned(a.x, vec * 2) &&
-           aligned(a.out, vec * 2);
-  };
-  if (fits(8)) {
-    launch_half<8>(a, view, scratch.floats(), scratch_ld, s);
-  } else if (fits(4)) {
-    launch_half<4>(a, view, scratch.floats(), scratch_ld, s);
-  } else if (fits(2)) {
-    launch_half<2>(a, view, scratch.floats(), scratch_ld, s);
-  } else {
-    launch_half<1>(a, view, scratch.floats(), scratch_ld, s);
-  }
-  // A plan built here is freed at return: its arrays must not be reused under the kernels.
-  if (plan == nullptr) HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
+  aggregate_with<HalfSums>(a, plan, stream, "aggregate_half");
 }
 
 }  // namespace halogen
