@@ -19,10 +19,7 @@ usage: gpu_pyg.py --dataset DIR --model gcn|sage|gat [--layers 2] [--hidden 256]
 """
 import argparse, json, os, statistics, sys, time
 
-
-def read_array(path, dtype):
-    import numpy as np
-    return np.fromfile(path, dtype=dtype, offset=64)  # halogen array files: a 64-byte header
+from pyg_compare import read_array  # halogen's array files, read as pyg_compare.py reads them
 
 
 def load(dataset, device):

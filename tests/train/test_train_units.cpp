@@ -303,6 +303,13 @@ TEST(Drift, ReferenceIsAColumnRange) {
       }
 }
 
+// The bytes of one item of an estimate (0 when it has none).
+uint64_t item(const MemoryEstimate& e, const std::string& what) {
+  for (const auto& i : e.items)
+    if (i.what == what) return i.bytes;
+  return 0;
+}
+
 // One memory model with the device as a parameter: a GPU run's estimate counts the device's
 // tensors (no host runtime or shard), and fp16 activations take half the bytes of fp32 ones.
 TEST(MemoryPlan, DeviceIsAParameter) {
@@ -310,11 +317,6 @@ TEST(MemoryPlan, DeviceIsAParameter) {
   TrainOptions t;
   t.layers = 3;
   t.hidden = 256;
-  const auto item = [](const MemoryEstimate& e, const std::string& what) {
-    for (const auto& i : e.items)
-      if (i.what == what) return i.bytes;
-    return uint64_t{0};
-  };
   const MemoryEstimate cpu = estimate_training_memory(shards[0], t);
   t.device = Device::kCuda;
   const MemoryEstimate gpu32 = estimate_training_memory(shards[0], t);
@@ -348,10 +350,7 @@ TEST(MemoryPlan, CountsTheLongRowsPartialSumsOnAGpu) {
   TrainOptions t;
   t.hidden = 130;  // the widest aggregation: 130 columns, padded to 132 (fp64) or 136 (fp32)
   const auto scratch = [&](const TrainOptions& o) {
-    const MemoryEstimate e = estimate_training_memory(c, o);
-    for (const auto& i : e.items)
-      if (i.what == "long-row partial sums") return i.bytes;
-    return uint64_t{0};
+    return item(estimate_training_memory(c, o), "long-row partial sums");
   };
   EXPECT_EQ(scratch(t), 0u);  // CPU
   t.device = Device::kCuda;
@@ -372,9 +371,7 @@ TEST(MemoryPlan, OptimizerItemIsWhatTheComponentsReport) {
   t.layers = 2;
   t.hidden = 128;
   const auto optimizer = [&](const TrainOptions& o) {
-    for (const auto& i : estimate_training_memory(shards[0], o).items)
-      if (i.what == "optimizer") return i.bytes;
-    return uint64_t{0};
+    return item(estimate_training_memory(shards[0], o), "optimizer");
   };
   const auto layers = train_detail::layout_parameters(t, shards[0].feature_dim, shards[0].num_classes);
   const int64_t n = static_cast<int64_t>(layers.back().end);
