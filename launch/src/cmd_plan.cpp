@@ -155,7 +155,7 @@ int cmd_plan(const std::vector<std::string>& args) {
   nlohmann::json memory;
   const int parts = report.value("num_parts", 0);
   TrainOptions t;
-  t.model = shape.sage ? ModelKind::kSage : ModelKind::kGcn;
+  t.model = model;
   t.layers = shape.layers;
   t.hidden = static_cast<int>(shape.hidden);
   t.device = cluster.has_gpus() ? Device::kCuda : Device::kCpu;

@@ -25,11 +25,13 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
                                   precision = "fp32", comm_name = "auto", metrics, log_level = "info";
   TrainOptions t;
   bool quiet = false;
+  const std::string model_choices = fmt::format("{}", fmt::join(model_names(), " | "));
   opts.add_options()("parts", po::value(&parts_dir), "directory of shards from `halogen partition` (one per rank)")(
       "dataset", po::value(&dataset), "dataset directory: rank 0 partitions it with METIS and scatters the shards")(
-      "model", po::value(&model)->default_value(model), "gcn | sage | gat")(
-      "layers", po::value(&t.layers)->default_value(t.layers), "number of layers")(
-      "hidden", po::value<int>(), "hidden size (default: 64; gat: 8 per head)")(
+      "model", po::value(&model)->default_value(model), model_choices.c_str())(
+      "layers", po::value(&t.layers)->default_value(t.layers),
+      "number of layers (default: the model's published depth)")(
+      "hidden", po::value<int>(), "hidden size (default: the model's published setting: 64; gat: 8 per head)")(
       "heads", po::value(&t.heads)->default_value(t.heads), "gat: attention heads of hidden layers (concatenated)")(
       "out-heads", po::value(&t.out_heads)->default_value(t.out_heads),
       "gat: attention heads of the output layer (averaged)")("attn-dropout", po::value<float>(),
@@ -107,6 +109,12 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "quiet,q", po::bool_switch(&quiet), "no per-epoch progress lines")(
       "overwrite", po::bool_switch(&t.overwrite),
       "let --save-model replace, and --metrics and --checkpoint-dir write over, files halogen did not write");
+  // Each model's own hyper-parameters (gcnii's alpha, ...), from the registry.
+  for (const ModelParam& p : model_params()) {
+    const std::string help =
+        fmt::format("{} ({}; default: the model's published value)", p.help, fmt::join(p.models, ", "));
+    opts.add_options()(p.name.c_str(), po::value<double>(), help.c_str());
+  }
   po::positional_options_description pos;
   po::variables_map vm;
   if (!parse("train", "(--parts DIR | --dataset DIR) [options]", opts, pos, args, vm)) return 0;
@@ -115,8 +123,17 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   log::configure(mpi.rank(), log_level);
   run_collectively(MPI_COMM_WORLD, "checking options", [&] {
     HALOGEN_EXPECTS(parts_dir.empty() != dataset.empty(), "train needs exactly one of --parts DIR or --dataset DIR");
-    t.model = parse_model_kind(model);
-    t.hidden = vm.count("hidden") ? vm["hidden"].as<int>() : default_hidden(t.model);
+    t.model = model_name(model);
+    // What the user leaves unset takes the model's published setting.
+    const TrainOptions published = model_defaults(t.model);
+    const auto unset = [&](const char* name) { return !vm.count(name) || vm[name].defaulted(); };
+    if (unset("layers")) t.layers = published.layers;
+    t.hidden = unset("hidden") ? published.hidden : vm["hidden"].as<int>();
+    if (unset("dropout")) t.dropout = published.dropout;
+    if (unset("lr")) t.lr = published.lr;
+    if (unset("weight-decay")) t.weight_decay = published.weight_decay;
+    for (const ModelParam& p : model_params())
+      if (vm.count(p.name)) t.model_params[p.name] = vm[p.name].as<double>();
     if (vm.count("attn-dropout")) {
       t.attn_dropout = vm["attn-dropout"].as<float>();
       HALOGEN_EXPECTS(t.attn_dropout >= 0.0f, "--attn-dropout must be in [0, 1), got {}", t.attn_dropout);

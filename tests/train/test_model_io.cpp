@@ -10,6 +10,7 @@
 
 #include "halogen/core/io.hpp"
 #include "halogen/train/model.hpp"
+#include "nn/registry.hpp"
 #include "test_data.hpp"
 #include "trainer_common.hpp"
 
@@ -23,12 +24,12 @@ using test::ScratchDir;
 // A 2-layer GCN from 3 features to 2 classes with distinct parameter values.
 SavedModel tiny_model() {
   SavedModel m;
-  m.options.model = ModelKind::kGcn;
+  m.options.model = "gcn";
   m.options.layers = 2;
   m.options.hidden = 4;
   m.feature_dim = 3;
   m.num_classes = 2;
-  const auto layout = train_detail::layout_parameters(m.options, m.feature_dim, m.num_classes);
+  const auto layout = nn::layout(m.options, m.feature_dim, m.num_classes);
   m.params.resize(layout.back().end);
   for (size_t i = 0; i < m.params.size(); ++i) m.params[i] = 0.25f * static_cast<float>(i) - 1.0f;
   m.training = {{"epochs", 1}};

@@ -37,14 +37,14 @@ GradientSync::GradientSync(Communicator& comm, const ExecContext& ctx, const Tra
   }
 }
 
-GradientLayout gradient_layout(const std::vector<train_detail::LayerParams>& layers) {
+GradientLayout gradient_layout(const std::vector<nn::LayerDecl>& layers) {
   GradientLayout layout;
   layout.total = layers.empty() ? 0 : static_cast<int64_t>(layers.back().end);
   for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
-    const train_detail::LayerParams& p = layers[static_cast<size_t>(l)];
-    layout.layers.push_back({static_cast<int64_t>(p.w_self), static_cast<int64_t>(p.end)});
-    for (const train_detail::ParamArray& a : p.arrays)
-      if (a.kind == train_detail::ParamArray::Kind::kMatrix)
+    const nn::LayerDecl& p = layers[static_cast<size_t>(l)];
+    layout.layers.push_back({static_cast<int64_t>(p.begin), static_cast<int64_t>(p.end)});
+    for (const nn::ParamArray& a : p.arrays)
+      if (a.kind == nn::ParamArray::Kind::kMatrix)
         layout.matrices.push_back({l, static_cast<int64_t>(a.offset), a.shape[0], a.shape[1]});
   }
   return layout;

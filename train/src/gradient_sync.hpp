@@ -11,7 +11,7 @@
 #include "halogen/core/tensor.hpp"
 #include "halogen/train/checkpoint.hpp"
 #include "halogen/train/trainer.hpp"
-#include "trainer_common.hpp"
+#include "nn/layer.hpp"
 
 namespace halogen {
 
@@ -30,9 +30,9 @@ struct GradientLayout {
   int64_t total = 0;  // parameters in all
 };
 
-/// The gradient layout of a model's parameters (the layers of layout_parameters): every layer's
-/// range, and its declared weight matrices.
-GradientLayout gradient_layout(const std::vector<train_detail::LayerParams>& layers);
+/// The gradient layout of a model's parameters (the layers of nn::layout): every layer's range,
+/// and its declared weight matrices.
+GradientLayout gradient_layout(const std::vector<nn::LayerDecl>& layers);
 
 /// Sums the weight gradients over ranks, the same on both devices:
 /// - layer-wise (default): each layer's fp32 sum is started (Communicator::start_allreduce_sum)

@@ -18,7 +18,7 @@
 #include "halogen/quant/quantize.hpp"
 #include "input_matrix.hpp"
 #include "kernels/aggregate.hpp"
-#include "layer_shapes.hpp"
+#include "nn/registry.hpp"
 #include "optimizer.hpp"
 #include "trainer_common.hpp"
 
@@ -157,34 +157,32 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   const int64_t edges = s.local_edges;
   const int64_t F = s.feature_dim;
   const int64_t sends = s.sends;
-  const bool sage = opt.model == ModelKind::kSage;
-  const bool gat = opt.model == ModelKind::kGat;
-  const std::vector<LayerShape> shapes = layer_shapes(opt, F, s.classes);
-  std::vector<int64_t> dims;  // dims[l]: input width of layer l; dims[L]: classes
-  for (const LayerShape& shape : shapes) dims.push_back(shape.in);
-  dims.push_back(s.classes);
-  const int64_t max_dim = *std::max_element(dims.begin() + 1, dims.end());  // as Trainer::allocate
+  const nn::ModelSpec& spec = nn::model_spec(opt.model);
+  const bool attention = spec.aggregation() == nn::Aggregation::kAttention;
+  const nn::InputNeeds needs = spec.inputs();
+  const std::vector<nn::LayerDecl> layers = nn::layout(opt, F, s.classes);
   // The device holds what the trainer allocates as tensors (trainer.cpp): activations in the
   // activation dtype (fp16 on a GPU in fp16 mode), everything else in fp32 or fp64. On a GPU
   // the shard and the runtime stay in host memory and are not counted here.
   const bool on_gpu = opt.device == Device::kCuda;
   const uint64_t act_size = on_gpu && opt.precision == Precision::kFp16 ? 2 : 4;
-  const auto act = [&](int64_t rows, int64_t cols) { return f32(rows, cols) / 4 * act_size; };
+  const nn::MemoryShape shape{s, act_size};
+  const auto act = [&](int64_t rows, int64_t cols) { return shape.act(rows, cols); };
 
   // What both phases hold: the shard (memory-mapped and read through once, so resident), the
   // split structure of the aggregation, parameters with gradients and Adam's two moments.
   const uint64_t shard_bytes = resident_shard_bytes(s);
-  // GAT (gat.hpp): rows, columns and the transposed entries with their positions, global ids
-  // and the interior/boundary row lists; the others: the owned/halo split of the CSR and the
-  // halo rows' transpose offsets. GCN and SAGE on a symmetric graph read the forward arrays for
-  // the owned rows' transpose (Trainer::place_structure).
-  const bool shared_transpose = !gat && s.shared_transpose_entries > 0;
-  const uint64_t halo_transpose_offsets = gat ? 0 : static_cast<uint64_t>(halo + 1) * 8;
-  const uint64_t structure = gat ? static_cast<uint64_t>(edges) * 16 + static_cast<uint64_t>(owned + 1) * 8 +
-                                       static_cast<uint64_t>(local + 1) * 8 + static_cast<uint64_t>(owned) * 8 +
-                                       static_cast<uint64_t>(local) * 4
-                                 : static_cast<uint64_t>(owned + 1) * 16 + static_cast<uint64_t>(edges) * 4 +
-                                       static_cast<uint64_t>(owned + local) * 4 + halo_transpose_offsets;
+  // The attention graph (gat.hpp): rows, columns and the transposed entries with their
+  // positions, global ids and the interior/boundary row lists; the normalised aggregation: the
+  // owned/halo split of the CSR and the halo rows' transpose offsets, and on a symmetric graph
+  // the forward arrays serve the owned rows' transpose (LocalGraph).
+  const bool shared_transpose = !attention && s.shared_transpose_entries > 0;
+  const uint64_t halo_transpose_offsets = attention ? 0 : static_cast<uint64_t>(halo + 1) * 8;
+  const uint64_t structure = attention ? static_cast<uint64_t>(edges) * 16 + static_cast<uint64_t>(owned + 1) * 8 +
+                                             static_cast<uint64_t>(local + 1) * 8 + static_cast<uint64_t>(owned) * 8 +
+                                             static_cast<uint64_t>(local) * 4
+                                       : static_cast<uint64_t>(owned + 1) * 16 + static_cast<uint64_t>(edges) * 4 +
+                                             static_cast<uint64_t>(owned + local) * 4 + halo_transpose_offsets;
   // A GPU also holds the transposed structure it reads (in the shard on the CPU) and the
   // per-node ids, labels, training mask and send lists.
   const uint64_t device_arrays =
@@ -194,47 +192,58 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
              : 0;
   // What the optimizer (weights, gradients, Adam's moments, the fp16 copy) and the gradient
   // sum (the packed buffer, PowerSGD's state) allocate, as they report it.
-  const std::vector<train_detail::LayerParams> params = train_detail::layout_parameters(opt, F, s.classes);
-  const uint64_t optimizer =
-      Optimizer::device_bytes(static_cast<int64_t>(params.back().end), opt) +
-      GradientSync::device_bytes(gradient_layout(params), opt, train_detail::step_scalars(opt.layers));
-  // On a GPU the layer-0 inputs are dense, in the activation dtype, with a dropped copy. GAT
-  // keeps its halo rows' features too (layer 0 projects them itself).
-  const int input_count = (!gat ? 1 : 0) + (sage || gat ? 1 : 0);
+  const uint64_t optimizer = Optimizer::device_bytes(static_cast<int64_t>(nn::num_params(layers)), opt) +
+                             GradientSync::device_bytes(gradient_layout(layers), opt,
+                                                        train_detail::step_scalars(static_cast<int>(layers.size())));
+  // The layer-0 inputs the model asks for. On a GPU they are dense, in the activation dtype,
+  // with a dropped copy.
   const bool bf16_inputs = opt.input_storage == InputStorage::kBf16;
-  const int64_t input_rows = gat ? local : owned;
+  const uint64_t gpu_inputs = (needs.aggregated ? act(owned, F) : 0) + (needs.features ? act(owned, F) : 0) +
+                              (needs.halo_features ? act(halo, F) : 0);
   const uint64_t input_matrices =
-      on_gpu ? input_count * act(input_rows, F) : input_matrix_bytes(s, !gat, sage || gat, gat, false, bf16_inputs);
+      on_gpu ? gpu_inputs
+             : input_matrix_bytes(s, needs.aggregated, needs.features, needs.halo_features, false, bf16_inputs);
   const uint64_t input_matrices_training =
-      on_gpu ? input_count * act(input_rows, F) * (opt.dropout > 0.0f ? 2 : 1)
-             : input_matrix_bytes(s, !gat, sage || gat, gat, opt.dropout > 0.0f, bf16_inputs);
+      on_gpu ? gpu_inputs * (opt.dropout > 0.0f ? 2 : 1)
+             : input_matrix_bytes(s, needs.aggregated, needs.features, needs.halo_features, opt.dropout > 0.0f,
+                                  bf16_inputs);
 
-  // A GPU's aggregation keeps the partial sums of its long rows' chunks while a call runs
-  // (stream-ordered scratch, outside the trainer's tensors): fp64 rows padded to 4 columns for
-  // fp32, fp32 rows padded to 8 for fp16. The set-up aggregates the input features in fp32.
+  // Per layer: what it allocates and the widths it exchanges; the widest output (the backward
+  // pass's dL/d output rows).
+  std::vector<nn::LayerMemory> per_layer;
+  int64_t widest_out = 0, widest_exchange = 0, widest_forward = 0;
+  for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
+    per_layer.push_back(spec.layer_memory(layers, l, opt, shape));
+    widest_out = std::max(widest_out, layers[static_cast<size_t>(l)].out);
+    widest_forward = std::max(widest_forward, per_layer.back().forward_cols);
+    widest_exchange = std::max({widest_exchange, per_layer.back().forward_cols, per_layer.back().backward_cols});
+  }
+
+  // A GPU's normalised aggregation keeps the partial sums of its long rows' chunks while a call
+  // runs (stream-ordered scratch, outside the trainer's tensors): fp64 rows padded to 4 columns
+  // for fp32, fp32 rows padded to 8 for fp16. The set-up aggregates the input features in fp32.
   const auto chunk_scratch = [&](int64_t cols, bool fp16) -> uint64_t {
-    if (!on_gpu || gat) return 0;
+    if (!on_gpu || attention) return 0;
     return fp16 ? f32(s.long_row_chunks, (cols + 7) / 8 * 8) : f32(s.long_row_chunks, (cols + 3) / 4 * 4) * 2;
   };
-  const uint64_t setup_chunk_scratch = chunk_scratch(F, false);
-  const uint64_t training_chunk_scratch = chunk_scratch(max_dim, act_size == 2);
+  const uint64_t setup_chunk_scratch = needs.aggregated ? chunk_scratch(F, false) : 0;
+  const uint64_t training_chunk_scratch = chunk_scratch(widest_exchange, act_size == 2);
 
   // Host-side items of a GPU run are not what its device must hold.
   const uint64_t runtime = on_gpu ? 0 : kRuntimeBytes;
-  // Once the trainer holds its own copies it releases the shard's adjacency (before the set-up,
-  // Trainer::release_shard_structure) and its features (once copied into the set-up) from its
-  // resident set (Linux 5.4 or later): what stays are the transposed adjacency it reads, ids,
-  // degrees, labels and send lists.
+  // Once the trainer holds its own copies it releases the shard's adjacency (LocalGraph) and
+  // its features (once copied into the set-up) from its resident set (Linux 5.4 or later):
+  // what stays are the transposed adjacency it reads, ids, degrees, labels and send lists.
   uint64_t shard_released = f32(owned, F) + static_cast<uint64_t>(owned + 1) * 8 + static_cast<uint64_t>(edges) * 4;
   if (shared_transpose)
     shard_released += static_cast<uint64_t>(s.shared_transpose_entries) * 4 + static_cast<uint64_t>(local + 1) * 8;
-  if (gat) shard_released += static_cast<uint64_t>(edges) * 4 + static_cast<uint64_t>(local + 1) * 8;
+  if (attention) shard_released += static_cast<uint64_t>(edges) * 4 + static_cast<uint64_t>(local + 1) * 8;
   uint64_t shard_training = shard_bytes - std::min(shard_bytes, shard_released);
   if (on_gpu) shard_training = 0;
   // The trainer sets up the layer-0 inputs before it allocates the activations: the local
   // features (received once) are held throughout; with them either their exchange's buffers
-  // (gathered rows, send and receive words), or afterwards, for GCN/SAGE, their dense
-  // aggregation and the stored input matrices (GAT stores its inputs without aggregating).
+  // (gathered rows, send and receive words), or afterwards their dense aggregation and the
+  // stored input matrices.
   MemoryEstimate setup;
   setup.phase = "set-up";
   setup.device = opt.device;
@@ -245,7 +254,7 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
                  {"input features (set-up)", f32(local, F)}};
   const uint64_t setup_features = on_gpu ? 0 : f32(owned, F);
   const uint64_t setup_exchange = f32(sends, F) + words_bytes(32, sends, F) + words_bytes(32, halo, F);
-  const uint64_t setup_aggregation = gat ? 0 : f32(owned, F);
+  const uint64_t setup_aggregation = needs.aggregated ? f32(owned, F) : 0;
   if (setup_exchange >= std::max(setup_features, setup_aggregation + input_matrices)) {
     setup.items.push_back({"exchange buffers", setup_exchange});
   } else if (setup_features > setup_aggregation + input_matrices) {
@@ -264,65 +273,37 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   training.device = opt.device;
   uint64_t activations = 0, exchange = 0, drift = 0, smoothed = 0;
   const bool smoothing = opt.mode == ExchangeMode::kStale && opt.staleness.smoothing > 0.0f;
+  const bool drift_reference = opt.mode == ExchangeMode::kStale && std::isfinite(opt.staleness.drift_threshold);
   const int in_flight = opt.mode == ExchangeMode::kStale ? opt.staleness.staleness + 1 : 1;
   // Stale mode keeps S + 1 exchanges of every layer and direction in flight; otherwise, on the
   // CPU, one exchange (one layer, one direction) holds its send and receive words at a time
   // (HostHaloExchanger keeps the largest exchange's words for reuse by the next). The device
   // exchanger is counted as if every layer's and direction's buffers were held at once.
   uint64_t one_exchange = 0;
-  const auto add_exchange = [&](uint64_t forward_words, uint64_t backward_words) {
+  for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
+    const nn::LayerMemory& m = per_layer[static_cast<size_t>(l)];
+    activations += m.activations;
+    if (m.forward_cols == 0 && m.backward_cols == 0) continue;
+    const int fwd = opt.bits_fwd_at(l), bwd = opt.bits_bwd_at(l);
+    const uint64_t forward_words = message_bytes(fwd, sends, m.forward_cols, m.forward_fp32_tail) +
+                                   message_bytes(fwd, halo, m.forward_cols, m.forward_fp32_tail);
+    const uint64_t backward_words = words_bytes(bwd, halo, m.backward_cols) + words_bytes(bwd, sends, m.backward_cols);
     if (opt.mode == ExchangeMode::kStale || on_gpu) {
       exchange += static_cast<uint64_t>(in_flight) * (forward_words + backward_words);
     } else {
       one_exchange = std::max({one_exchange, forward_words, backward_words});
     }
-  };
-  if (gat) {
-    // Per layer: input (owned), output, [h | el] on local rows, er, alpha per edge and head;
-    // every layer but the first (which projects its halo rows itself) exchanges pw + heads
-    // columns forward and pw backward.
-    int64_t max_proj = 0, max_heads = 0;
-    for (int l = 0; l < opt.layers; ++l) {
-      const int64_t pw = shapes[static_cast<size_t>(l)].proj(), H = shapes[static_cast<size_t>(l)].heads;
-      const int64_t tail = opt.quantize_attention_terms ? 0 : H;  // el travels as fp32
-      if (l >= 1) activations += act(owned, dims[l]);
-      activations += (l + 1 == opt.layers ? f32(owned, dims[l + 1]) : act(owned, dims[l + 1])) + act(local, pw + H) +
-                     f32(owned, H) + f32(edges + owned, H);
-      const int fwd = opt.bits_fwd_at(l), bwd = opt.bits_bwd_at(l);
-      if (l >= 1)
-        add_exchange(message_bytes(fwd, sends, pw + H, tail) + message_bytes(fwd, halo, pw + H, tail),
-                     words_bytes(bwd, halo, pw) + words_bytes(bwd, sends, pw));
-      if (l >= 1 && opt.mode == ExchangeMode::kStale && std::isfinite(opt.staleness.drift_threshold))
-        drift += f32(owned, dims[l]);
-      if (l >= 1 && smoothing) smoothed += f32(sends, pw);
-      max_proj = std::max(max_proj, pw);
-      max_heads = std::max(max_heads, H);
-    }
-    // Scratch: dy, dz, dh, dL/d el, dL/d er, dL/de per edge and head.
-    activations += 2 * act(owned, max_dim) + act(local, max_proj) + f32(local, max_heads) + f32(owned, max_heads) +
-                   f32(edges + owned, max_heads);
-    exchange += f32(std::max(sends, halo), max_proj + max_heads);
-    if (opt.mode == ExchangeMode::kStale) exchange += f32(halo, max_proj + max_heads);
-  }
-  for (int l = 0; !gat && l < opt.layers; ++l) {
-    if (l >= 1) activations += act(local, dims[l]) + act(owned, dims[l]);
-    activations += l + 1 == opt.layers ? f32(owned, dims[l + 1]) : act(owned, dims[l + 1]);
-    if (l >= 1) {
-      const int fwd = opt.bits_fwd_at(l), bwd = opt.bits_bwd_at(l);
-      add_exchange(words_bytes(fwd, sends, dims[l]) + words_bytes(fwd, halo, dims[l]),
-                   words_bytes(bwd, halo, dims[l]) + words_bytes(bwd, sends, dims[l]));
-      if (opt.mode == ExchangeMode::kStale && std::isfinite(opt.staleness.drift_threshold))
-        drift += f32(owned, dims[l]);
-      if (smoothing) smoothed += f32(sends, dims[l]);
-    }
+    if (drift_reference) drift += f32(owned, m.drift_cols);
+    if (smoothing) smoothed += f32(sends, m.backward_cols);
   }
   exchange += one_exchange;
-  if (!gat) {
-    activations += act(owned, max_dim) + act(local, max_dim);              // dy, dlocal (dz reuses z)
-    if (act_size != 4) activations += f32(owned, s.classes);               // fp32 dL/dlogits
-    exchange += f32(std::max(sends, halo), max_dim);                       // gather/staging rows
-    if (opt.mode == ExchangeMode::kStale) exchange += f32(halo, max_dim);  // halo kept aside during evaluation
-  }
+  // The layers' shared scratch, dL/d output (and in fp16 the fp32 dL/d logits).
+  activations += spec.scratch_memory(layers, opt, shape) + act(owned, widest_out);
+  if (act_size != 4) activations += f32(owned, s.classes);
+  // The exchanger's gathered and staging rows, and in stale mode the halo kept aside while an
+  // evaluation pass exchanges fresh rows.
+  exchange += f32(std::max(sends, halo), widest_exchange);
+  if (opt.mode == ExchangeMode::kStale) exchange += f32(halo, widest_forward);
   training.items = {{"runtime", runtime},
                     {"shard", shard_training},
                     {"structure", structure + device_arrays},

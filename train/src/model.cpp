@@ -17,6 +17,7 @@
 #include "halogen/core/log.hpp"
 #include "halogen/core/output.hpp"
 #include "halogen/train/checkpoint.hpp"
+#include "nn/registry.hpp"
 #include "trainer_common.hpp"
 
 namespace halogen {
@@ -40,9 +41,9 @@ struct ArraySpec {
 std::vector<ArraySpec> array_specs(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {
   // One array per declared parameter array, named by its layer.
   std::vector<ArraySpec> specs;
-  const auto layout = train_detail::layout_parameters(opt, feature_dim, classes);
+  const auto layout = nn::layout(opt, feature_dim, classes);
   for (size_t l = 0; l < layout.size(); ++l)
-    for (const train_detail::ParamArray& a : layout[l].arrays)
+    for (const nn::ParamArray& a : layout[l].arrays)
       specs.push_back({fmt::format("layer{}.{}", l, a.name), a.offset, a.shape});
   return specs;
 }
@@ -122,15 +123,10 @@ std::vector<float> parse_npy_f32(const std::filesystem::path& path, const std::s
 
 nlohmann::json shape_json(const SavedModel& m) {
   const TrainOptions& o = m.options;
-  nlohmann::json j = {{"model", to_string(o.model)}, {"layers", o.layers},
-                      {"hidden", o.hidden},          {"feature_dim", m.feature_dim},
-                      {"classes", m.num_classes},    {"feature_norm", to_string(o.feature_norm)}};
-  if (o.model == ModelKind::kGat) {
-    j["heads"] = o.heads;
-    j["out_heads"] = o.out_heads;
-    j["residual"] = o.residual;
-    j["negative_slope"] = 0.2;
-  }
+  nlohmann::json j = {{"model", o.model},         {"layers", o.layers},
+                      {"hidden", o.hidden},       {"feature_dim", m.feature_dim},
+                      {"classes", m.num_classes}, {"feature_norm", to_string(o.feature_norm)}};
+  nn::describe_model(o, j);
   return j;
 }
 
@@ -138,14 +134,10 @@ nlohmann::json shape_json(const SavedModel& m) {
 TrainOptions options_of(const nlohmann::json& j, const std::string& where) {
   try {
     TrainOptions o;
-    o.model = parse_model_kind(j.at("model").get<std::string>());
+    o.model = j.at("model").get<std::string>();
     o.layers = j.at("layers").get<int>();
     o.hidden = j.at("hidden").get<int>();
-    if (o.model == ModelKind::kGat) {
-      o.heads = j.at("heads").get<int>();
-      o.out_heads = j.at("out_heads").get<int>();
-      o.residual = j.at("residual").get<bool>();
-    }
+    nn::read_model_description(j, o);
     o.feature_norm = parse_feature_norm(j.value("feature_norm", std::string("row")));
     o.progress = false;
     o.validate();
@@ -219,10 +211,7 @@ void save_model(const std::filesystem::path& model_dir, const SavedModel& model,
     }
     nlohmann::json j = {{"format", "halogen-model"}, {"version", kModelFormatVersion}};
     j.update(shape_json(model));
-    j["aggregation"] = model.options.model == ModelKind::kGcn
-                           ? "sum over in-neighbours and self of x_j / sqrt((deg_in(i)+1)(deg_out(j)+1))"
-                       : model.options.model == ModelKind::kSage ? "mean over in-neighbours, plus a self term"
-                                                                 : "attention softmax over in-neighbours and self";
+    j["aggregation"] = nn::model_spec(model.options.model).aggregation_text();
     j["arrays"] = arrays;
     j["training"] = model.training;
     write_file_atomic(tmp / "model.json", j.dump(2) + "\n");
@@ -268,7 +257,7 @@ SavedModel load_model(const std::filesystem::path& dir) {
     m.params.assign(specs.back().offset + static_cast<size_t>(specs.back().size()), 0.0f);
     const auto& arrays = j.at("arrays");
     HALOGEN_EXPECTS(arrays.size() == specs.size(), "'{}' lists {} arrays; a {} of this shape has {}",
-                    json_path.string(), arrays.size(), to_string(m.options.model), specs.size());
+                    json_path.string(), arrays.size(), m.options.model, specs.size());
     for (const ArraySpec& a : specs) {
       HALOGEN_EXPECTS(arrays.contains(a.name), "'{}' lacks the array '{}' of this model", json_path.string(), a.name);
       const auto& entry = arrays.at(a.name);

@@ -51,7 +51,7 @@ bool Optimizer::step(double loss, bool halo_overflow, int epoch, bool log_rank) 
     }
   }
   for (const Range& r : decayed_)
-    ops::axpy(ctx_, opt_.weight_decay, params_.row_range(r.begin, r.end), grads_.row_range(r.begin, r.end));
+    ops::axpy(ctx_, r.weight_decay, params_.row_range(r.begin, r.end), grads_.row_range(r.begin, r.end));
   ops::adam_step(ctx_, params_, grads_, adam_m_, adam_v_, ++adam_step_, opt_.lr, 0.0f);
   if (precision_.active()) copy(ctx_, params_, params_half_);
   return true;

@@ -22,8 +22,10 @@ class Optimizer {
  public:
   struct Range {
     int64_t begin = 0, end = 0;
+    float weight_decay = 0.0f;
   };
-  /// `initial`: the parameters (host, fp32); `decayed`: the ranges weight decay applies to.
+  /// `initial`: the parameters (host, fp32); `decayed`: the ranges weight decay applies to, each
+  /// with its coefficient.
   Optimizer(const ExecContext& ctx, const TrainOptions& options, const std::vector<float>& initial,
             std::vector<Range> decayed);
 

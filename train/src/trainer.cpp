@@ -39,31 +39,12 @@
 #include "kernels/dense.hpp"
 #include "kernels/gat.hpp"
 #include "keys.hpp"
-#include "layer_shapes.hpp"
 #include "ops.hpp"
 #include "optimizer.hpp"
 #include "trainer_common.hpp"
 #include "trainer_impl.hpp"
 
 namespace halogen {
-
-ModelKind parse_model_kind(const std::string& name) {
-  if (name == "gcn") return ModelKind::kGcn;
-  if (name == "sage" || name == "graphsage") return ModelKind::kSage;
-  if (name == "gat") return ModelKind::kGat;
-  HALOGEN_FAIL("unknown model '{}': expected 'gcn', 'sage' or 'gat'", name);
-}
-std::string to_string(ModelKind k) {
-  switch (k) {
-    case ModelKind::kGcn:
-      return "gcn";
-    case ModelKind::kSage:
-      return "sage";
-    case ModelKind::kGat:
-      return "gat";
-  }
-  return "?";
-}
 
 GradAllreduce parse_grad_allreduce(const std::string& name) {
   if (name == "layerwise") return GradAllreduce::kLayerwise;
@@ -109,6 +90,7 @@ std::string to_string(FeatureNorm n) {
 }
 
 void TrainOptions::validate() const {
+  const nn::ModelSpec& spec = nn::model_spec(model);  // an unknown name is refused here
   HALOGEN_EXPECTS(layers >= 1, "--layers must be at least 1, got {}", layers);
   HALOGEN_EXPECTS(hidden >= 1, "--hidden must be at least 1, got {}", hidden);
   HALOGEN_EXPECTS(dropout >= 0.0f && dropout < 1.0f, "--dropout must be in [0, 1), got {}", dropout);
@@ -123,8 +105,8 @@ void TrainOptions::validate() const {
   BoundedStalenessAdapter(mode, staleness);  // validates the staleness options
   for (const auto* v : {&bits_fwd, &bits_bwd}) {
     const char* what = v == &bits_fwd ? "--bits-fwd" : "--bits-bwd";
-    HALOGEN_EXPECTS(v->size() == 1 || static_cast<int>(v->size()) == layers,
-                    "{} takes one value or one per layer ({}), got {}", what, layers, v->size());
+    HALOGEN_EXPECTS(v->size() == 1 || static_cast<int>(v->size()) == spec.layer_count(*this),
+                    "{} takes one value or one per layer ({}), got {}", what, spec.layer_count(*this), v->size());
     for (int b : *v)
       HALOGEN_EXPECTS(quant::is_supported_bits(b), "{}: {} bits not supported (1, 2, 4, 8, 16, 32)", what, b);
   }
@@ -138,6 +120,13 @@ void TrainOptions::validate() const {
   HALOGEN_EXPECTS(input_storage == InputStorage::kFp32 || device == Device::kCpu,
                   "--input-storage bf16 is for CPU ranks; on a GPU the layer-0 inputs are stored in the activation "
                   "dtype (--precision fp16 halves them)");
+  for (const auto& [name, value] : model_params) {
+    bool known = false;
+    for (const auto& h : spec.hyperparameters()) known = known || h.name == name;
+    HALOGEN_EXPECTS(known, "--{} is not a hyper-parameter of model '{}'", name, model);
+    HALOGEN_EXPECTS(std::isfinite(value), "--{} must be finite, got {}", name, value);
+  }
+  spec.validate(*this);
 }
 int TrainOptions::bits_fwd_at(int layer) const { return bits_fwd.size() == 1 ? bits_fwd[0] : bits_fwd[layer]; }
 int TrainOptions::bits_bwd_at(int layer) const { return bits_bwd.size() == 1 ? bits_bwd[0] : bits_bwd[layer]; }
@@ -262,8 +251,9 @@ Inference infer(const Shard& shard, Communicator& comm, const SavedModel& model,
   HALOGEN_EXPECTS(shard.feature_dim == model.feature_dim,
                   "rank {}: the model takes {} input features, the shard has {}", comm.rank(), model.feature_dim,
                   shard.feature_dim);
-  HALOGEN_EXPECTS(embeddings_layer >= 0 && embeddings_layer <= t.layers, "embeddings layer {} of a {}-layer model",
-                  embeddings_layer, t.layers);
+  const int layers = nn::model_spec(t.model).layer_count(t);
+  HALOGEN_EXPECTS(embeddings_layer >= 0 && embeddings_layer <= layers, "embeddings layer {} of a {}-layer model",
+                  embeddings_layer, layers);
   HALOGEN_EXPECTS(device == kDevCpu || cuda_device_count() > 0,
                   "rank {}: --device cuda but no GPU is visible to this process", comm.rank());
   // The model's classes, whatever labels this graph has.

@@ -11,10 +11,11 @@
 #include "halogen/core/log.hpp"
 #include "halogen/core/rng.hpp"
 #include "kernels/dense.hpp"
+#include "nn/registry.hpp"
 
 namespace halogen::train_detail {
 
-LocalStructure build_structure(const Shard& s, ModelKind kind) {
+LocalStructure build_structure(const Shard& s, bool symmetric) {
   LocalStructure ls;
   const int64_t n = s.num_owned;
   ls.own_off.resize(static_cast<size_t>(n) + 1);
@@ -41,7 +42,7 @@ LocalStructure build_structure(const Shard& s, ModelKind kind) {
   const int64_t nl = s.num_local();
   ls.dst_scale.resize(static_cast<size_t>(n));
   ls.src_scale.resize(static_cast<size_t>(nl));
-  if (kind == ModelKind::kGcn) {
+  if (symmetric) {
     ls.self_loops = true;
     for (int64_t r = 0; r < n; ++r) ls.dst_scale[r] = 1.0f / std::sqrt(static_cast<float>(s.in_degree[r]) + 1.0f);
     for (int64_t c = 0; c < nl; ++c) ls.src_scale[c] = 1.0f / std::sqrt(static_cast<float>(s.out_degree[c]) + 1.0f);
@@ -73,40 +74,8 @@ int64_t shared_transpose_entries(const Shard& s) {
   return entries;
 }
 
-std::vector<LayerParams> layout_parameters(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {
-  const bool gat = opt.model == ModelKind::kGat;
-  std::vector<LayerParams> layout;
-  size_t off = 0;
-  using Kind = ParamArray::Kind;
-  for (const LayerShape& shape : layer_shapes(opt, feature_dim, classes)) {
-    LayerParams p;
-    static_cast<LayerShape&>(p) = shape;
-    const auto take = [&](const char* name, std::vector<int64_t> dims, Kind kind, uint32_t init_key) {
-      ParamArray a{name, off, std::move(dims), kind, init_key};
-      off += static_cast<size_t>(a.size());
-      p.arrays.push_back(a);
-      return a.offset;
-    };
-    if (gat) {
-      p.w_self = take("weight", {p.in, p.proj()}, Kind::kMatrix, 0);
-      p.att_src = take("att_src", {p.heads, p.head_dim}, Kind::kVector, 2);
-      p.att_dst = take("att_dst", {p.heads, p.head_dim}, Kind::kVector, 3);
-      if (p.projected_residual) p.w_res = take("weight_res", {p.in, p.out}, Kind::kMatrix, 4);
-    } else if (opt.model == ModelKind::kSage) {
-      p.w_self = take("weight_self", {p.in, p.out}, Kind::kMatrix, 0);
-      p.w_neigh = take("weight_neigh", {p.in, p.out}, Kind::kMatrix, 1);
-    } else {
-      p.w_self = take("weight", {p.in, p.out}, Kind::kMatrix, 0);
-    }
-    p.bias = take("bias", {p.out}, Kind::kBias, 0);
-    p.end = off;
-    layout.push_back(p);
-  }
-  return layout;
-}
-
-void init_parameters(const TrainOptions& opt, const std::vector<LayerParams>& layout, float* params) {
-  std::fill_n(params, layout.empty() ? 0 : layout.back().end, 0.0f);
+void init_parameters(const TrainOptions& opt, const std::vector<nn::LayerDecl>& layout, float* params) {
+  std::fill_n(params, nn::num_params(layout), 0.0f);
   // Glorot uniform, keyed by (layer, matrix, row, column): identical on every rank.
   const RngStream rng = RngStream::make(opt.seed, RngPurpose::kWeightInit);
   auto glorot = [&](int l, uint32_t m, float* w, int64_t rows, int64_t cols, float bound) {
@@ -121,8 +90,8 @@ void init_parameters(const TrainOptions& opt, const std::vector<LayerParams>& la
   // Every array but the biases, as PyG's layers do (GATConv: W and the attention vectors):
   // Glorot uniform over its two dimensions.
   for (int l = 0; l < static_cast<int>(layout.size()); ++l)
-    for (const ParamArray& a : layout[static_cast<size_t>(l)].arrays) {
-      if (a.kind == ParamArray::Kind::kBias) continue;
+    for (const nn::ParamArray& a : layout[static_cast<size_t>(l)].arrays) {
+      if (a.kind == nn::ParamArray::Kind::kBias) continue;
       const int64_t rows = a.shape[0], cols = a.shape[1];
       glorot(l, a.init_key, params + a.offset, rows, cols, std::sqrt(6.0f / static_cast<float>(rows + cols)));
     }
@@ -285,20 +254,16 @@ nlohmann::json EpochLog::summary(const std::string& device, double total_s, int 
   summary["total_s"] = total_s;
   summary["device"] = device;
   summary["ranks"] = comm_.size();
-  summary["model"] = to_string(opt_.model);
+  summary["model"] = opt_.model;
   summary["mode"] = to_string(opt_.mode);
   summary["start_epoch"] = start_epoch;
   return summary;
 }
 
 nlohmann::json model_description(const TrainOptions& opt, const Shard& s, size_t num_params) {
-  nlohmann::json m = {{"model", to_string(opt.model)}, {"layers", opt.layers},     {"hidden", opt.hidden},
-                      {"feature_dim", s.feature_dim},  {"classes", s.num_classes}, {"parameters", num_params}};
-  if (opt.model == ModelKind::kGat) {
-    m["heads"] = opt.heads;
-    m["out_heads"] = opt.out_heads;
-    m["residual"] = opt.residual;
-  }
+  nlohmann::json m = {{"model", opt.model},           {"layers", opt.layers},     {"hidden", opt.hidden},
+                      {"feature_dim", s.feature_dim}, {"classes", s.num_classes}, {"parameters", num_params}};
+  nn::describe_model(opt, m);
   return m;
 }
 

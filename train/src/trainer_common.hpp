@@ -20,13 +20,13 @@
 #include "halogen/pipeline/staleness.hpp"
 #include "halogen/train/checkpoint.hpp"
 #include "halogen/train/trainer.hpp"
-#include "layer_shapes.hpp"
+#include "nn/layer.hpp"
 
 namespace halogen::train_detail {
 
 // Local structure split for overlap: owned-column and halo-column blocks of the forward CSR
-// (rows = owned nodes), and the normalisation of aggregate.hpp (GCN: symmetric with self
-// loops; SAGE: mean).
+// (rows = owned nodes), and the normalisation of aggregate.hpp (symmetric with self loops, or
+// the mean).
 struct LocalStructure {
   HostBuffer<int64_t> own_off, halo_off;
   HostBuffer<int32_t> own_idx, halo_idx;
@@ -36,7 +36,8 @@ struct LocalStructure {
   // The halo rows' offsets into the shard's t_indices, from its first halo entry on.
   HostBuffer<int64_t> t_halo_off;
 };
-LocalStructure build_structure(const Shard& s, ModelKind kind);
+/// `symmetric`: GCN's normalisation with self loops, else the mean over in-neighbours.
+LocalStructure build_structure(const Shard& s, bool symmetric);
 /// The entries of the owned block (owned rows, owned columns) when its transpose, as the
 /// shard stores it (t_offsets/t_indices, rows 0..owned-1), is the block itself entry for
 /// entry: each owned row lists its owned neighbours in the order in which the transposed row
@@ -45,49 +46,12 @@ LocalStructure build_structure(const Shard& s, ModelKind kind);
 /// the transpose.
 int64_t shared_transpose_entries(const Shard& s);
 
-// Parameter layout of one layer inside the flat parameter vector.
-/// One named array of a layer's parameters, as the layer declares it: its place in the flat
-/// parameter vector and its shape. Everything that walks the parameters (saved models, the
-/// gradient sum, the memory plan) reads these declarations.
-struct ParamArray {
-  enum class Kind {
-    kMatrix,  // a weight matrix (in x out): decayed, and PowerSGD may replace its gradient
-    kVector,  // a learned vector other than a bias (GAT's attention vectors): decayed
-    kBias,
-  };
-  std::string name;  // within the layer: "weight", "weight_self", "att_src", "bias", ...
-  size_t offset = 0;
-  std::vector<int64_t> shape;
-  Kind kind = Kind::kMatrix;
-  // Which stream of the layer's keyed Glorot-uniform values initialises it (biases start at
-  // zero): fixed per array, so that every rank and device draws the same initial weights.
-  uint32_t init_key = 0;
-  int64_t size() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
-};
-
-struct LayerParams : LayerShape {
-  size_t w_self = 0;   // offset of W (GCN), W_self (SAGE) or the projection W (GAT, in x heads*head_dim)
-  size_t w_neigh = 0;  // SAGE only
-  // GAT only: attention vectors (heads*head_dim each) and the residual projection (in x out;
-  // kNone unless projected_residual).
-  static constexpr size_t kNone = ~size_t{0};
-  size_t att_src = 0, att_dst = 0, w_res = kNone;
-  size_t bias = 0;  // weights (decayed) are [w_self, bias), biases [bias, end)
-  size_t end = 0;
-  std::vector<ParamArray> arrays;  // [w_self, end) as named arrays, in order
-};
-/// The layers of `opt`'s model and their offsets; the last layer's `end` is the total.
-std::vector<LayerParams> layout_parameters(const TrainOptions& opt, int64_t feature_dim, int64_t classes);
 /// The fp64 scalars each step sums over ranks beside the gradients: the loss, the drift
 /// numerator and denominator of every layer, and the fp16 overflow flag.
 inline int64_t step_scalars(int layers) { return 2 + 2 * static_cast<int64_t>(layers); }
 /// Glorot-uniform weights keyed by (seed, layer, matrix, row, column), zero biases: identical
-/// on every rank and on every device. `params` has layout.back().end values.
-void init_parameters(const TrainOptions& opt, const std::vector<LayerParams>& layout, float* params);
+/// on every rank and on every device. `params` has nn::num_params(layout) values.
+void init_parameters(const TrainOptions& opt, const std::vector<nn::LayerDecl>& layout, float* params);
 
 /// The owned nodes' input features (row-normalised when the options say so) in the first
 /// num_owned rows of a rows x feature_dim matrix (rows >= num_owned; the rest zero).

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -20,9 +21,22 @@
 
 namespace halogen {
 
-enum class ModelKind { kGcn, kSage, kGat };
-ModelKind parse_model_kind(const std::string& name);
-std::string to_string(ModelKind k);
+/// The models halogen trains, by name (gcn, sage, gat, ...): one file each and a line of the
+/// registry (train/src/nn/registry.cpp), which holds their defaults.
+std::vector<std::string> model_names();
+/// The registered name of `name_or_alias` (graphsage: sage); throws halogen::Error listing the
+/// models for an unknown one.
+std::string model_name(const std::string& name_or_alias);
+/// The hidden size `model` gets when none is given: its published setting, the same for every
+/// graph (GAT: 8 per head, 8 heads making 64). Throws halogen::Error for an unknown model.
+int default_hidden(const std::string& model);
+/// A model's own hyper-parameter (TrainOptions::model_params), as the command line offers it:
+/// its name, what it is, and the models that take it.
+struct ModelParam {
+  std::string name, help;
+  std::vector<std::string> models;
+};
+std::vector<ModelParam> model_params();
 
 /// Storage precision of activations on the GPU path: fp32, or fp16 with fp32 accumulation,
 /// fp32 master weights and dynamic loss scaling.
@@ -53,9 +67,12 @@ GradAllreduce parse_grad_allreduce(const std::string& name);
 std::string to_string(GradAllreduce g);
 
 struct TrainOptions {
-  ModelKind model = ModelKind::kGcn;
+  std::string model = "gcn";  // a name of model_names() (or an alias: graphsage)
   int layers = 2;
   int hidden = 64;  // GAT: per head; a hidden layer is heads * hidden wide (default_hidden)
+  /// The model's own hyper-parameters by name (model_params()); one not set takes the model's
+  /// published value.
+  std::map<std::string, double> model_params;
   float dropout = 0.5f;
   /// GAT (train/src/kernels/gat.hpp): attention heads of the hidden layers (concatenated) and of the
   /// output layer (averaged); dropout on the attention weights (< 0: same as dropout);
@@ -129,9 +146,9 @@ struct TrainOptions {
   float attention_dropout() const { return attn_dropout < 0.0f ? dropout : attn_dropout; }
 };
 
-/// The hidden size a model gets when none is given: 64 features, for GAT 8 per head (8 heads
-/// make 64), as the reference implementations train them; the same for every graph.
-constexpr int default_hidden(ModelKind model) { return model == ModelKind::kGat ? 8 : 64; }
+/// The options `model` trains with where none are given: TrainOptions' defaults with the
+/// model's published setting (hidden size, depth, dropout, ...), the same for every graph.
+TrainOptions model_defaults(const std::string& model);
 
 struct TrainResult {
   std::vector<nlohmann::json> epochs;  // one record per epoch (identical on every rank)

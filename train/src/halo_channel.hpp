@@ -1,0 +1,119 @@
+// The halo channel of the layers (docs/architecture.md, "The halo channel"): a layer hands it
+// the rows it computed and gets back the rows other ranks own, as the exchange mode says
+// (sync, overlap, stale with the fixed or adaptive policy), without knowing that mode. It owns
+// every piece of exchange state (exchanges in flight, drift references, smoothed gradients,
+// the evaluation reference of the adaptive policy) and saves and restores it itself.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "halo_schedule.hpp"
+#include "halogen/comm/communicator.hpp"
+#include "halogen/core/tensor.hpp"
+#include "halogen/pipeline/halo_exchanger.hpp"
+#include "halogen/pipeline/progress_thread.hpp"
+#include "halogen/pipeline/staleness.hpp"
+#include "halogen/train/checkpoint.hpp"
+#include "halogen/train/trainer.hpp"
+#include "local_graph.hpp"
+#include "nn/layer.hpp"
+
+namespace halogen {
+
+/// The rows a layer exchanges forward: all local rows (owned first; the halo rows are
+/// written), and what the policies read of them.
+struct HaloRows {
+  TensorView rows;
+  /// The owned activations these rows were computed from, before dropout (the stale policy's
+  /// drift is measured on them), or empty.
+  TensorView drift_rows;
+  /// The rows' last columns that are attention logits (GAT's el): they travel as fp32 unless
+  /// --quantize-attention-terms, and the adaptive policy counts their change in absolute terms.
+  int64_t logit_cols = 0;
+};
+
+class HaloChannel {
+ public:
+  using Work = std::function<void()>;
+  /// For a model of `layers` layers. `loss_scaled`: gradients are loss-scaled fp16 (an
+  /// overflowing halo gradient is sent as zeros and the step skipped on every rank).
+  HaloChannel(const Shard& shard, Communicator& comm, const ExecContext& ctx, const TrainOptions& opt, DType act,
+              const LocalGraph& graph, int layers, bool loss_scaled);
+  ~HaloChannel();
+
+  /// Layer l exchanges `rows` forward (its halo rows are then the layer's cache, checkpointed
+  /// with the run) and sends back gradients `backward_cols` wide. Called once per such layer.
+  void attach(int l, const TensorView& rows, int64_t backward_cols);
+
+  /// Starts an epoch: the adapter's decision whether it exchanges synchronously.
+  BoundedStalenessAdapter::Decision begin_epoch(int epoch);
+  /// The pass the next exchanges belong to (training: the mode's schedule; evaluation: fresh).
+  void begin_pass(const nn::Pass& pass) { pass_ = pass; }
+
+  /// Forward exchange of layer l: `before_halo` is the work that needs no halo row (it runs
+  /// while the rows travel, as the mode allows), `after_halo` the rest.
+  void forward(int l, const HaloRows& rows, const Work& before_halo, const Work& after_halo);
+  /// Backward: the halo rows of `dlocal` go to their owners and theirs come back, added into
+  /// the owned rows; `owned_rows` is the work that completes the owned rows meanwhile.
+  void backward(int l, const TensorView& dlocal, const Work& owned_rows);
+
+  /// The fp64 values the step sums over ranks for the channel (drift sums, the overflow flag:
+  /// 2 L + 1 of them), written into and read back from `scalars`.
+  void write_scalars(std::span<double> scalars) const;
+  void read_scalars(std::span<const double> scalars);
+  /// After an evaluation pass: feeds the adaptive policy (collective).
+  void end_evaluation(int epoch);
+  /// Completes every exchange in flight (end of training).
+  void drain();
+
+  bool drift_enabled() const { return adapter_.drift_enabled(); }
+  bool adaptive() const { return adapter_.adaptive(); }
+  int max_staleness() const { return tracker_.max_used(); }
+  ExchangeStats& stats() { return exch_->stats(); }
+
+  void save(CheckpointWriter& w, nlohmann::json& meta);
+  void restore(const CheckpointReader& r, const nlohmann::json& meta, const std::string& dir);
+
+ private:
+  struct Layer;  // one layer's exchange state
+  void forward_training(int l, const HaloRows& rows, const Work& before_halo, const Work& after_halo);
+  void forward_evaluation(int l, const HaloRows& rows, const Work& before_halo, const Work& after_halo);
+  void measure_drift(int l, const TensorView& rows);
+  void measure_eval_change(int l, const HaloRows& rows);
+  void discard(Exchange& pending, int64_t cols);
+  void inject_faults(int epoch, const TensorView& x);
+  train_detail::EpochSchedule schedule() const { return {opt_.mode, sync_epoch_, opt_.staleness.smoothing}; }
+  int64_t sends() const { return graph_.sends(); }
+  int64_t fp32_tail(const HaloRows& rows) const { return opt_.quantize_attention_terms ? 0 : rows.logit_cols; }
+
+  const Shard& s_;
+  Communicator& comm_;
+  const ExecContext& ctx_;
+  const TrainOptions& opt_;
+  const DType act_;
+  const LocalGraph& graph_;
+  const bool loss_scaled_;
+  std::unique_ptr<ProgressThread> progress_;
+  std::unique_ptr<HaloExchanger> exch_;
+  BoundedStalenessAdapter adapter_;
+  StalenessTracker tracker_;
+  std::vector<Layer> layers_;
+  nn::Pass pass_;
+  bool sync_epoch_ = true;
+  std::vector<double> prev_drift_;  // the last step's drift per layer (the adapter's input)
+  bool drift_measured_ = false;     // this epoch compared against a previous send
+  int eval_sent_epoch_ = -1;        // the epoch of the last evaluation (adaptive policy)
+  bool halo_overflow_ = false;      // fp16: an outgoing halo gradient overflowed this epoch
+  Tensor saved_halo_, discard_;
+  struct Faults {  // test hooks (inject_faults), read once from the environment
+    int rank = -1, epoch = -1;
+    std::string what;
+  } faults_;
+};
+
+}  // namespace halogen

@@ -1,0 +1,136 @@
+// GraphSAGE with the mean aggregator (Hamilton et al., NeurIPS 2017), as PyG's SAGEConv:
+// y = x W_self + mean_{j in N(i)} x_j W_neigh + b. Layer 0 reads the features and their mean
+// over the neighbours, computed once; the layers above aggregate their input's local rows,
+// the halo rows exchanged through the channel.
+#include "halo_channel.hpp"
+#include "input_matrix.hpp"
+#include "local_graph.hpp"
+#include "nn/propagate.hpp"
+#include "nn/registry.hpp"
+
+namespace halogen::nn {
+namespace {
+
+class SageLayer final : public Layer {
+ public:
+  SageLayer(LayerContext& ctx, const LayerDecl& decl, int index)
+      : ctx_(ctx),
+        decl_(decl),
+        l_(index),
+        w_self_(decl.array("weight_self")),
+        w_neigh_(decl.array("weight_neigh")),
+        bias_(decl.array("bias")) {}
+
+  void allocate() override {
+    const LocalGraph& g = ctx_.graph;
+    const Device device = ctx_.exec.device;
+    y_.reset(device, l_ + 1 == ctx_.layers ? DType::kF32 : ctx_.act, g.owned(), decl_.out);
+    if (l_ == 0) return;
+    in_.reset(device, ctx_.act, g.local(), decl_.in);
+    zero(ctx_.exec, in_);
+    z_.reset(device, ctx_.act, g.owned(), decl_.in);
+    ctx_.halo.attach(l_, in_, decl_.in);
+    ctx_.scratch.reserve("dlocal", ctx_.act, g.local(), decl_.in);
+  }
+  TensorView input() const override { return l_ == 0 ? TensorView{} : in_.row_range(0, ctx_.graph.owned()); }
+  TensorView output() const override { return y_.view(); }
+  Activation activation() const override { return Activation::kRelu; }
+
+  void forward(const Pass& pass, const TensorView& below) override {
+    const ExecContext& ex = ctx_.exec;
+    ops::add_row_vector(ex, y_, ctx_.param(bias_), 0.0f);
+    if (l_ == 0) {
+      const float p = ctx_.dropout(pass);
+      LayerInput& mean = *ctx_.inputs.aggregated;
+      LayerInput& self = *ctx_.inputs.features;
+      mean.prepare(ex, p, ctx_.dropout_key(pass.epoch, dropout_site::kAggregatedFeatures), ctx_.graph.gid);
+      mean.multiply(ex, ctx_.weight(w_neigh_), 1.0f, y_);
+      self.prepare(ex, p, ctx_.dropout_key(pass.epoch, dropout_site::kFeatures), ctx_.graph.gid);
+      self.multiply(ex, ctx_.weight(w_self_), 1.0f, y_);
+      return;
+    }
+    propagate(ctx_, l_, in_, z_, below);
+    ops::gemm(ex, false, false, 1.0f, z_, ctx_.weight(w_neigh_), 1.0f, y_);
+    ops::gemm(ex, false, false, 1.0f, input(), ctx_.weight(w_self_), 1.0f, y_);
+  }
+
+  TensorView backward(int /*epoch*/, const TensorView& dy) override {
+    const ExecContext& ex = ctx_.exec;
+    ops::add_column_sums(ex, dy, ctx_.grad(bias_));
+    if (l_ == 0) {
+      ctx_.inputs.aggregated->multiply_transposed(ex, dy, ctx_.grad(w_neigh_));
+      ctx_.inputs.features->multiply_transposed(ex, dy, ctx_.grad(w_self_));
+      return {};  // input features need no gradient
+    }
+    ops::gemm(ex, true, false, 1.0f, z_, dy, 0.0f, ctx_.grad(w_neigh_));
+    ops::gemm(ex, true, false, 1.0f, input(), dy, 0.0f, ctx_.grad(w_self_));
+    // dz takes z's memory, dead once the weight gradient has read it (GcnLayer::backward).
+    ops::gemm(ex, false, true, 1.0f, dy, ctx_.weight(w_neigh_), 0.0f, z_);
+    const TensorView dlocal = ctx_.scratch.view("dlocal", ctx_.graph.local(), decl_.in);
+    const TensorView d_owned = dlocal.row_range(0, ctx_.graph.owned());
+    propagate_backward(ctx_, l_, z_, dlocal,
+                       [&] { ops::gemm(ex, false, true, 1.0f, dy, ctx_.weight(w_self_), 1.0f, d_owned); });
+    return d_owned;
+  }
+
+ private:
+  LayerContext& ctx_;
+  const LayerDecl& decl_;
+  const int l_;
+  const ParamArray w_self_, w_neigh_, bias_;
+  Tensor in_;  // local rows: owned (written by the layer below), halo (exchanged)
+  Tensor z_;   // the mean of in_ over the neighbours, owned rows
+  Tensor y_;
+};
+
+class SageSpec final : public ModelSpec {
+ public:
+  std::string_view name() const override { return "sage"; }
+  std::vector<std::string_view> aliases() const override { return {"graphsage"}; }
+  Aggregation aggregation() const override { return Aggregation::kMean; }
+  std::string_view aggregation_text() const override { return "mean over in-neighbours, plus a self term"; }
+  InputNeeds inputs() const override { return {.aggregated = true, .features = true}; }
+
+  std::vector<LayerDecl> declare(const TrainOptions& opt, int64_t feature_dim, int64_t classes) const override {
+    std::vector<LayerDecl> layers(static_cast<size_t>(opt.layers));
+    for (int l = 0; l < opt.layers; ++l) {
+      LayerDecl& d = layers[static_cast<size_t>(l)];
+      d.in = l == 0 ? feature_dim : opt.hidden;
+      d.out = l + 1 == opt.layers ? classes : opt.hidden;
+      d.add("weight_self", {d.in, d.out}, ParamArray::Kind::kMatrix, 0);
+      d.add("weight_neigh", {d.in, d.out}, ParamArray::Kind::kMatrix, 1);
+      d.add("bias", {d.out}, ParamArray::Kind::kBias);
+    }
+    return layers;
+  }
+  std::unique_ptr<Layer> make_layer(const std::vector<LayerDecl>& decl, int index, LayerContext& ctx,
+                                    const std::vector<std::unique_ptr<Layer>>& /*below*/) const override {
+    return std::make_unique<SageLayer>(ctx, decl[static_cast<size_t>(index)], index);
+  }
+  LayerMemory layer_memory(const std::vector<LayerDecl>& decl, int index, const TrainOptions& opt,
+                           const MemoryShape& m) const override {
+    const LayerDecl& d = decl[static_cast<size_t>(index)];
+    const int64_t owned = m.counts.owned, local = m.counts.owned + m.counts.halo;
+    LayerMemory r;
+    r.activations = index + 1 == static_cast<int>(decl.size()) ? m.f32(owned, d.out) : m.act(owned, d.out);
+    if (index == 0) return r;
+    r.activations += m.act(local, d.in) + m.act(owned, d.in);
+    r.forward_cols = r.backward_cols = r.drift_cols = d.in;
+    return r;
+  }
+  uint64_t scratch_memory(const std::vector<LayerDecl>& decl, const TrainOptions& /*opt*/,
+                          const MemoryShape& m) const override {
+    int64_t widest = 0;  // dlocal
+    for (size_t l = 1; l < decl.size(); ++l) widest = std::max(widest, decl[l].in);
+    return m.act(m.counts.owned + m.counts.halo, widest);
+  }
+};
+
+}  // namespace
+
+const ModelSpec& sage_spec() {
+  static const SageSpec spec;
+  return spec;
+}
+
+}  // namespace halogen::nn
