@@ -10,12 +10,16 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <string>
 
 #include "devices.hpp"
 #include "halogen/comm/communicator.hpp"
 #include "halogen/partition/generate.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/train/trainer.hpp"
+#include "models.hpp"
 #include "sbm_shards.hpp"
 #include "test_data.hpp"
 
@@ -232,7 +236,7 @@ TEST_P(StaleRuns, HighDriftThresholdNeverForces) {
 TEST_P(StaleRuns, SmoothingAveragesReceivedHalos) {
   Ranks s;
   if (s.size == 1) GTEST_SKIP() << "needs halo rows (2 or more ranks); SmoothingWithNothingToSmooth covers 1 rank";
-  for (std::string model : {"gcn", "gat"}) {
+  for (const std::string& model : model_names()) {
     auto t = base_options();
     t.model = model;
     t.heads = 2;
@@ -264,7 +268,7 @@ TEST_P(StaleRuns, SmoothingAveragesReceivedHalos) {
 TEST_P(StaleRuns, SmoothingWithNothingToSmooth) {
   const Shard one = lone_shard();
   MpiCommunicator self(MPI_COMM_SELF);
-  for (std::string model : {"gcn", "gat"}) {
+  for (const std::string& model : model_names()) {
     auto t = lone_stale_options(model);
     t.epochs = 6;
     const auto plain = train(one, self, t);
@@ -284,7 +288,7 @@ TEST_P(StaleRuns, ResumeWithNothingToSmooth) {
   const Shard one = lone_shard();
   MpiCommunicator self(MPI_COMM_SELF);
   const test::ScratchDir dir("resume-nothing-to-smooth-" + std::to_string(test::world_rank()));
-  for (std::string model : {"gcn", "gat"}) {
+  for (const std::string& model : model_names()) {
     auto t = lone_stale_options(model);
     t.epochs = 8;
     t.bits_fwd = t.bits_bwd = {1};
@@ -304,11 +308,61 @@ TEST_P(StaleRuns, ResumeWithNothingToSmooth) {
   }
 }
 
+// Every registered model resumes bit for bit in 1-bit stale mode on several ranks: a run
+// checkpointed after epoch 2 and resumed gives the uninterrupted run's losses, so every piece
+// of state (halo caches, exchanges in flight, smoothed gradients, Adam) is in the checkpoint.
+class StaleRunsEveryModel : public testing::TestWithParam<test::DeviceAndModel> {
+ protected:
+  void SetUp() override { HALOGEN_USE_DEVICE(std::get<0>(GetParam())); }
+};
+HALOGEN_INSTANTIATE_DEVICES_AND_MODELS(StaleRunsEveryModel);
+
+TEST_P(StaleRunsEveryModel, ResumesBitForBitInOneBitStaleMode) {
+  Ranks s;
+  // One directory for all ranks: rank 0's, by name.
+  std::string dir;
+  std::unique_ptr<test::ScratchDir> scratch;
+  if (s.rank == 0) {
+    scratch = std::make_unique<test::ScratchDir>("resume-every-model");
+    dir = scratch->path().string();
+  }
+  int length = static_cast<int>(dir.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  dir.resize(static_cast<size_t>(length));
+  MPI_Bcast(dir.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+  TrainOptions t;
+  t.model = std::get<1>(GetParam());
+  t.device = std::get<0>(GetParam());
+  t.layers = 3;
+  t.hidden = 8;
+  t.heads = 2;
+  t.epochs = 7;
+  t.seed = 4;
+  t.progress = false;
+  t.bits_fwd = t.bits_bwd = {1};
+  t.mode = ExchangeMode::kStale;
+  t.staleness.policy = StalePolicy::kFixed;
+  t.staleness.smoothing = 0.5f;
+  const auto whole = s.run(t);
+  auto first = t;
+  first.epochs = 3;
+  first.checkpoint_dir = std::filesystem::path(dir) / "ck";
+  s.run(first);
+  auto rest = t;
+  rest.resume_dir = first.checkpoint_dir;
+  const auto resumed = s.run(rest);
+  MPI_Barrier(MPI_COMM_WORLD);  // before rank 0 removes the directory
+  ASSERT_EQ(resumed.epochs.size(), 4u);
+  for (size_t e = 0; e < resumed.epochs.size(); ++e)
+    EXPECT_EQ(resumed.epochs[e]["loss"].get<double>(), whole.epochs[e + 3]["loss"].get<double>()) << "epoch " << e + 3;
+  if (s.size > 1) EXPECT_GT(whole.epochs.back()["bytes_sent"].get<int64_t>(), 0);
+}
+
 // The benchmark floor (--skip-exchange): after epoch 0 not one halo byte moves, in training or
 // in the evaluation pass, and the model still trains.
 TEST_P(StaleRuns, SkipExchangeSendsNothingAfterEpochZero) {
   Ranks s;
-  for (std::string model : {"gcn", "gat"}) {
+  for (const std::string& model : model_names()) {
     auto t = base_options();
     t.model = model;
     t.heads = 2;
