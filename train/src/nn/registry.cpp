@@ -17,9 +17,9 @@ namespace {
 // The registered models: a new model is its file and one line here.
 const std::vector<const ModelSpec*>& registry() {
   static const std::vector<const ModelSpec*> models = {
-      &gcn_spec(),
-      &sage_spec(),
-      &gat_spec(),
+      &gcn_spec(),   // nn/gcn.cpp
+      &sage_spec(),  // nn/sage.cpp
+      &gat_spec(),   // nn/gat.cpp
   };
   return models;
 }
