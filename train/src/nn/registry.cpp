@@ -12,14 +12,18 @@ namespace halogen::nn {
 const ModelSpec& gcn_spec();
 const ModelSpec& sage_spec();
 const ModelSpec& gat_spec();
+const ModelSpec& gcnii_spec();
+const ModelSpec& appnp_spec();
 
 namespace {
 // The registered models: a new model is its file and one line here.
 const std::vector<const ModelSpec*>& registry() {
   static const std::vector<const ModelSpec*> models = {
-      &gcn_spec(),   // nn/gcn.cpp
-      &sage_spec(),  // nn/sage.cpp
-      &gat_spec(),   // nn/gat.cpp
+      &gcn_spec(),    // nn/gcn.cpp
+      &sage_spec(),   // nn/sage.cpp
+      &gat_spec(),    // nn/gat.cpp
+      &gcnii_spec(),  // nn/gcnii.cpp
+      &appnp_spec(),  // nn/appnp.cpp
   };
   return models;
 }
