@@ -4,12 +4,13 @@ the best-validation epoch over seeds, 4 ranks on one METIS partition per dataset
 chosen per dataset: every run is `halogen train --parts P --seed S` plus the configuration's own
 flags (model, bits, mode), so the table shows what a new user gets.
 
-For each model (GCN, GraphSAGE, GAT; 2 layers) it runs fp32 synchronous training and 1-bit
-stale training (`--bits-fwd 1 --bits-bwd 1 --mode stale`, the adaptive staleness policy), and
-checks issue 21's targets:
+For each model (GCN, GraphSAGE, GAT with 2 layers; the deep GCNII and APPNP with their
+published depth) it runs fp32 synchronous training and 1-bit stale training (`--bits-fwd 1
+--bits-bwd 1 --mode stale`, the adaptive staleness policy), and checks the targets:
   - 1-bit stale within 0.5 points of fp32 sync on the mean (the 4-layer GAT: 1 point), and no
     seed more than 2 points below fp32 sync's worst seed;
-  - fp32 sync within 1 point of the published accuracy (GCN: Kipf & Welling, Shchur et al.).
+  - fp32 sync within 1 point of the published accuracy for GCN (Kipf & Welling, Shchur et al.),
+    within 1.5 points for GCNII and APPNP on the Planetoid split (GCNII paper, Table 2).
 Further configurations (8-bit, 1-bit synchronous, PowerSGD gradients, the 4-layer GAT on
 Amazon-Photo, the fixed stale policy) run when named with --configs.
 
@@ -27,6 +28,10 @@ ROOT = os.path.dirname(HERE)
 
 DATASETS = ["cora", "citeseer", "amazon-photo", "coauthor-cs"]
 PUBLISHED_GCN = {"cora": 81.5, "citeseer": 70.3, "amazon-photo": 91.2, "coauthor-cs": 91.1}
+# (configuration, published accuracy by dataset, how far below it fp32 sync may be)
+PUBLISHED = {"gcn fp32 sync": (PUBLISHED_GCN, 1.0),
+             "gcnii fp32 sync": ({"cora": 85.5, "citeseer": 73.4}, 1.5),
+             "appnp fp32 sync": ({"cora": 83.3, "citeseer": 71.8}, 1.5)}
 STALE_1BIT = ["--bits-fwd", "1", "--bits-bwd", "1", "--mode", "stale"]
 # (label, flags, datasets it runs on: None = all, default: part of the default sweep)
 CONFIGS = [
@@ -38,6 +43,10 @@ CONFIGS = [
     ("gat 1-bit stale", ["--model", "gat", *STALE_1BIT], None, True),
     ("gat4 fp32 sync", ["--model", "gat", "--layers", "4"], ["amazon-photo"], True),
     ("gat4 1-bit stale", ["--model", "gat", "--layers", "4", *STALE_1BIT], ["amazon-photo"], True),
+    ("appnp fp32 sync", ["--model", "appnp"], None, True),
+    ("appnp 1-bit stale", ["--model", "appnp", *STALE_1BIT], None, True),
+    ("gcnii fp32 sync", ["--model", "gcnii"], None, True),
+    ("gcnii 1-bit stale", ["--model", "gcnii", *STALE_1BIT], None, True),
     # On request only.
     ("gcn 8-bit sync", ["--model", "gcn", "--bits-fwd", "8", "--bits-bwd", "8"], None, False),
     ("gcn 1-bit sync", ["--model", "gcn", "--bits-fwd", "1", "--bits-bwd", "1"], None, False),
@@ -54,6 +63,7 @@ CONFIGS = [
 # Which synchronous fp32 row each stale row is judged against.
 REFERENCE = {"gcn 1-bit stale": "gcn fp32 sync", "sage 1-bit stale": "sage fp32 sync",
              "gat 1-bit stale": "gat fp32 sync", "gat4 1-bit stale": "gat4 fp32 sync",
+             "appnp 1-bit stale": "appnp fp32 sync", "gcnii 1-bit stale": "gcnii fp32 sync",
              "gcn 1-bit stale fixed": "gcn fp32 sync", "gat 1-bit sync": "gat fp32 sync",
              "gat 2-bit sync": "gat fp32 sync", "gat fp32 stale": "gat fp32 sync",
              "gat 1-bit stale bound 0.1": "gat fp32 sync", "gat 1-bit always stale": "gat fp32 sync",
@@ -158,17 +168,22 @@ def main():
                 r = accs(name, ref)
                 gap = statistics.mean(r) - statistics.mean(a)
                 worst = min(r) - min(a)
-                # Issue 21: 0.5 points for the 2-layer models, 1 point for the 4-layer GAT.
+                # 0.5 points, 1 point for the 4-layer GAT.
                 limit = 1.0 if label.startswith("gat4") else 0.5
                 ok = gap <= limit and worst <= 2.0
                 verdicts.append(f"{'PASS' if ok else 'FAIL'}  {name:13s} {label:22s} mean {gap:+.2f} below {ref} "
                                 f"(≤ {limit:g}), worst seed {worst:+.2f} below its worst (≤ 2)")
-            if label == "gcn fp32 sync":
-                gap = PUBLISHED_GCN[name] - statistics.mean(a)
-                verdicts.append(f"{'PASS' if abs(gap) <= 1.0 or gap < 0 else 'FAIL'}  {name:13s} {label:22s} "
-                                f"{statistics.mean(a):.2f} vs published {PUBLISHED_GCN[name]} (within 1 point or above)")
+            published, within = PUBLISHED.get(label, ({}, 0.0))
+            if name in published:
+                gap = published[name] - statistics.mean(a)
+                verdicts.append(f"{'PASS' if gap <= within else 'FAIL'}  {name:13s} {label:22s} "
+                                f"{statistics.mean(a):.2f} vs published {published[name]} (within {within:g} points "
+                                f"or above)")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines.append("| published GCN | " + " | ".join(str(PUBLISHED_GCN.get(n, "–")) for n in datasets) + " |")
+    for label, (published, _) in PUBLISHED.items():
+        if any(c[0] == label for c in configs):
+            lines.append(f"| published {label.split()[0].upper()} | " +
+                         " | ".join(str(published.get(n, "–")) for n in datasets) + " |")
     text = "\n".join(lines) + "\n\n" + "\n".join(verdicts) + "\n"
     with open(os.path.join(args.out, "accuracy.md"), "w") as f:
         f.write(text)

@@ -46,7 +46,7 @@ int cmd_plan(const std::vector<std::string>& args) {
       ("gflops", po::value(&co.gflops), "no calibration run: a nominal rate in GFLOP/s per rank")
       ("features", po::value(&features), "input features (default: from the shards beside the report)")
       ("classes", po::value(&classes), "classes (default: from the shards beside the report)")
-      ("model", po::value(&model)->default_value(model), "gcn | sage")
+      ("model", po::value(&model)->default_value(model), "a model of halogen train (its published setting for what --layers and --hidden or the report do not give)")
       ("hidden", po::value(&hidden), "hidden size (default: the report's)")
       ("layers", po::value(&layers), "layers (default: the report's)")
       ("bits", po::value(&bits)->default_value(bits), "bit widths to predict")
@@ -103,8 +103,7 @@ int cmd_plan(const std::vector<std::string>& args) {
   const cluster::ClusterConfig cluster = cluster::load_cluster_config(cluster_name);
 
   plan::ModelShape shape;
-  HALOGEN_EXPECTS(model == "gcn" || model == "sage", "--model must be gcn or sage, got '{}'", model);
-  shape.sage = model == "sage";
+  shape.model = model_name(model);
   shape.hidden = hidden > 0 ? hidden : report.value("hidden", 0);
   shape.layers = layers > 0 ? layers : report.value("layers", 0);
   shape.feature_dim = features;
@@ -155,7 +154,7 @@ int cmd_plan(const std::vector<std::string>& args) {
   nlohmann::json memory;
   const int parts = report.value("num_parts", 0);
   TrainOptions t;
-  t.model = model;
+  t.model = shape.model;
   t.layers = shape.layers;
   t.hidden = static_cast<int>(shape.hidden);
   t.device = cluster.has_gpus() ? Device::kCuda : Device::kCpu;

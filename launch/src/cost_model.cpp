@@ -30,9 +30,10 @@ int64_t get_int(const nlohmann::json& j, const char* key, const std::string& whe
 
 // Per-rank quantities of one epoch that the model needs.
 struct RankWork {
-  double work = 0.0;           // flop-equivalents per epoch
-  double hide_forward = 0.0;   // per forward exchange of a layer >= 1: owned-only aggregation
-  double hide_backward = 0.0;  // per backward exchange: transposed aggregation of owned rows
+  double work = 0.0;  // flop-equivalents per epoch
+  // Per layer: the work that can hide its forward exchange (the owned-only aggregation) and
+  // its backward one (the owned rows' transposed aggregation and self terms).
+  std::vector<double> hide_forward, hide_backward;
   int64_t send_rows = 0;
   int64_t recv_rows = 0;
 };
@@ -209,8 +210,7 @@ struct Model {
   std::vector<RankWork> work;
   size_t busiest = 0;
   int P = 0;
-  int L = 0;
-  int64_t H = 0;
+  std::vector<LayerCost> layers;
   double evals = 1.0;
   int64_t parameters = 0;
   int64_t gradient_values = 0, gradient_values_powersgd = 0;
@@ -220,12 +220,14 @@ struct Model {
 
 }  // namespace
 
-int64_t gradient_values(const std::vector<int64_t>& dims, int matrices_per_layer, int rank) {
+int64_t gradient_values(const std::vector<LayerCost>& layers, int rank) {
   int64_t values = 0;
-  for (size_t l = 0; l + 1 < dims.size(); ++l) {
-    const int64_t n = dims[l], m = dims[l + 1];
-    const bool compressed = rank > 0 && std::min(n, m) >= 4 * rank && 2 * rank * (n + m) <= n * m;
-    values += matrices_per_layer * (compressed ? (n + m) * rank : n * m) + m;  // weights, bias
+  for (const LayerCost& layer : layers) {
+    for (const auto& [n, m] : layer.matrices) {
+      const bool compressed = rank > 0 && std::min(n, m) >= 4 * rank && 2 * rank * (n + m) <= n * m;
+      values += compressed ? (n + m) * rank : n * m;
+    }
+    values += layer.other_values;  // biases, vectors
   }
   return values;
 }
@@ -236,23 +238,22 @@ Model build_model(const nlohmann::json& report, const ModelShape& shape, const C
   Model m;
   m.halo_from = halo_matrix(report);
   m.P = static_cast<int>(m.halo_from.size());
-  m.L = shape.layers;
-  m.H = shape.hidden;
-  HALOGEN_EXPECTS(m.L >= 1 && m.H >= 1 && shape.feature_dim >= 1 && shape.num_classes >= 1,
-                  "model shape needs layers, hidden, features and classes >= 1 (got {}, {}, {}, {})", m.L, m.H,
-                  shape.feature_dim, shape.num_classes);
+  HALOGEN_EXPECTS(shape.layers >= 1 && shape.hidden >= 1 && shape.feature_dim >= 1 && shape.num_classes >= 1,
+                  "model shape needs layers, hidden, features and classes >= 1 (got {}, {}, {}, {})", shape.layers,
+                  shape.hidden, shape.feature_dim, shape.num_classes);
+  // The layers as the trainer declares them.
+  TrainOptions t = model_defaults(shape.model);
+  t.layers = shape.layers;
+  t.hidden = static_cast<int>(shape.hidden);
+  m.layers = layer_costs(t, shape.feature_dim, shape.num_classes);
   HALOGEN_EXPECTS(options.eval_every >= 1, "--eval-every must be at least 1, got {}", options.eval_every);
   m.evals = 1.0 / static_cast<double>(options.eval_every);
-  std::vector<int64_t> dims{shape.feature_dim};
-  for (int l = 1; l < m.L; ++l) dims.push_back(m.H);
-  dims.push_back(shape.num_classes);
-  const int mats = shape.sage ? 2 : 1;
-  for (int l = 0; l < m.L; ++l) m.parameters += mats * dims[l] * dims[l + 1] + dims[l + 1];
+  m.parameters = gradient_values(m.layers, 0);
   HALOGEN_EXPECTS(options.grad_value_bytes == 4 || options.grad_value_bytes == 8,
                   "gradient values are 4 or 8 bytes on the wire, got {}", options.grad_value_bytes);
   HALOGEN_EXPECTS(options.grad_rank >= 0, "--grad-rank must be non-negative, got {}", options.grad_rank);
-  m.gradient_values = gradient_values(dims, mats, options.grad_rank);
-  m.gradient_values_powersgd = gradient_values(dims, mats, 4);
+  m.gradient_values = gradient_values(m.layers, options.grad_rank);
+  m.gradient_values_powersgd = gradient_values(m.layers, 4);
   m.grad_value_bytes = options.grad_rank > 0 ? 4 : options.grad_value_bytes;
 
   // Work per rank: dense GEMMs (forward, weight gradient, input gradient for l >= 1, the
@@ -266,15 +267,22 @@ Model build_model(const nlohmann::json& report, const ModelShape& shape, const C
     const double n = static_cast<double>(get_int(part, "owned", where));
     const double e = static_cast<double>(get_int(part, "local_edges", where));
     RankWork& w = m.work[static_cast<size_t>(p)];
-    for (int l = 0; l < m.L; ++l) {
-      const double in = static_cast<double>(dims[l]), out = static_cast<double>(dims[l + 1]);
-      w.work += mats * 2.0 * n * in * out * (2.0 + m.evals + (l >= 1 ? 1.0 : 0.0));
-      if (l >= 1) {
-        const double agg = kappa * 2.0 * (e + n) * in;
+    for (size_t l = 0; l < m.layers.size(); ++l) {
+      const LayerCost& layer = m.layers[l];
+      // Products: forward, weight gradient, the evaluation forward, and above layer 0 the
+      // input gradient.
+      double gemm = 0.0;
+      for (const auto& [rows, cols] : layer.matrices) gemm += 2.0 * n * static_cast<double>(rows * cols);
+      w.work += gemm * (2.0 + m.evals + (l >= 1 ? 1.0 : 0.0));
+      double agg = 0.0, self = 0.0;
+      if (layer.exchanged_cols > 0) {
+        agg = kappa * 2.0 * (e + n) * static_cast<double>(layer.exchanged_cols);
         w.work += agg * (2.0 + m.evals);
-        w.hide_forward = agg;
-        w.hide_backward = agg + (shape.sage ? 2.0 * n * in * out : 0.0);
+        // A second matrix (GraphSAGE's self term) computes on owned rows while gradients travel.
+        if (layer.matrices.size() > 1) self = gemm / static_cast<double>(layer.matrices.size());
       }
+      w.hide_forward.push_back(agg);
+      w.hide_backward.push_back(agg + self);
     }
     for (int q = 0; q < m.P; ++q) {
       w.recv_rows += m.halo_from[static_cast<size_t>(p)][static_cast<size_t>(q)];
@@ -316,22 +324,29 @@ Prediction evaluate(const Model& m, const cluster::ClusterConfig& cluster, const
     pr.allreduce_s += m.evals * 2.0 * std::ceil(std::log2(static_cast<double>(m.P))) * exchange_seconds(step, cluster);
   }
 
-  const auto msgs = forward_messages(m.halo_from, bits, m.H);
-  int64_t bytes_one_way = 0;
-  for (const auto& msg : msgs) bytes_one_way += msg.bytes;
-  std::vector<Message> back = msgs;
-  for (auto& msg : back) std::swap(msg.src, msg.dst);
-  const double t_forward = exchange_seconds(msgs, cluster);
-  const double t_backward = exchange_seconds(back, cluster);
-  const int exchanged_layers = m.L - 1;
-  pr.halo_bytes_per_epoch =
-      static_cast<int64_t>(std::llround(exchanged_layers * (2.0 + m.evals) * static_cast<double>(bytes_one_way)));
-  pr.halo_comm_s = exchanged_layers * ((1.0 + m.evals) * t_forward + t_backward);
-  const double hide_forward_s = crit.hide_forward * seconds_per_work;
-  const double hide_backward_s = crit.hide_backward * seconds_per_work;
-  const double exposed_forward = mode == "overlap" ? std::max(0.0, t_forward - hide_forward_s) : t_forward;
-  const double exposed_backward = std::max(0.0, t_backward - hide_backward_s);
-  pr.exposed_comm_s = exchanged_layers * ((1.0 + m.evals) * exposed_forward + exposed_backward);
+  // Each exchanging layer: its forward exchange in training and evaluation, its backward one.
+  double halo_bytes = 0.0;
+  int64_t exchanged_cols = 0;  // summed over the layers
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const int64_t cols = m.layers[l].exchanged_cols;
+    if (cols == 0) continue;
+    exchanged_cols += cols;
+    const auto msgs = forward_messages(m.halo_from, bits, cols);
+    int64_t bytes_one_way = 0;
+    for (const auto& msg : msgs) bytes_one_way += msg.bytes;
+    std::vector<Message> back = msgs;
+    for (auto& msg : back) std::swap(msg.src, msg.dst);
+    const double t_forward = exchange_seconds(msgs, cluster);
+    const double t_backward = exchange_seconds(back, cluster);
+    halo_bytes += (2.0 + m.evals) * static_cast<double>(bytes_one_way);
+    pr.halo_comm_s += (1.0 + m.evals) * t_forward + t_backward;
+    const double hide_forward_s = crit.hide_forward[l] * seconds_per_work;
+    const double hide_backward_s = crit.hide_backward[l] * seconds_per_work;
+    const double exposed_forward = mode == "overlap" ? std::max(0.0, t_forward - hide_forward_s) : t_forward;
+    const double exposed_backward = std::max(0.0, t_backward - hide_backward_s);
+    pr.exposed_comm_s += (1.0 + m.evals) * exposed_forward + exposed_backward;
+  }
+  pr.halo_bytes_per_epoch = static_cast<int64_t>(std::llround(halo_bytes));
 
   // Quantization: each exchange quantizes (or copies) the sent rows and dequantizes the
   // received ones; the slowest rank counts.
@@ -352,7 +367,7 @@ Prediction evaluate(const Model& m, const cluster::ClusterConfig& cluster, const
     quant_ns_per_col = std::max(
         quant_ns_per_col, static_cast<double>(r.send_rows) * send_ns + static_cast<double>(r.recv_rows) * recv_ns);
   }
-  pr.quant_s = exchanged_layers * (2.0 + m.evals) * quant_ns_per_col * static_cast<double>(m.H) * slowdown * 1e-9;
+  pr.quant_s = (2.0 + m.evals) * quant_ns_per_col * static_cast<double>(exchanged_cols) * slowdown * 1e-9;
   pr.wait_s = std::max(0.0, slack_s - pr.exposed_comm_s - pr.allreduce_s);
   pr.epoch_s = pr.compute_s + pr.quant_s + pr.exposed_comm_s + pr.allreduce_s + pr.wait_s;
   return pr;

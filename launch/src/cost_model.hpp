@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cluster_config.hpp"
+#include "halogen/train/memory_plan.hpp"
 
 namespace halogen::plan {
 
@@ -38,7 +39,7 @@ struct ModelShape {
   int64_t num_classes = 0;
   int64_t hidden = 0;
   int layers = 2;
-  bool sage = false;  // GraphSAGE has two weight matrices per layer, GCN one
+  std::string model = "gcn";  // a registered model (its published setting for the rest)
 };
 
 /// What a measured run says about compute (and waiting), from its metrics file.
@@ -84,7 +85,7 @@ struct CostOptions {
 /// Gradient values one rank sends per epoch for a model: all of them, or with PowerSGD of
 /// `rank` the factors of each weight matrix where a rank-`rank` approximation saves at least
 /// half and both sides are at least 4 x rank wide (the trainer's rule), the rest whole.
-int64_t gradient_values(const std::vector<int64_t>& dims, int matrices_per_layer, int rank);
+int64_t gradient_values(const std::vector<LayerCost>& layers, int rank);
 
 struct Prediction {
   int bits = 32;

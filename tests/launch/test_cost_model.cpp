@@ -302,13 +302,53 @@ namespace {
 // compresses (Coauthor-CS, GCN 2 x 256: the 6805 x 256 input weight is compressed, the 256 x 15
 // output weight is narrower than 4 x rank and travels whole, as do the biases).
 TEST(CostModel, GradientValuesFollowThePowerSgdRule) {
-  const std::vector<int64_t> dims = {6805, 256, 15};
-  EXPECT_EQ(gradient_values(dims, 1, 0), 6805 * 256 + 256 + 256 * 15 + 15);
-  EXPECT_EQ(gradient_values(dims, 1, 4), (6805 + 256) * 4 + 256 + 256 * 15 + 15);
+  TrainOptions t;
+  t.hidden = 256;
+  const auto gcn = layer_costs(t, 6805, 15);
+  EXPECT_EQ(gradient_values(gcn, 0), 6805 * 256 + 256 + 256 * 15 + 15);
+  EXPECT_EQ(gradient_values(gcn, 4), (6805 + 256) * 4 + 256 + 256 * 15 + 15);
   // SAGE has two weight matrices per layer, both compressed alike.
-  EXPECT_EQ(gradient_values(dims, 2, 4), 2 * (6805 + 256) * 4 + 256 + 2 * 256 * 15 + 15);
+  t.model = "sage";
+  EXPECT_EQ(gradient_values(layer_costs(t, 6805, 15), 4), 2 * (6805 + 256) * 4 + 256 + 2 * 256 * 15 + 15);
   // A rank so large that nothing saves half: everything whole.
-  EXPECT_EQ(gradient_values(dims, 1, 100), gradient_values(dims, 1, 0));
+  EXPECT_EQ(gradient_values(gcn, 100), gradient_values(gcn, 0));
+}
+
+// The cost model reads the trainer's declarations: GCN exchanges its hidden layers' inputs,
+// APPNP's propagation steps rows as wide as the classes, GCNII every convolution's input.
+TEST(CostModel, LayersAreTheTrainersDeclarations) {
+  TrainOptions t;
+  t.layers = 3;
+  t.hidden = 32;
+  const auto gcn = layer_costs(t, 24, 5);
+  ASSERT_EQ(gcn.size(), 3u);
+  EXPECT_EQ(gcn[0].exchanged_cols, 0);
+  EXPECT_EQ(gcn[1].exchanged_cols, 32);
+  EXPECT_EQ(gcn[2].exchanged_cols, 32);
+  t.model = "appnp";
+  const auto appnp = layer_costs(t, 24, 5);
+  ASSERT_EQ(appnp.size(), 5u);  // the 2-layer MLP, then 3 steps
+  EXPECT_EQ(appnp[1].exchanged_cols, 0);
+  EXPECT_EQ(appnp[2].exchanged_cols, 5);
+  EXPECT_TRUE(appnp[4].matrices.empty());
+  t.model = "gcnii";
+  const auto gcnii = layer_costs(t, 24, 5);
+  ASSERT_EQ(gcnii.size(), 5u);  // input, 3 convolutions, output
+  EXPECT_EQ(gcnii[1].exchanged_cols, 32);
+  EXPECT_EQ(gcnii[4].exchanged_cols, 0);
+  // More exchanging layers cost more halo traffic on the same partition.
+  ModelShape gcn_shape = shape(), gcnii_shape = shape();
+  gcnii_shape.model = "gcnii";
+  CostOptions o;
+  o.bits = {32};
+  o.modes = {"sync"};
+  const auto cluster = two_level(1, 4, 1.0, 1.0, true, false);
+  Calibration calib;
+  calib.compute_s = 0.2;
+  calib.ranks = 4;
+  const Plan a = predict(report(), gcn_shape, cluster, calib, o);
+  const Plan b = predict(report(), gcnii_shape, cluster, calib, o);
+  EXPECT_GT(b.predictions.at(0).halo_bytes_per_epoch, a.predictions.at(0).halo_bytes_per_epoch);
 }
 
 }  // namespace

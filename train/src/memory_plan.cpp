@@ -148,6 +148,29 @@ ShardCounts ShardCounts::of(const Shard& s) {
   return c;
 }
 
+std::vector<LayerCost> layer_costs(const TrainOptions& options, int64_t feature_dim, int64_t classes) {
+  const nn::ModelSpec& spec = nn::model_spec(options.model);
+  const std::vector<nn::LayerDecl> layers = nn::layout(options, feature_dim, classes);
+  const ShardCounts counts;  // the widths do not depend on the graph
+  std::vector<LayerCost> costs;
+  for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
+    const nn::LayerDecl& d = layers[static_cast<size_t>(l)];
+    LayerCost c;
+    c.in = d.in;
+    c.out = d.out;
+    for (const nn::ParamArray& a : d.arrays) {
+      if (a.kind == nn::ParamArray::Kind::kMatrix) {
+        c.matrices.push_back({a.rows(), a.cols()});
+      } else {
+        c.other_values += a.size();
+      }
+    }
+    c.exchanged_cols = spec.layer_memory(layers, l, options, nn::MemoryShape{counts}).forward_cols;
+    costs.push_back(std::move(c));
+  }
+  return costs;
+}
+
 MemoryEstimate estimate_training_memory(const Shard& s, const TrainOptions& opt) {
   return estimate_training_memory(ShardCounts::of(s), opt);
 }

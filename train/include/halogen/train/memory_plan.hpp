@@ -3,6 +3,7 @@
 // instead of being killed by the kernel's OOM killer hours into a job.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -48,6 +49,18 @@ struct ShardCounts {
   int64_t long_row_chunks = 0;
   static ShardCounts of(const Shard& shard);
 };
+
+/// One layer of a model as `halogen plan`'s cost model reads it, from the declarations the
+/// trainer uses: its weight matrices (rows x cols), its other parameter values (biases,
+/// vectors), and the columns its halo rows have (0: it exchanges nothing; the backward pass
+/// sends gradients as wide).
+struct LayerCost {
+  int64_t in = 0, out = 0;
+  std::vector<std::array<int64_t, 2>> matrices;
+  int64_t other_values = 0;
+  int64_t exchanged_cols = 0;
+};
+std::vector<LayerCost> layer_costs(const TrainOptions& options, int64_t feature_dim, int64_t classes);
 
 /// The device is the options' (TrainOptions::device): on the CPU the peak host bytes of the
 /// rank; on a GPU the peak device bytes of the tensors the trainer allocates there (fp16
