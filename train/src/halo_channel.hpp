@@ -1,8 +1,8 @@
 // The halo channel of the layers (docs/architecture.md, "The halo channel"): a layer hands it
-// the rows it computed and gets back the rows other ranks own, as the exchange mode says
-// (sync, overlap, stale with the fixed or adaptive policy), without knowing that mode. It owns
-// every piece of exchange state (exchanges in flight, drift references, smoothed gradients,
-// the evaluation reference of the adaptive policy) and saves and restores it itself.
+// the rows it computed and gets back the rows other ranks own, as the exchange policy says
+// (exchange_policy.hpp: sync, overlap, stale with the fixed or adaptive rules), without knowing
+// that policy. The channel owns the exchanger, the layers' halo caches and the policy, and
+// checkpoints them; evaluation passes always exchange fresh rows.
 #pragma once
 
 #include <functional>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "halo_schedule.hpp"
+#include "exchange_policy.hpp"
 #include "halogen/comm/communicator.hpp"
 #include "halogen/core/tensor.hpp"
 #include "halogen/pipeline/halo_exchanger.hpp"
@@ -50,9 +50,9 @@ class HaloChannel {
   /// with the run) and sends back gradients `backward_cols` wide. Called once per such layer.
   void attach(int l, const TensorView& rows, int64_t backward_cols);
 
-  /// Starts an epoch: the adapter's decision whether it exchanges synchronously.
+  /// Starts an epoch: the policy's decision whether it exchanges synchronously.
   BoundedStalenessAdapter::Decision begin_epoch(int epoch);
-  /// The pass the next exchanges belong to (training: the mode's schedule; evaluation: fresh).
+  /// The pass the next exchanges belong to (training: the policy's schedule; evaluation: fresh).
   void begin_pass(const nn::Pass& pass) { pass_ = pass; }
 
   /// Forward exchange of layer l: `before_halo` is the work that needs no halo row (it runs
@@ -71,28 +71,28 @@ class HaloChannel {
   /// Completes every exchange in flight (end of training).
   void drain();
 
-  bool drift_enabled() const { return adapter_.drift_enabled(); }
-  bool adaptive() const { return adapter_.adaptive(); }
-  int max_staleness() const { return tracker_.max_used(); }
+  bool drift_enabled() const { return policy_->drift_enabled(); }
+  bool adaptive() const { return policy_->adaptive(); }
+  int max_staleness() const { return policy_->max_staleness(); }
   ExchangeStats& stats() { return exch_->stats(); }
 
   void save(CheckpointWriter& w, nlohmann::json& meta);
   void restore(const CheckpointReader& r, const nlohmann::json& meta, const std::string& dir);
 
  private:
-  struct Layer;  // one layer's exchange state
-  void forward_training(int l, const HaloRows& rows, const Work& before_halo, const Work& after_halo);
+  // What a layer attached: the local rows it exchanges forward (empty: none) and the width of
+  // the gradients it sends back.
+  struct Attached {
+    TensorView rows;
+    int64_t backward_cols = 0;
+  };
   void forward_evaluation(int l, const HaloRows& rows, const Work& before_halo, const Work& after_halo);
-  void measure_drift(int l, const TensorView& rows);
-  void measure_eval_change(int l, const HaloRows& rows);
   void discard(Exchange& pending, int64_t cols);
   void inject_faults(int epoch, const TensorView& x);
-  train_detail::EpochSchedule schedule() const { return {opt_.mode, sync_epoch_, opt_.staleness.smoothing}; }
   int64_t sends() const { return graph_.sends(); }
   int64_t fp32_tail(const HaloRows& rows) const { return opt_.quantize_attention_terms ? 0 : rows.logit_cols; }
 
   const Shard& s_;
-  Communicator& comm_;
   const ExecContext& ctx_;
   const TrainOptions& opt_;
   const DType act_;
@@ -100,15 +100,10 @@ class HaloChannel {
   const bool loss_scaled_;
   std::unique_ptr<ProgressThread> progress_;
   std::unique_ptr<HaloExchanger> exch_;
-  BoundedStalenessAdapter adapter_;
-  StalenessTracker tracker_;
-  std::vector<Layer> layers_;
+  std::unique_ptr<ExchangePolicy> policy_;
+  std::vector<Attached> layers_;
   nn::Pass pass_;
-  bool sync_epoch_ = true;
-  std::vector<double> prev_drift_;  // the last step's drift per layer (the adapter's input)
-  bool drift_measured_ = false;     // this epoch compared against a previous send
-  int eval_sent_epoch_ = -1;        // the epoch of the last evaluation (adaptive policy)
-  bool halo_overflow_ = false;      // fp16: an outgoing halo gradient overflowed this epoch
+  bool halo_overflow_ = false;  // fp16: an outgoing halo gradient overflowed this epoch
   Tensor saved_halo_, discard_;
   struct Faults {  // test hooks (inject_faults), read once from the environment
     int rank = -1, epoch = -1;
