@@ -129,6 +129,11 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
   HALOGEN_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   HALOGEN_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   HALOGEN_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+  // More ranks than cores on this node: a rank that polls for a transfer would take a core from
+  // a rank that computes, so waiting ranks sleep between polls (set_sleep_while_waiting
+  // overrides it).
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  sleep_while_waiting_ = local_rank_info(comm_).local_size > cores;
 }
 
 MpiCommunicator::~MpiCommunicator() {

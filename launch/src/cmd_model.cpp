@@ -11,6 +11,7 @@
 #include "halogen/core/log.hpp"
 #include "halogen/core/mpi.hpp"
 #include "halogen/core/output.hpp"
+#include "halogen/launch/process.hpp"
 #include "halogen/train/model.hpp"
 
 namespace halogen::cli {
@@ -46,8 +47,8 @@ Loaded run_model(const ModelRun& r, const MpiSession& mpi, int embeddings_layer)
     HALOGEN_EXPECTS(r.parts_dir.empty() != r.dataset.empty(), "needs exactly one of --parts DIR or --dataset DIR");
     device = parse_device(r.device);
     l.model = load_model(r.model_dir);
-    HALOGEN_EXPECTS(embeddings_layer >= 0 && embeddings_layer <= l.model.options.layers,
-                    "--embeddings must be a layer in [1, {}] of this model, got {}", l.model.options.layers,
+    HALOGEN_EXPECTS(embeddings_layer >= 0 && embeddings_layer <= model_layer_count(l.model.options),
+                    "--embeddings must be a layer in [1, {}] of this model, got {}", model_layer_count(l.model.options),
                     embeddings_layer);
   });
   l.shard = load_rank_shard(r.parts_dir, r.dataset, mpi.rank(), mpi.size(), l.model.options.seed);
@@ -60,6 +61,7 @@ Loaded run_model(const ModelRun& r, const MpiSession& mpi, int embeddings_layer)
                     "the graph's labels have {} classes; the model '{}' predicts {}", l.shard.num_classes, r.model_dir,
                     l.model.num_classes);
   });
+  prepare_process(*l.comm, device);
   l.result = infer(l.shard, *l.comm, l.model, embeddings_layer, device);
   return l;
 }

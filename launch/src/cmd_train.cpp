@@ -12,6 +12,7 @@
 #include "halogen/core/error.hpp"
 #include "halogen/core/log.hpp"
 #include "halogen/core/mpi.hpp"
+#include "halogen/launch/process.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/partition/shard.hpp"
 #include "halogen/train/memory_plan.hpp"
@@ -189,6 +190,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   const std::unique_ptr<Communicator> comm = make_communicator(t.device, comm_name);
   TrainResult result;
   run_collectively(MPI_COMM_WORLD, "checking shards", [&] { check_shards_consistent(shard, *comm); });
+  prepare_process(*comm, t.device);
   result = train(shard, *comm, t);
   if (mpi.rank() == 0) {
     const nlohmann::json& s = result.summary;

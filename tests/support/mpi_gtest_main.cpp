@@ -1,6 +1,7 @@
 // GoogleTest main for tests that run under mpirun: every rank runs every test; failures are
 // gathered so that rank 0 prints which ranks failed which tests, and the exit code is
-// non-zero on every rank when any rank failed. Only rank 0 uses the default printer.
+// non-zero on every rank when any rank failed. Only rank 0 uses the default printer. The
+// ranks share the node's cores as those of `halogen train` do.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -10,6 +11,7 @@
 
 #include "halogen/core/error.hpp"
 #include "halogen/core/mpi.hpp"
+#include "halogen/launch/process.hpp"
 
 namespace {
 
@@ -28,6 +30,8 @@ class FailureCollector : public testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   halogen::MpiSession mpi(&argc, &argv);
+  // The ranks of a test share the node's cores as those of a run do.
+  halogen::share_node_cores(MPI_COMM_WORLD);
   testing::InitGoogleTest(&argc, argv);
   auto& listeners = testing::UnitTest::GetInstance()->listeners();
   if (mpi.rank() != 0) delete listeners.Release(listeners.default_result_printer());
@@ -54,7 +58,8 @@ int main(int argc, char** argv) {
       if (lens[static_cast<size_t>(r)] > 0) {
         std::fprintf(stderr, "[rank %d] FAILED: %s\n", r,
                      all.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
-                                static_cast<size_t>(lens[static_cast<size_t>(r)])).c_str());
+                                static_cast<size_t>(lens[static_cast<size_t>(r)]))
+                         .c_str());
       }
     }
   }

@@ -130,6 +130,7 @@ TrainOptions model_defaults(const std::string& model) {
   return t;
 }
 int default_hidden(const std::string& model) { return model_defaults(model).hidden; }
+int model_layer_count(const TrainOptions& options) { return nn::model_spec(options.model).layer_count(options); }
 
 std::vector<ModelParam> model_params() {
   std::vector<ModelParam> params;

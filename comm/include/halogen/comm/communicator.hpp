@@ -66,8 +66,9 @@ class Communicator {
   double timeout() const noexcept { return timeout_s_; }
 
   /// How a rank waits for a transfer or collective: polling (lowest latency, but the poller
-  /// holds a core), or, when the node runs more ranks than it has cores, polling briefly and
-  /// then sleeping between polls so that ranks with work get the cores.
+  /// holds a core), or polling briefly and then sleeping between polls so that ranks with work
+  /// get the cores. MpiCommunicator sleeps by default when its node runs more ranks than it has
+  /// cores.
   void set_sleep_while_waiting(bool sleep) noexcept { sleep_while_waiting_ = sleep; }
   bool sleep_while_waiting() const noexcept { return sleep_while_waiting_; }
 

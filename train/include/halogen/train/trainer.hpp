@@ -146,6 +146,10 @@ struct TrainOptions {
   float attention_dropout() const { return attn_dropout < 0.0f ? dropout : attn_dropout; }
 };
 
+/// The layers of the model `options` describe (GCNII and APPNP: --layers plus their linear
+/// layers), which per-layer options and --embeddings count.
+int model_layer_count(const TrainOptions& options);
+
 /// The options `model` trains with where none are given: TrainOptions' defaults with the
 /// model's published setting (hidden size, depth, dropout, ...), the same for every graph.
 TrainOptions model_defaults(const std::string& model);
