@@ -3,8 +3,10 @@
 
 Sections (each prints its rows as it finishes; the summary table comes last):
   tests   the GPU test programs found beside halogen (test_gpu_kernels, test_quantize_cuda,
-          test_gpu_training on 1 and 2 ranks sharing the GPU): pass, fail or skip each, so that
-          one call checks the kernels before it times them. test_gpu_training reads Cora from
+          test_gpu_training on 1 and 2 ranks sharing the GPU, and the CUDA instances of the
+          trainer suites that run over every registered model: test_exactness, test_gradcheck,
+          test_staleness_runs on 2 ranks): pass, fail or skip each, so that one call checks the
+          kernels and every model's CUDA path before it times them. The tests read Cora from
           --shared-data (HALOGEN_SHARED_DATA; default ../shared/data beside the sources).
   train   halogen against PyG (bench/gpu_pyg.py) on an RMAT graph of ogbn-products' shape:
           GCN and GraphSAGE, 2 and 3 layers, hidden 256, fp32 and fp16, alternating runs;
@@ -263,16 +265,20 @@ class Suite:
         if self.a.shared_data:
             env["HALOGEN_SHARED_DATA"] = os.path.abspath(self.a.shared_data)
         log("\n# tests: GPU test programs")
-        for name, ranks in [("test_gpu_kernels", 1), ("test_quantize_cuda", 1), ("test_gpu_training", 1),
-                            ("test_gpu_training", 2)]:
+        # (program, ranks, gtest filter, seconds)
+        programs = [("test_gpu_kernels", 1, "*", 300), ("test_quantize_cuda", 1, "*", 300),
+                    ("test_gpu_training", 1, "*", 300), ("test_gpu_training", 2, "*", 300),
+                    ("test_exactness", 2, "*cuda*", 600), ("test_gradcheck", 2, "*cuda*", 600),
+                    ("test_staleness_runs", 2, "*cuda*", 600)]
+        for name, ranks, only, limit in programs:
             exe = os.path.join(self.a.bin, name)
             if not os.path.exists(exe):
                 self.test_rows.append((name, ranks, "absent", f"not in {self.a.bin}"))
                 continue
-            cmd = self.mpirun + ["-np", str(ranks), exe, "--gtest_color=no"]
+            cmd = self.mpirun + ["-np", str(ranks), exe, "--gtest_color=no", f"--gtest_filter={only}"]
             try:
                 r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   timeout=300)
+                                   timeout=limit)
                 out, code = r.stdout, r.returncode
             except subprocess.TimeoutExpired as e:
                 out = e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode(errors="replace")
@@ -285,7 +291,7 @@ class Suite:
                 return max(counts, default=0)
             passed, skipped = closing("[  PASSED  ]"), closing("[  SKIPPED ]")
             if code == -1:
-                outcome, detail = "TIMEOUT", "over 300 s"
+                outcome, detail = "TIMEOUT", f"over {limit} s"
             elif code != 0 or failed:
                 outcome, detail = "FAILED", ", ".join(sorted(set(f.split(" ")[0] for f in failed)))[:300] or f"exit {code}"
             else:
