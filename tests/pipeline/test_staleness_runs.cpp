@@ -93,7 +93,9 @@ TEST_P(StaleRuns, StalenessNeverExceedsBound) {
     }
     EXPECT_TRUE(r.epochs[0]["sync"].get<bool>());
     EXPECT_EQ(r.epochs[0]["max_staleness"].get<int>(), 0);
-    if (s.size > 1) EXPECT_GE(max_seen, 1) << "stale mode never used a stale halo";
+    if (s.size > 1) {
+      EXPECT_GE(max_seen, 1) << "stale mode never used a stale halo";
+    }
     EXPECT_LT(r.epochs.back()["loss"].get<double>(), r.epochs.front()["loss"].get<double>());
   }
 }
@@ -117,9 +119,13 @@ TEST_P(StaleRuns, ForcingEveryEpochEqualsSync) {
       EXPECT_EQ(r.epochs[e]["val_acc"].get<double>(), reference.epochs[e]["val_acc"].get<double>());
       EXPECT_EQ(r.epochs[e]["max_staleness"].get<int>(), 0);
       // On one rank nothing is sent, so there is no drift to force anything.
-      if (t == &every || s.size > 1) EXPECT_TRUE(r.epochs[e]["sync"].get<bool>()) << "epoch " << e;
+      if (t == &every || s.size > 1) {
+        EXPECT_TRUE(r.epochs[e]["sync"].get<bool>()) << "epoch " << e;
+      }
     }
-    if (t == &drift && s.size > 1) EXPECT_EQ(r.epochs[3]["sync_reason"].get<std::string>(), "drift");
+    if (t == &drift && s.size > 1) {
+      EXPECT_EQ(r.epochs[3]["sync_reason"].get<std::string>(), "drift");
+    }
   }
 }
 
@@ -151,7 +157,9 @@ void check_adaptive_policy(Ranks& s, TrainOptions base, std::string model) {
     EXPECT_EQ(strict.epochs[e]["val_acc"].get<double>(), reference.epochs[e]["val_acc"].get<double>());
     if (s.size > 1) {
       EXPECT_TRUE(strict.epochs[e]["sync"].get<bool>()) << "epoch " << e;
-      if (e >= 2) EXPECT_EQ(reason(strict.epochs[e]), "error-bound") << "epoch " << e;
+      if (e >= 2) {
+        EXPECT_EQ(reason(strict.epochs[e]), "error-bound") << "epoch " << e;
+      }
     }
   }
   EXPECT_EQ(reason(strict.epochs[0]), "first-epoch");
@@ -164,9 +172,13 @@ void check_adaptive_policy(Ranks& s, TrainOptions base, std::string model) {
   std::vector<double> estimates;
   for (size_t e = 2; e < loose.epochs.size(); ++e) {
     EXPECT_FALSE(loose.epochs[e]["sync"].get<bool>()) << "epoch " << e;
-    if (s.size > 1) EXPECT_EQ(loose.epochs[e]["max_staleness"].get<int>(), 1) << "epoch " << e;
+    if (s.size > 1) {
+      EXPECT_EQ(loose.epochs[e]["max_staleness"].get<int>(), 1) << "epoch " << e;
+    }
     estimates.push_back(loose.epochs[e]["stale_error"].get<double>());
-    if (s.size > 1) EXPECT_GT(estimates.back(), 0.0) << "epoch " << e;
+    if (s.size > 1) {
+      EXPECT_GT(estimates.back(), 0.0) << "epoch " << e;
+    }
   }
   EXPECT_TRUE(loose.epochs[1]["sync"].get<bool>());
 
@@ -211,7 +223,9 @@ TEST_P(StaleRuns, EveryKForcesExactlyAtMultiples) {
   for (const auto& e : r.epochs) {
     const int epoch = e["epoch"].get<int>();
     EXPECT_EQ(e["sync"].get<bool>(), epoch % 4 == 0) << "epoch " << epoch;
-    if (epoch % 4 == 0) EXPECT_EQ(e["max_staleness"].get<int>(), 0);
+    if (epoch % 4 == 0) {
+      EXPECT_EQ(e["max_staleness"].get<int>(), 0);
+    }
   }
 }
 
@@ -254,7 +268,9 @@ TEST_P(StaleRuns, SmoothingAveragesReceivedHalos) {
       const double a = plain.epochs[e]["loss"].get<double>();
       EXPECT_NEAR(tiny.epochs[e]["loss"].get<double>(), a, 1e-5 * std::abs(a)) << model << " epoch " << e;
       const double d = std::abs(smooth.epochs[e]["loss"].get<double>() - a);
-      if (e < 2) EXPECT_EQ(d, 0.0) << model << " epoch " << e;
+      if (e < 2) {
+        EXPECT_EQ(d, 0.0) << model << " epoch " << e;
+      }
       largest = std::max(largest, d / std::abs(a));
       EXPECT_LE(smooth.epochs[e]["max_staleness"].get<int>(), 1);
     }
@@ -355,7 +371,9 @@ TEST_P(StaleRunsEveryModel, ResumesBitForBitInOneBitStaleMode) {
   ASSERT_EQ(resumed.epochs.size(), 4u);
   for (size_t e = 0; e < resumed.epochs.size(); ++e)
     EXPECT_EQ(resumed.epochs[e]["loss"].get<double>(), whole.epochs[e + 3]["loss"].get<double>()) << "epoch " << e + 3;
-  if (s.size > 1) EXPECT_GT(whole.epochs.back()["bytes_sent"].get<int64_t>(), 0);
+  if (s.size > 1) {
+    EXPECT_GT(whole.epochs.back()["bytes_sent"].get<int64_t>(), 0);
+  }
 }
 
 // The benchmark floor (--skip-exchange): after epoch 0 not one halo byte moves, in training or
