@@ -96,22 +96,13 @@ class GcnSpec final : public ModelSpec {
                                     const std::vector<std::unique_ptr<Layer>>& /*below*/) const override {
     return std::make_unique<GcnLayer>(ctx, decl[static_cast<size_t>(index)], index);
   }
-  LayerMemory layer_memory(const std::vector<LayerDecl>& decl, int index, const TrainOptions& opt,
+  LayerMemory layer_memory(const std::vector<LayerDecl>& decl, int index, const TrainOptions& /*opt*/,
                            const MemoryShape& m) const override {
-    const LayerDecl& d = decl[static_cast<size_t>(index)];
-    const int64_t owned = m.counts.owned, local = m.counts.owned + m.counts.halo;
-    LayerMemory r;
-    r.activations = index + 1 == static_cast<int>(decl.size()) ? m.f32(owned, d.out) : m.act(owned, d.out);
-    if (index == 0) return r;
-    r.activations += m.act(local, d.in) + m.act(owned, d.in);
-    r.forward_cols = r.backward_cols = r.drift_cols = d.in;
-    return r;
+    return propagating_layer_memory(decl, index, m);
   }
   uint64_t scratch_memory(const std::vector<LayerDecl>& decl, const TrainOptions& /*opt*/,
                           const MemoryShape& m) const override {
-    int64_t widest = 0;  // dlocal
-    for (size_t l = 1; l < decl.size(); ++l) widest = std::max(widest, decl[l].in);
-    return m.act(m.counts.owned + m.counts.halo, widest);
+    return propagating_scratch_memory(decl, m);
   }
 };
 

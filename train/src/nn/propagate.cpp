@@ -1,5 +1,7 @@
 #include "nn/propagate.hpp"
 
+#include <algorithm>
+
 #include "halo_channel.hpp"
 #include "local_graph.hpp"
 
@@ -20,6 +22,23 @@ void propagate_backward(LayerContext& ctx, int l, const TensorView& dz, const Te
     g.aggregate_transpose(dz, dlocal, /*halo_rows=*/false);
     if (also_owned) also_owned();
   });
+}
+
+LayerMemory propagating_layer_memory(const std::vector<LayerDecl>& decl, int index, const MemoryShape& m) {
+  const LayerDecl& d = decl[static_cast<size_t>(index)];
+  const int64_t owned = m.counts.owned, local = m.counts.owned + m.counts.halo;
+  LayerMemory r;
+  r.activations = index + 1 == static_cast<int>(decl.size()) ? m.f32(owned, d.out) : m.act(owned, d.out);
+  if (index == 0) return r;
+  r.activations += m.act(local, d.in) + m.act(owned, d.in);
+  r.forward_cols = r.backward_cols = r.drift_cols = d.in;
+  return r;
+}
+
+uint64_t propagating_scratch_memory(const std::vector<LayerDecl>& decl, const MemoryShape& m) {
+  int64_t widest = 0;
+  for (size_t l = 1; l < decl.size(); ++l) widest = std::max(widest, decl[l].in);
+  return m.act(m.counts.owned + m.counts.halo, widest);
 }
 
 }  // namespace halogen::nn

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "nn/layer.hpp"
+#include "nn/registry.hpp"
 
 namespace halogen::nn {
 
@@ -19,5 +20,12 @@ void propagate(LayerContext& ctx, int l, const TensorView& x, const TensorView& 
 /// `also_owned`: more work on dlocal's owned rows, run while the gradients travel (may be empty).
 void propagate_backward(LayerContext& ctx, int l, const TensorView& dz, const TensorView& dlocal,
                         const std::function<void()>& also_owned = {});
+
+/// The memory of layer `index` of a model whose layers above 0 aggregate their input with
+/// propagate (GCN, GraphSAGE): its output (fp32 logits for the last), and above layer 0 its
+/// input's local rows and their aggregation; it exchanges its input's width both ways.
+LayerMemory propagating_layer_memory(const std::vector<LayerDecl>& decl, int index, const MemoryShape& m);
+/// Their shared backward scratch: dlocal, as wide as the widest input above layer 0.
+uint64_t propagating_scratch_memory(const std::vector<LayerDecl>& decl, const MemoryShape& m);
 
 }  // namespace halogen::nn
