@@ -154,15 +154,15 @@ int cmd_plan(const std::vector<std::string>& args) {
   nlohmann::json memory;
   const int parts = report.value("num_parts", 0);
   TrainOptions t;
-  t.model = shape.model;
-  t.layers = shape.layers;
-  t.hidden = static_cast<int>(shape.hidden);
-  t.device = cluster.has_gpus() ? Device::kCuda : Device::kCpu;
-  t.input_storage = parse_input_storage(input_storage);
-  HALOGEN_EXPECTS(t.input_storage == InputStorage::kFp32 || !cluster.has_gpus(),
+  t.model.name = shape.model;
+  t.model.layers = shape.layers;
+  t.model.hidden = static_cast<int>(shape.hidden);
+  t.device.kind = cluster.has_gpus() ? Device::kCuda : Device::kCpu;
+  t.device.input_storage = parse_input_storage(input_storage);
+  HALOGEN_EXPECTS(t.device.input_storage == InputStorage::kFp32 || !cluster.has_gpus(),
                   "--input-storage bf16 is for CPU clusters (cluster '{}' has GPUs)", cluster.name);
   const std::string memory_setting =
-      fmt::format("fp32{}, sync", t.input_storage == InputStorage::kBf16 ? ", bf16 inputs" : "");
+      fmt::format("fp32{}, sync", t.device.input_storage == InputStorage::kBf16 ? ", bf16 inputs" : "");
   if (is_described) {
     // Every part alike: the largest (the first) stands for all.
     const auto& first = report.at("parts").at(0);
@@ -178,7 +178,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     std::cout << fmt::format("memory per rank ({} memory, {}): {} ({} phase: {})\n",
                              cluster.has_gpus() ? "GPU" : "host", memory_setting, format_bytes(e.total()), e.phase,
                              e.breakdown());
-    memory = {{"device", to_string(t.device)}, {"max_bytes", e.total()}};
+    memory = {{"device", to_string(t.device.kind)}, {"max_bytes", e.total()}};
   } else if (parts > 0 && std::filesystem::exists(shard_path(report_path.parent_path(), 0, parts))) {
     uint64_t worst = 0;
     int worst_rank = 0;
@@ -194,7 +194,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     std::cout << fmt::format("memory per rank ({} memory, {}): at most {} (rank {}: {} phase: {})\n",
                              cluster.has_gpus() ? "GPU" : "host", memory_setting, format_bytes(worst), worst_rank,
                              at_worst.phase, at_worst.breakdown());
-    memory = {{"device", to_string(t.device)}, {"bytes_per_rank", per_rank}, {"max_bytes", worst}};
+    memory = {{"device", to_string(t.device.kind)}, {"bytes_per_rank", per_rank}, {"max_bytes", worst}};
   }
   if (!json_out.empty()) {
     nlohmann::json j = plan::plan_to_json(p);

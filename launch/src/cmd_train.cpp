@@ -30,31 +30,34 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   opts.add_options()("parts", po::value(&parts_dir), "directory of shards from `halogen partition` (one per rank)")(
       "dataset", po::value(&dataset), "dataset directory: rank 0 partitions it with METIS and scatters the shards")(
       "model", po::value(&model)->default_value(model), model_choices.c_str())(
-      "layers", po::value(&t.layers)->default_value(t.layers),
+      "layers", po::value(&t.model.layers)->default_value(t.model.layers),
       "number of layers (default: the model's published depth)")(
       "hidden", po::value<int>(), "hidden size (default: the model's published setting: 64; gat: 8 per head)")(
-      "heads", po::value(&t.heads)->default_value(t.heads), "gat: attention heads of hidden layers (concatenated)")(
-      "out-heads", po::value(&t.out_heads)->default_value(t.out_heads),
+      "heads", po::value(&t.model.heads)->default_value(t.model.heads),
+      "gat: attention heads of hidden layers (concatenated)")(
+      "out-heads", po::value(&t.model.out_heads)->default_value(t.model.out_heads),
       "gat: attention heads of the output layer (averaged)")("attn-dropout", po::value<float>(),
                                                              "gat: dropout on attention weights (default: --dropout)")(
-      "residual", po::bool_switch(&t.residual),
+      "residual", po::bool_switch(&t.model.residual),
       "gat: residual connections (identity, or a projection where widths differ)")(
       "attn-terms", po::value<std::string>()->default_value("fp32"),
       "gat: halo attention terms travel as fp32 | quantized (with the features, at --bits-fwd)")(
-      "dropout", number(&t.dropout, t.dropout), "dropout probability")("lr", number(&t.lr, t.lr), "Adam learning rate")(
-      "weight-decay", number(&t.weight_decay, t.weight_decay), "L2 weight decay on weights")(
-      "epochs", po::value(&t.epochs)->default_value(t.epochs), "training epochs at most")(
-      "patience", po::value(&t.patience)->default_value(t.patience),
+      "dropout", number(&t.model.dropout, t.model.dropout), "dropout probability")(
+      "lr", number(&t.optim.lr, t.optim.lr), "Adam learning rate")(
+      "weight-decay", number(&t.optim.weight_decay, t.optim.weight_decay), "L2 weight decay on weights")(
+      "epochs", po::value(&t.optim.epochs)->default_value(t.optim.epochs), "training epochs at most")(
+      "patience", po::value(&t.optim.patience)->default_value(t.optim.patience),
       "stop when neither the validation accuracy nor the validation loss has improved for this many epochs (0: "
       "train all --epochs); the best-validation epoch's weights are the model kept")(
       "seed", po::value(&t.seed)->default_value(t.seed), "seed of weights and dropout")(
-      "eval-every", po::value(&t.eval_every)->default_value(t.eval_every), "evaluate every N epochs")(
+      "eval-every", po::value(&t.optim.eval_every)->default_value(t.optim.eval_every), "evaluate every N epochs")(
       "metrics", po::value(&metrics),
       "write one JSON line per epoch and a summary to this file (replaces only an empty file or an earlier "
       "metrics file of train, unless --overwrite)")(
       "grad-compression", po::value<std::string>()->default_value("none"),
       "weight gradients: none | powersgd (rank --grad-rank, error feedback; matrices where it saves half)")(
-      "grad-rank", po::value(&t.grad_rank)->default_value(t.grad_rank), "powersgd: rank of the approximation")(
+      "grad-rank", po::value(&t.optim.grad_rank)->default_value(t.optim.grad_rank),
+      "powersgd: rank of the approximation")(
       "grad-allreduce", po::value<std::string>()->default_value("layerwise"),
       "weight gradients: layerwise (fp32, one all-reduce per layer overlapping the backward pass) | packed (one "
       "fp64 all-reduce after it)")(
@@ -66,19 +69,19 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "bits-bwd", po::value(&bits_bwd)->default_value(bits_bwd),
       "bits of backward halo gradients: one value or one per layer")("mode", po::value(&mode)->default_value(mode),
                                                                      "halo exchange: sync | overlap | stale")(
-      "staleness", po::value(&t.staleness.staleness)->default_value(1),
+      "staleness", po::value(&t.exchange.staleness.staleness)->default_value(1),
       "stale mode: oldest halo usable, in epochs (S)")(
       "stale-policy", po::value<std::string>(),
       "stale mode: adaptive (stale epochs while the estimated error of the halos they use stays within "
       "--stale-error-bound) | fixed (only --sync-every / --drift-threshold / --stale-smoothing); default: adaptive, "
       "or fixed when one of those is given")(
-      "stale-error-bound", number(&t.staleness.error_bound, t.staleness.error_bound),
+      "stale-error-bound", number(&t.exchange.staleness.error_bound, t.exchange.staleness.error_bound),
       "adaptive stale policy: largest estimated relative error of the halos a stale epoch may use")(
-      "sync-every", po::value(&t.staleness.sync_every)->default_value(0),
+      "sync-every", po::value(&t.exchange.staleness.sync_every)->default_value(0),
       "stale mode: force a synchronous epoch every k epochs (0 = never)")(
       "drift-threshold", po::value<double>(),
       "stale mode: force a synchronous epoch when the senders' relative embedding drift exceeds this")(
-      "stale-smoothing", number(&t.staleness.smoothing, 0.0f),
+      "stale-smoothing", number(&t.exchange.staleness.smoothing, 0.0f),
       "stale mode: use g * previous + (1 - g) * received for halo rows and gradients (0 = off; 0.9 steadies deep "
       "models)")("feature-norm", po::value<std::string>()->default_value("l2"),
                  "input feature normalisation: row (rows sum to 1) | l2 (rows of unit length) | none")(
@@ -87,28 +90,29 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "rounded to 8 significant bits, products in fp32)")(
       "checkpoint-dir", po::value<std::string>(),
       "write checkpoints into this directory: new, empty, or train's own (its latest.json), unless --overwrite")(
-      "checkpoint-every", po::value(&t.checkpoint_every)->default_value(0),
+      "checkpoint-every", po::value(&t.reliability.checkpoint_every)->default_value(0),
       "checkpoint every N epochs (0: only after the last)")("resume", po::value<std::string>(),
                                                             "continue from the newest checkpoint in this directory")(
-      "timeout", number(&t.timeout_s, 60.0), "seconds a transfer may take before the run fails (dead or hung rank)")(
+      "timeout", number(&t.reliability.timeout_s, 60.0),
+      "seconds a transfer may take before the run fails (dead or hung rank)")(
       "on-nonfinite", po::value<std::string>()->default_value("stop"),
       "non-finite loss or gradients: stop | skip-step")(
       "memory-limit", po::value<std::string>()->default_value("auto"),
       "host memory per rank: auto (the node's available memory shared among its ranks), none (no check), or a size "
-      "such as 8G; training is refused if the estimate exceeds it")("skip-exchange", po::bool_switch(&t.skip_exchange),
-                                                                    "benchmark floor: exchange halos in epoch 0 only")(
-      "skip-comm", po::bool_switch(&t.skip_gradient_allreduce),
+      "such as 8G; training is refused if the estimate exceeds it")(
+      "skip-exchange", po::bool_switch(&t.exchange.skip_exchange), "benchmark floor: exchange halos in epoch 0 only")(
+      "skip-comm", po::bool_switch(&t.optim.skip_gradient_allreduce),
       "benchmark floor: --skip-exchange and no gradient all-reduce (each rank steps alone; compute only)")(
       "device", po::value(&device)->default_value(device), "cpu | cuda (one GPU per rank)")(
       "precision", po::value(&precision)->default_value(precision),
       "cuda: fp32 | fp16 (fp16 storage, fp32 accumulation and master weights, dynamic loss scaling)")(
-      "loss-scale", number(&t.loss_scale, t.loss_scale),
+      "loss-scale", number(&t.optim.loss_scale, t.optim.loss_scale),
       "fp16: initial dynamic loss scale (halved on overflow, doubled after 2000 finite steps)")(
       "comm", po::value(&comm_name)->default_value(comm_name),
       "cuda: nccl | mpi (staged through pinned host memory) | auto (nccl when built with it)")(
       "log-level", po::value(&log_level)->default_value(log_level), "trace|debug|info|warn|error")(
       "quiet,q", po::bool_switch(&quiet), "no per-epoch progress lines")(
-      "overwrite", po::bool_switch(&t.overwrite),
+      "overwrite", po::bool_switch(&t.output.overwrite),
       "let --save-model replace, and --metrics and --checkpoint-dir write over, files halogen did not write");
   // Each model's own hyper-parameters (gcnii's alpha, ...), from the registry.
   for (const ModelParam& p : model_params()) {
@@ -124,73 +128,73 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   log::configure(mpi.rank(), log_level);
   run_collectively(MPI_COMM_WORLD, "checking options", [&] {
     HALOGEN_EXPECTS(parts_dir.empty() != dataset.empty(), "train needs exactly one of --parts DIR or --dataset DIR");
-    t.model = model_name(model);
+    t.model.name = model_name(model);
     // What the user leaves unset takes the model's published setting.
-    const TrainOptions published = model_defaults(t.model);
+    const TrainOptions published = model_defaults(t.model.name);
     const auto unset = [&](const char* name) { return !vm.count(name) || vm[name].defaulted(); };
-    if (unset("layers")) t.layers = published.layers;
-    t.hidden = unset("hidden") ? published.hidden : vm["hidden"].as<int>();
-    if (unset("dropout")) t.dropout = published.dropout;
-    if (unset("lr")) t.lr = published.lr;
-    if (unset("weight-decay")) t.weight_decay = published.weight_decay;
+    if (unset("layers")) t.model.layers = published.model.layers;
+    t.model.hidden = unset("hidden") ? published.model.hidden : vm["hidden"].as<int>();
+    if (unset("dropout")) t.model.dropout = published.model.dropout;
+    if (unset("lr")) t.optim.lr = published.optim.lr;
+    if (unset("weight-decay")) t.optim.weight_decay = published.optim.weight_decay;
     for (const ModelParam& p : model_params())
-      if (vm.count(p.name)) t.model_params[p.name] = vm[p.name].as<double>();
+      if (vm.count(p.name)) t.model.params[p.name] = vm[p.name].as<double>();
     if (vm.count("attn-dropout")) {
-      t.attn_dropout = vm["attn-dropout"].as<float>();
-      HALOGEN_EXPECTS(t.attn_dropout >= 0.0f, "--attn-dropout must be in [0, 1), got {}", t.attn_dropout);
+      t.model.attn_dropout = vm["attn-dropout"].as<float>();
+      HALOGEN_EXPECTS(t.model.attn_dropout >= 0.0f, "--attn-dropout must be in [0, 1), got {}", t.model.attn_dropout);
     }
     const std::string attn_terms = vm["attn-terms"].as<std::string>();
     HALOGEN_EXPECTS(attn_terms == "fp32" || attn_terms == "quantized",
                     "--attn-terms must be 'fp32' or 'quantized', got '{}'", attn_terms);
-    t.quantize_attention_terms = attn_terms == "quantized";
-    t.bits_fwd = parse_int_list(bits_fwd, "--bits-fwd");
-    t.bits_bwd = parse_int_list(bits_bwd, "--bits-bwd");
-    t.mode = parse_exchange_mode(mode);
-    t.metrics_path = metrics;
+    t.exchange.quantize_attention_terms = attn_terms == "quantized";
+    t.exchange.bits_fwd = parse_int_list(bits_fwd, "--bits-fwd");
+    t.exchange.bits_bwd = parse_int_list(bits_bwd, "--bits-bwd");
+    t.exchange.mode = parse_exchange_mode(mode);
+    t.output.metrics_path = metrics;
     const std::string nonfinite = vm["on-nonfinite"].as<std::string>();
     HALOGEN_EXPECTS(nonfinite == "stop" || nonfinite == "skip-step",
                     "--on-nonfinite must be 'stop' or 'skip-step', got '{}'", nonfinite);
-    t.skip_nonfinite_steps = nonfinite == "skip-step";
-    HALOGEN_EXPECTS(t.timeout_s > 0, "--timeout must be positive, got {}", t.timeout_s);
-    if (vm.count("checkpoint-dir")) t.checkpoint_dir = vm["checkpoint-dir"].as<std::string>();
-    if (vm.count("resume")) t.resume_dir = vm["resume"].as<std::string>();
-    if (vm.count("drift-threshold")) t.staleness.drift_threshold = vm["drift-threshold"].as<double>();
+    t.reliability.skip_nonfinite_steps = nonfinite == "skip-step";
+    HALOGEN_EXPECTS(t.reliability.timeout_s > 0, "--timeout must be positive, got {}", t.reliability.timeout_s);
+    if (vm.count("checkpoint-dir")) t.reliability.checkpoint_dir = vm["checkpoint-dir"].as<std::string>();
+    if (vm.count("resume")) t.reliability.resume_dir = vm["resume"].as<std::string>();
+    if (vm.count("drift-threshold")) t.exchange.staleness.drift_threshold = vm["drift-threshold"].as<double>();
     // The fixed rules are what a user asks for by giving one of them.
     const bool fixed_rule =
         !vm["sync-every"].defaulted() || vm.count("drift-threshold") || !vm["stale-smoothing"].defaulted();
     // The adapter refuses fixed rules under an explicit --stale-policy adaptive.
     if (vm.count("stale-policy")) {
-      t.staleness.policy = parse_stale_policy(vm["stale-policy"].as<std::string>());
+      t.exchange.staleness.policy = parse_stale_policy(vm["stale-policy"].as<std::string>());
     } else if (fixed_rule) {
-      t.staleness.policy = StalePolicy::kFixed;
+      t.exchange.staleness.policy = StalePolicy::kFixed;
     }
-    t.feature_norm = parse_feature_norm(vm["feature-norm"].as<std::string>());
-    t.input_storage = parse_input_storage(vm["input-storage"].as<std::string>());
-    t.progress = !quiet;
-    t.memory_limit = parse_memory_limit(vm["memory-limit"].as<std::string>());
-    t.device = parse_device(device);
-    t.precision = parse_precision(precision);
+    t.model.feature_norm = parse_feature_norm(vm["feature-norm"].as<std::string>());
+    t.device.input_storage = parse_input_storage(vm["input-storage"].as<std::string>());
+    t.output.progress = !quiet;
+    t.reliability.memory_limit = parse_memory_limit(vm["memory-limit"].as<std::string>());
+    t.device.kind = parse_device(device);
+    t.device.precision = parse_precision(precision);
     HALOGEN_EXPECTS(comm_name == "auto" || comm_name == "nccl" || comm_name == "mpi",
                     "--comm must be auto, nccl or mpi, got '{}'", comm_name);
-    HALOGEN_EXPECTS(t.device == Device::kCuda || comm_name != "nccl", "--comm nccl needs --device cuda");
+    HALOGEN_EXPECTS(t.device.kind == Device::kCuda || comm_name != "nccl", "--comm nccl needs --device cuda");
     HALOGEN_EXPECTS(HALOGEN_HAVE_NCCL || comm_name != "nccl", "--comm nccl: this halogen was built without NCCL");
-    t.grad_allreduce = parse_grad_allreduce(vm["grad-allreduce"].as<std::string>());
-    if (t.skip_gradient_allreduce) t.skip_exchange = true;
+    t.optim.grad_allreduce = parse_grad_allreduce(vm["grad-allreduce"].as<std::string>());
+    if (t.optim.skip_gradient_allreduce) t.exchange.skip_exchange = true;
     const std::string compression = vm["grad-compression"].as<std::string>();
     HALOGEN_EXPECTS(compression == "none" || compression == "powersgd",
                     "--grad-compression must be 'none' or 'powersgd', got '{}'", compression);
-    t.grad_powersgd = compression == "powersgd";
-    if (vm.count("save-model")) t.save_model_dir = vm["save-model"].as<std::string>();
+    t.optim.grad_powersgd = compression == "powersgd";
+    if (vm.count("save-model")) t.output.save_model_dir = vm["save-model"].as<std::string>();
     t.validate();
     // Now, not after an hour of training (train() checks again).
     if (mpi.rank() == 0) check_train_outputs(t);
   });
 
   const Shard shard = load_rank_shard(parts_dir, dataset, mpi.rank(), mpi.size(), t.seed);
-  const std::unique_ptr<Communicator> comm = make_communicator(t.device, comm_name);
+  const std::unique_ptr<Communicator> comm = make_communicator(t.device.kind, comm_name);
   TrainResult result;
   run_collectively(MPI_COMM_WORLD, "checking shards", [&] { check_shards_consistent(shard, *comm); });
-  prepare_process(*comm, t.device);
+  prepare_process(*comm, t.device.kind);
   result = train(shard, *comm, t);
   if (mpi.rank() == 0) {
     const nlohmann::json& s = result.summary;

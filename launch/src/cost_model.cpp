@@ -243,8 +243,8 @@ Model build_model(const nlohmann::json& report, const ModelShape& shape, const C
                   shape.hidden, shape.feature_dim, shape.num_classes);
   // The layers as the trainer declares them.
   TrainOptions t = model_defaults(shape.model);
-  t.layers = shape.layers;
-  t.hidden = static_cast<int>(shape.hidden);
+  t.model.layers = shape.layers;
+  t.model.hidden = static_cast<int>(shape.hidden);
   m.layers = layer_costs(t, shape.feature_dim, shape.num_classes);
   HALOGEN_EXPECTS(options.eval_every >= 1, "--eval-every must be at least 1, got {}", options.eval_every);
   m.evals = 1.0 / static_cast<double>(options.eval_every);

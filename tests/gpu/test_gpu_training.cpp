@@ -58,14 +58,14 @@ class GpuTraining : public testing::Test {
 
   static TrainOptions options(std::string model, Device device) {
     TrainOptions t;
-    t.model = model;
-    t.layers = 3;  // two exchanged hidden layers
-    t.hidden = 16;
-    t.dropout = 0.5f;
-    t.epochs = 20;
+    t.model.name = model;
+    t.model.layers = 3;  // two exchanged hidden layers
+    t.model.hidden = 16;
+    t.model.dropout = 0.5f;
+    t.optim.epochs = 20;
     t.seed = 7;
-    t.progress = false;
-    t.device = device;
+    t.output.progress = false;
+    t.device.kind = device;
     return t;
   }
 
@@ -112,22 +112,22 @@ TEST_F(GpuTraining, SageMatchesCpuPath) {
 // CPU exactness test; sync and 1-bit stale with fp32 attention terms.
 TEST_F(GpuTraining, GatMatchesCpuPath) {
   auto t = options("gat", Device::kCpu);
-  t.hidden = 8;
-  t.heads = 4;
-  t.out_heads = 2;
+  t.model.hidden = 8;
+  t.model.heads = 4;
+  t.model.out_heads = 2;
   expect_same_training(
       run(t),
       [&] {
         auto g = t;
-        g.device = Device::kCuda;
+        g.device.kind = Device::kCuda;
         return run(g);
       }(),
       1e-4);
-  t.mode = ExchangeMode::kStale;
-  t.staleness.policy = StalePolicy::kFixed;
-  t.bits_fwd = t.bits_bwd = {1};
+  t.exchange.mode = ExchangeMode::kStale;
+  t.exchange.staleness.policy = StalePolicy::kFixed;
+  t.exchange.bits_fwd = t.exchange.bits_bwd = {1};
   const auto cpu = run(t);
-  t.device = Device::kCuda;
+  t.device.kind = Device::kCuda;
   const auto gpu = run(t);
   EXPECT_NEAR(cpu.epochs.back()["loss"].get<double>(), gpu.epochs.back()["loss"].get<double>(), 0.05);
 }
@@ -147,7 +147,7 @@ TEST_F(GpuTraining, NcclMatchesCpuPath) {
 TEST_F(GpuTraining, OverlapEqualsSyncBitwise) {
   auto t = options("gcn", Device::kCuda);
   const auto sync = run(t);
-  t.mode = ExchangeMode::kOverlap;
+  t.exchange.mode = ExchangeMode::kOverlap;
   const auto overlap = run(t);
   for (size_t e = 0; e < sync.epochs.size(); ++e)
     EXPECT_EQ(sync.epochs[e]["loss"].get<double>(), overlap.epochs[e]["loss"].get<double>()) << "epoch " << e;
@@ -157,12 +157,12 @@ TEST_F(GpuTraining, OverlapEqualsSyncBitwise) {
 // the GPU's stale run is the CPU's to fp32 tolerance, here with a synchronous epoch every 4.
 TEST_F(GpuTraining, StaleMatchesCpuPath) {
   auto t = options("gcn", Device::kCpu);
-  t.mode = ExchangeMode::kStale;
-  t.staleness.policy = StalePolicy::kFixed;
-  t.staleness.staleness = 1;
-  t.staleness.sync_every = 4;
+  t.exchange.mode = ExchangeMode::kStale;
+  t.exchange.staleness.policy = StalePolicy::kFixed;
+  t.exchange.staleness.staleness = 1;
+  t.exchange.staleness.sync_every = 4;
   const auto cpu = run(t);
-  t.device = Device::kCuda;
+  t.device.kind = Device::kCuda;
   const auto gpu = run(t);
   expect_same_training(cpu, gpu, 1e-4);
   if (world_size() > 1) {
@@ -176,12 +176,12 @@ TEST_F(GpuTraining, StaleMatchesCpuPath) {
 // synchronous epochs and losses to fp32 tolerance.
 TEST_F(GpuTraining, StaleSmoothingAndDriftMatchCpuPath) {
   auto t = options("gcn", Device::kCpu);
-  t.mode = ExchangeMode::kStale;
-  t.staleness.policy = StalePolicy::kFixed;
-  t.staleness.smoothing = 0.5f;
-  t.staleness.drift_threshold = 0.8;
+  t.exchange.mode = ExchangeMode::kStale;
+  t.exchange.staleness.policy = StalePolicy::kFixed;
+  t.exchange.staleness.smoothing = 0.5f;
+  t.exchange.staleness.drift_threshold = 0.8;
   const auto cpu = run(t);
-  t.device = Device::kCuda;
+  t.device.kind = Device::kCuda;
   const auto gpu = run(t);
   expect_same_training(cpu, gpu, 1e-4);
   for (size_t e = 0; e < cpu.epochs.size(); ++e) {
@@ -194,9 +194,9 @@ TEST_F(GpuTraining, StaleSmoothingAndDriftMatchCpuPath) {
 // run (not bit for bit: the inputs of the quantizer differ in the last ulps).
 TEST_F(GpuTraining, OneBitTracksCpuPath) {
   auto t = options("gcn", Device::kCpu);
-  t.bits_fwd = t.bits_bwd = {1};
+  t.exchange.bits_fwd = t.exchange.bits_bwd = {1};
   const auto cpu = run(t);
-  t.device = Device::kCuda;
+  t.device.kind = Device::kCuda;
   const auto gpu = run(t);
   EXPECT_NEAR(cpu.epochs.back()["loss"].get<double>(), gpu.epochs.back()["loss"].get<double>(), 0.05);
 }
@@ -206,7 +206,7 @@ TEST_F(GpuTraining, OneBitTracksCpuPath) {
 TEST_F(GpuTraining, Fp16TracksFp32) {
   auto t = options("gcn", Device::kCuda);
   const auto fp32 = run(t);
-  t.precision = Precision::kFp16;
+  t.device.precision = Precision::kFp16;
   const auto fp16 = run(t);
   for (size_t e = 0; e < fp32.epochs.size(); ++e) {
     const double a = fp32.epochs[e]["loss"].get<double>(), b = fp16.epochs[e]["loss"].get<double>();
@@ -221,12 +221,12 @@ TEST_F(GpuTraining, Fp16TracksFp32) {
 // same stated tolerance; several heads and an averaged output layer, with a residual.
 TEST_F(GpuTraining, Fp16GatTracksFp32) {
   auto t = options("gat", Device::kCuda);
-  t.hidden = 8;
-  t.heads = 4;
-  t.out_heads = 2;
-  t.residual = true;
+  t.model.hidden = 8;
+  t.model.heads = 4;
+  t.model.out_heads = 2;
+  t.model.residual = true;
   const auto fp32 = run(t);
-  t.precision = Precision::kFp16;
+  t.device.precision = Precision::kFp16;
   const auto fp16 = run(t);
   for (size_t e = 0; e < fp32.epochs.size(); ++e) {
     const double a = fp32.epochs[e]["loss"].get<double>(), b = fp16.epochs[e]["loss"].get<double>();
@@ -240,8 +240,8 @@ TEST_F(GpuTraining, Fp16GatTracksFp32) {
 // overflow fp16, are skipped on every rank and halve the scale, then training proceeds.
 TEST_F(GpuTraining, Fp16OverflowBacksOffTheLossScale) {
   auto t = options("gcn", Device::kCuda);
-  t.precision = Precision::kFp16;
-  t.loss_scale = 16777216.0f;
+  t.device.precision = Precision::kFp16;
+  t.optim.loss_scale = 16777216.0f;
   const auto r = run(t);
   EXPECT_TRUE(r.epochs.front().value("skipped_step", false));
   EXPECT_LT(r.epochs.front()["loss_scale"].get<double>(), 16777216.0);
@@ -260,20 +260,20 @@ TEST_F(GpuTraining, ResumeIsBitIdentical) {
     const Precision precision = variant == 1 ? Precision::kFp16 : Precision::kFp32;
     const auto dir = std::filesystem::temp_directory_path() / ("halogen-gpu-resume-" + std::to_string(id));
     auto t = options("gcn", Device::kCuda);
-    t.precision = precision;
+    t.device.precision = precision;
     if (variant == 2) {
-      t.mode = ExchangeMode::kStale;
-      t.staleness.policy = StalePolicy::kFixed;
-      t.bits_fwd = t.bits_bwd = {1};
-      t.staleness.smoothing = 0.5f;
+      t.exchange.mode = ExchangeMode::kStale;
+      t.exchange.staleness.policy = StalePolicy::kFixed;
+      t.exchange.bits_fwd = t.exchange.bits_bwd = {1};
+      t.exchange.staleness.smoothing = 0.5f;
     }
     const auto whole = run(t);
     auto first = t;
-    first.epochs = 7;
-    first.checkpoint_dir = dir;
+    first.optim.epochs = 7;
+    first.reliability.checkpoint_dir = dir;
     run(first);
     auto rest = t;
-    rest.resume_dir = dir;
+    rest.reliability.resume_dir = dir;
     const auto resumed = run(rest);
     ASSERT_EQ(resumed.epochs.size(), 13u);
     for (size_t e = 0; e < resumed.epochs.size(); ++e)

@@ -303,12 +303,12 @@ namespace {
 // output weight is narrower than 4 x rank and travels whole, as do the biases).
 TEST(CostModel, GradientValuesFollowThePowerSgdRule) {
   TrainOptions t;
-  t.hidden = 256;
+  t.model.hidden = 256;
   const auto gcn = layer_costs(t, 6805, 15);
   EXPECT_EQ(gradient_values(gcn, 0), 6805 * 256 + 256 + 256 * 15 + 15);
   EXPECT_EQ(gradient_values(gcn, 4), (6805 + 256) * 4 + 256 + 256 * 15 + 15);
   // SAGE has two weight matrices per layer, both compressed alike.
-  t.model = "sage";
+  t.model.name = "sage";
   EXPECT_EQ(gradient_values(layer_costs(t, 6805, 15), 4), 2 * (6805 + 256) * 4 + 256 + 2 * 256 * 15 + 15);
   // A rank so large that nothing saves half: everything whole.
   EXPECT_EQ(gradient_values(gcn, 100), gradient_values(gcn, 0));
@@ -318,20 +318,20 @@ TEST(CostModel, GradientValuesFollowThePowerSgdRule) {
 // APPNP's propagation steps rows as wide as the classes, GCNII every convolution's input.
 TEST(CostModel, LayersAreTheTrainersDeclarations) {
   TrainOptions t;
-  t.layers = 3;
-  t.hidden = 32;
+  t.model.layers = 3;
+  t.model.hidden = 32;
   const auto gcn = layer_costs(t, 24, 5);
   ASSERT_EQ(gcn.size(), 3u);
   EXPECT_EQ(gcn[0].exchanged_cols, 0);
   EXPECT_EQ(gcn[1].exchanged_cols, 32);
   EXPECT_EQ(gcn[2].exchanged_cols, 32);
-  t.model = "appnp";
+  t.model.name = "appnp";
   const auto appnp = layer_costs(t, 24, 5);
   ASSERT_EQ(appnp.size(), 5u);  // the 2-layer MLP, then 3 steps
   EXPECT_EQ(appnp[1].exchanged_cols, 0);
   EXPECT_EQ(appnp[2].exchanged_cols, 5);
   EXPECT_TRUE(appnp[4].matrices.empty());
-  t.model = "gcnii";
+  t.model.name = "gcnii";
   const auto gcnii = layer_costs(t, 24, 5);
   ASSERT_EQ(gcnii.size(), 5u);  // input, 3 convolutions, output
   EXPECT_EQ(gcnii[1].exchanged_cols, 32);

@@ -53,12 +53,12 @@ class StaleRuns : public testing::TestWithParam<Device> {
   void SetUp() override { HALOGEN_USE_DEVICE(GetParam()); }
   TrainOptions base_options() const {
     TrainOptions t;
-    t.layers = 3;
-    t.hidden = 16;
-    t.epochs = 12;
-    t.progress = false;
+    t.model.layers = 3;
+    t.model.hidden = 16;
+    t.optim.epochs = 12;
+    t.output.progress = false;
     t.seed = 3;
-    t.device = GetParam();
+    t.device.kind = GetParam();
     return t;
   }
   // A rank that sends nothing: every rank trains alone on the whole of a small SBM
@@ -66,11 +66,11 @@ class StaleRuns : public testing::TestWithParam<Device> {
   static Shard lone_shard() { return std::move(test::sbm_shards(600, 16, 9, 1)[0]); }
   TrainOptions lone_stale_options(std::string model) const {
     auto t = base_options();
-    t.model = model;
-    t.hidden = 8;
-    t.heads = 2;
-    t.mode = ExchangeMode::kStale;
-    t.staleness.policy = StalePolicy::kFixed;
+    t.model.name = model;
+    t.model.hidden = 8;
+    t.model.heads = 2;
+    t.exchange.mode = ExchangeMode::kStale;
+    t.exchange.staleness.policy = StalePolicy::kFixed;
     return t;
   }
 };
@@ -80,11 +80,11 @@ TEST_P(StaleRuns, StalenessNeverExceedsBound) {
   Ranks s;
   for (int bound : {1, 2}) {
     auto t = base_options();
-    t.mode = ExchangeMode::kStale;
-    t.staleness.policy = StalePolicy::kFixed;
-    t.staleness.staleness = bound;
-    t.bits_fwd = {1};
-    t.bits_bwd = {1};
+    t.exchange.mode = ExchangeMode::kStale;
+    t.exchange.staleness.policy = StalePolicy::kFixed;
+    t.exchange.staleness.staleness = bound;
+    t.exchange.bits_fwd = {1};
+    t.exchange.bits_bwd = {1};
     const auto r = s.run(t);
     int max_seen = 0;
     for (const auto& e : r.epochs) {
@@ -105,13 +105,13 @@ TEST_P(StaleRuns, ForcingEveryEpochEqualsSync) {
   auto sync = base_options();
   const auto reference = s.run(sync);
   auto every = base_options();
-  every.mode = ExchangeMode::kStale;
-  every.staleness.policy = StalePolicy::kFixed;
-  every.staleness.sync_every = 1;
+  every.exchange.mode = ExchangeMode::kStale;
+  every.exchange.staleness.policy = StalePolicy::kFixed;
+  every.exchange.staleness.sync_every = 1;
   auto drift = base_options();
-  drift.mode = ExchangeMode::kStale;
-  drift.staleness.policy = StalePolicy::kFixed;
-  drift.staleness.drift_threshold = 0.0;  // any drift forces a fresh exchange
+  drift.exchange.mode = ExchangeMode::kStale;
+  drift.exchange.staleness.policy = StalePolicy::kFixed;
+  drift.exchange.staleness.drift_threshold = 0.0;  // any drift forces a fresh exchange
   for (const auto* t : {&every, &drift}) {
     const auto r = s.run(*t);
     for (size_t e = 0; e < r.epochs.size(); ++e) {
@@ -137,20 +137,20 @@ TEST_P(StaleRuns, ForcingEveryEpochEqualsSync) {
 // (both measured in one reference matrix, in two column ranges).
 void check_adaptive_policy(Ranks& s, TrainOptions base, std::string model) {
   SCOPED_TRACE(model);
-  base.model = model;
-  base.heads = 2;
-  if (model == "gat") base.hidden = 8;
+  base.model.name = model;
+  base.model.heads = 2;
+  if (model == "gat") base.model.hidden = 8;
   const auto reference = s.run(base);
   auto t = base;
-  t.mode = ExchangeMode::kStale;
-  t.bits_fwd = {1};
-  t.bits_bwd = {1};
-  ASSERT_EQ(t.staleness.policy, StalePolicy::kAdaptive);
+  t.exchange.mode = ExchangeMode::kStale;
+  t.exchange.bits_fwd = {1};
+  t.exchange.bits_bwd = {1};
+  ASSERT_EQ(t.exchange.staleness.policy, StalePolicy::kAdaptive);
   const auto reason = [](const nlohmann::json& e) { return e["sync_reason"].get<std::string>(); };
 
-  t.bits_fwd = {32};
-  t.bits_bwd = {32};
-  t.staleness.error_bound = 0.0;
+  t.exchange.bits_fwd = {32};
+  t.exchange.bits_bwd = {32};
+  t.exchange.staleness.error_bound = 0.0;
   const auto strict = s.run(t);
   for (size_t e = 0; e < strict.epochs.size(); ++e) {
     EXPECT_EQ(strict.epochs[e]["loss"].get<double>(), reference.epochs[e]["loss"].get<double>()) << "epoch " << e;
@@ -165,9 +165,9 @@ void check_adaptive_policy(Ranks& s, TrainOptions base, std::string model) {
   EXPECT_EQ(reason(strict.epochs[0]), "first-epoch");
   EXPECT_EQ(reason(strict.epochs[1]), "unmeasured");
 
-  t.bits_fwd = {1};
-  t.bits_bwd = {1};
-  t.staleness.error_bound = 1e9;
+  t.exchange.bits_fwd = {1};
+  t.exchange.bits_bwd = {1};
+  t.exchange.staleness.error_bound = 1e9;
   const auto loose = s.run(t);
   std::vector<double> estimates;
   for (size_t e = 2; e < loose.epochs.size(); ++e) {
@@ -184,7 +184,7 @@ void check_adaptive_policy(Ranks& s, TrainOptions base, std::string model) {
 
   if (s.size == 1) return;  // nothing is exchanged: every estimate is 0
   std::sort(estimates.begin(), estimates.end());
-  t.staleness.error_bound = estimates[estimates.size() / 2];
+  t.exchange.staleness.error_bound = estimates[estimates.size() / 2];
   const auto mixed = s.run(t);
   int stale = 0, forced = 0;
   for (size_t e = 2; e < mixed.epochs.size(); ++e) {
@@ -192,11 +192,11 @@ void check_adaptive_policy(Ranks& s, TrainOptions base, std::string model) {
     const double estimate = rec["stale_error"].get<double>();
     if (rec["sync"].get<bool>()) {
       ++forced;
-      EXPECT_GT(estimate, t.staleness.error_bound) << "epoch " << e;
+      EXPECT_GT(estimate, t.exchange.staleness.error_bound) << "epoch " << e;
       EXPECT_EQ(reason(rec), "error-bound");
     } else {
       ++stale;
-      EXPECT_LE(estimate, t.staleness.error_bound) << "epoch " << e;
+      EXPECT_LE(estimate, t.exchange.staleness.error_bound) << "epoch " << e;
     }
   }
   EXPECT_GT(stale, 0);
@@ -216,9 +216,9 @@ TEST_P(StaleRuns, AdaptivePolicyBoundsTheEstimatedErrorGat) {
 TEST_P(StaleRuns, EveryKForcesExactlyAtMultiples) {
   Ranks s;
   auto t = base_options();
-  t.mode = ExchangeMode::kStale;
-  t.staleness.policy = StalePolicy::kFixed;
-  t.staleness.sync_every = 4;
+  t.exchange.mode = ExchangeMode::kStale;
+  t.exchange.staleness.policy = StalePolicy::kFixed;
+  t.exchange.staleness.sync_every = 4;
   const auto r = s.run(t);
   for (const auto& e : r.epochs) {
     const int epoch = e["epoch"].get<int>();
@@ -232,9 +232,9 @@ TEST_P(StaleRuns, EveryKForcesExactlyAtMultiples) {
 TEST_P(StaleRuns, HighDriftThresholdNeverForces) {
   Ranks s;
   auto t = base_options();
-  t.mode = ExchangeMode::kStale;
-  t.staleness.policy = StalePolicy::kFixed;
-  t.staleness.drift_threshold = 1e9;
+  t.exchange.mode = ExchangeMode::kStale;
+  t.exchange.staleness.policy = StalePolicy::kFixed;
+  t.exchange.staleness.drift_threshold = 1e9;
   const auto r = s.run(t);
   // Epoch 1 has no drift measurement yet and is synchronous; later ones are not forced.
   for (size_t e = 2; e < r.epochs.size(); ++e) {
@@ -252,16 +252,16 @@ TEST_P(StaleRuns, SmoothingAveragesReceivedHalos) {
   if (s.size == 1) GTEST_SKIP() << "needs halo rows (2 or more ranks); SmoothingWithNothingToSmooth covers 1 rank";
   for (const std::string& model : model_names()) {
     auto t = base_options();
-    t.model = model;
-    t.heads = 2;
-    t.hidden = 8;
-    t.epochs = 8;
-    t.mode = ExchangeMode::kStale;
-    t.staleness.policy = StalePolicy::kFixed;
+    t.model.name = model;
+    t.model.heads = 2;
+    t.model.hidden = 8;
+    t.optim.epochs = 8;
+    t.exchange.mode = ExchangeMode::kStale;
+    t.exchange.staleness.policy = StalePolicy::kFixed;
     const auto plain = s.run(t);
-    t.staleness.smoothing = 1e-6f;
+    t.exchange.staleness.smoothing = 1e-6f;
     const auto tiny = s.run(t);
-    t.staleness.smoothing = 0.9f;
+    t.exchange.staleness.smoothing = 0.9f;
     const auto smooth = s.run(t);
     double largest = 0.0;
     for (size_t e = 0; e < plain.epochs.size(); ++e) {
@@ -286,10 +286,10 @@ TEST_P(StaleRuns, SmoothingWithNothingToSmooth) {
   MpiCommunicator self(MPI_COMM_SELF);
   for (const std::string& model : model_names()) {
     auto t = lone_stale_options(model);
-    t.epochs = 6;
+    t.optim.epochs = 6;
     const auto plain = train(one, self, t);
-    t.staleness.smoothing = 0.5f;
-    t.staleness.drift_threshold = 0.2;
+    t.exchange.staleness.smoothing = 0.5f;
+    t.exchange.staleness.drift_threshold = 0.2;
     const auto smoothed = train(one, self, t);
     ASSERT_EQ(smoothed.epochs.size(), plain.epochs.size());
     for (size_t e = 0; e < plain.epochs.size(); ++e)
@@ -306,16 +306,16 @@ TEST_P(StaleRuns, ResumeWithNothingToSmooth) {
   const test::ScratchDir dir("resume-nothing-to-smooth-" + std::to_string(test::world_rank()));
   for (const std::string& model : model_names()) {
     auto t = lone_stale_options(model);
-    t.epochs = 8;
-    t.bits_fwd = t.bits_bwd = {1};
-    t.staleness.smoothing = 0.5f;
+    t.optim.epochs = 8;
+    t.exchange.bits_fwd = t.exchange.bits_bwd = {1};
+    t.exchange.staleness.smoothing = 0.5f;
     const auto whole = train(one, self, t);
     auto first = t;
-    first.epochs = 3;
-    first.checkpoint_dir = dir.path() / model;
+    first.optim.epochs = 3;
+    first.reliability.checkpoint_dir = dir.path() / model;
     train(one, self, first);
     auto rest = t;
-    rest.resume_dir = first.checkpoint_dir;
+    rest.reliability.resume_dir = first.reliability.checkpoint_dir;
     const auto resumed = train(one, self, rest);
     ASSERT_EQ(resumed.epochs.size(), 5u) << model;
     for (size_t e = 0; e < resumed.epochs.size(); ++e)
@@ -347,25 +347,25 @@ TEST_P(StaleRunsEveryModel, ResumesBitForBitInOneBitStaleMode) {
   dir.resize(static_cast<size_t>(length));
   MPI_Bcast(dir.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
   TrainOptions t;
-  t.model = std::get<1>(GetParam());
-  t.device = std::get<0>(GetParam());
-  t.layers = 3;
-  t.hidden = 8;
-  t.heads = 2;
-  t.epochs = 7;
+  t.model.name = std::get<1>(GetParam());
+  t.device.kind = std::get<0>(GetParam());
+  t.model.layers = 3;
+  t.model.hidden = 8;
+  t.model.heads = 2;
+  t.optim.epochs = 7;
   t.seed = 4;
-  t.progress = false;
-  t.bits_fwd = t.bits_bwd = {1};
-  t.mode = ExchangeMode::kStale;
-  t.staleness.policy = StalePolicy::kFixed;
-  t.staleness.smoothing = 0.5f;
+  t.output.progress = false;
+  t.exchange.bits_fwd = t.exchange.bits_bwd = {1};
+  t.exchange.mode = ExchangeMode::kStale;
+  t.exchange.staleness.policy = StalePolicy::kFixed;
+  t.exchange.staleness.smoothing = 0.5f;
   const auto whole = s.run(t);
   auto first = t;
-  first.epochs = 3;
-  first.checkpoint_dir = std::filesystem::path(dir) / "ck";
+  first.optim.epochs = 3;
+  first.reliability.checkpoint_dir = std::filesystem::path(dir) / "ck";
   s.run(first);
   auto rest = t;
-  rest.resume_dir = first.checkpoint_dir;
+  rest.reliability.resume_dir = first.reliability.checkpoint_dir;
   const auto resumed = s.run(rest);
   MPI_Barrier(MPI_COMM_WORLD);  // before rank 0 removes the directory
   ASSERT_EQ(resumed.epochs.size(), 4u);
@@ -382,9 +382,9 @@ TEST_P(StaleRuns, SkipExchangeSendsNothingAfterEpochZero) {
   Ranks s;
   for (const std::string& model : model_names()) {
     auto t = base_options();
-    t.model = model;
-    t.heads = 2;
-    t.skip_exchange = true;
+    t.model.name = model;
+    t.model.heads = 2;
+    t.exchange.skip_exchange = true;
     const auto r = s.run(t);
     if (s.size > 1) {
       EXPECT_GT(r.epochs[0]["bytes_sent"].get<int64_t>(), 0) << model;
@@ -433,13 +433,13 @@ TEST_P(StaleRuns, EmptyPeerWithSmoothingAndDrift) {
     EXPECT_EQ(mine.send_offsets[mine.num_parts], 0);
   }
   auto t = base_options();
-  t.epochs = 8;
-  t.mode = ExchangeMode::kStale;
-  t.staleness.policy = StalePolicy::kFixed;
-  t.bits_fwd = {1};
-  t.bits_bwd = {1};
-  t.staleness.smoothing = 0.5f;
-  t.staleness.drift_threshold = 0.5;
+  t.optim.epochs = 8;
+  t.exchange.mode = ExchangeMode::kStale;
+  t.exchange.staleness.policy = StalePolicy::kFixed;
+  t.exchange.bits_fwd = {1};
+  t.exchange.bits_bwd = {1};
+  t.exchange.staleness.smoothing = 0.5f;
+  t.exchange.staleness.drift_threshold = 0.5;
   MpiCommunicator comm;
   const auto r = train(mine, comm, t);
   for (const auto& e : r.epochs) EXPECT_LE(e["max_staleness"].get<int>(), 1);

@@ -27,20 +27,20 @@ using test::world_size;
 
 TrainOptions exactness_options(std::string model, ExchangeMode mode, Device device) {
   TrainOptions t;
-  t.device = device;
-  t.model = model;
-  t.layers = 3;  // two exchanged hidden layers
-  t.hidden = 16;
+  t.device.kind = device;
+  t.model.name = model;
+  t.model.layers = 3;  // two exchanged hidden layers
+  t.model.hidden = 16;
   if (model == "gat") {  // 4 heads of 8 (32 wide), 2 averaged output heads
-    t.hidden = 8;
-    t.heads = 4;
-    t.out_heads = 2;
+    t.model.hidden = 8;
+    t.model.heads = 4;
+    t.model.out_heads = 2;
   }
-  t.dropout = 0.5f;
-  t.epochs = 20;
+  t.model.dropout = 0.5f;
+  t.optim.epochs = 20;
   t.seed = 7;
-  t.progress = false;
-  t.mode = mode;
+  t.output.progress = false;
+  t.exchange.mode = mode;
   return t;
 }
 
@@ -153,14 +153,14 @@ TEST_P(Exactness, PowerLawSbmGcn) { check_exactness("sbm-powerlaw", "gcn", Excha
 TEST_P(Exactness, GatLayerZeroProjectsHaloRowsItself) {
   const Dataset ds = dataset("sbm");
   auto t = exactness_options("gat", ExchangeMode::kSync, device());
-  t.layers = 1;
+  t.model.layers = 1;
   TrainResult reference;
   if (world_rank() == 0) reference = train_on(ds, 1, MPI_COMM_SELF, t);
   const TrainResult exact = train_on(ds, world_size(), MPI_COMM_WORLD, t);
-  t.mode = ExchangeMode::kStale;
-  t.staleness.policy = StalePolicy::kFixed;
-  t.bits_fwd = {1};
-  t.bits_bwd = {1};
+  t.exchange.mode = ExchangeMode::kStale;
+  t.exchange.staleness.policy = StalePolicy::kFixed;
+  t.exchange.bits_fwd = {1};
+  t.exchange.bits_bwd = {1};
   const TrainResult quantized = train_on(ds, world_size(), MPI_COMM_WORLD, t);
   ASSERT_EQ(exact.epochs.size(), quantized.epochs.size());
   for (size_t e = 0; e < exact.epochs.size(); ++e) {
@@ -181,16 +181,16 @@ TEST_P(Exactness, Bf16InputStorage) {
   if (device() != Device::kCpu || !available("cora")) GTEST_SKIP();
   const Dataset ds = dataset("cora");
   auto t = exactness_options("gat", ExchangeMode::kSync, device());
-  t.feature_norm = FeatureNorm::kNone;
+  t.model.feature_norm = FeatureNorm::kNone;
   const TrainResult gat32 = train_on(ds, world_size(), MPI_COMM_WORLD, t);
-  t.input_storage = InputStorage::kBf16;
+  t.device.input_storage = InputStorage::kBf16;
   const TrainResult gat16 = train_on(ds, world_size(), MPI_COMM_WORLD, t);
   ASSERT_EQ(gat32.epochs.size(), gat16.epochs.size());
   for (size_t e = 0; e < gat32.epochs.size(); ++e)
     EXPECT_EQ(gat16.epochs[e]["loss"].get<double>(), gat32.epochs[e]["loss"].get<double>()) << "GAT epoch " << e;
   auto g = exactness_options("gcn", ExchangeMode::kSync, device());
   const TrainResult gcn32 = train_on(ds, world_size(), MPI_COMM_WORLD, g);
-  g.input_storage = InputStorage::kBf16;
+  g.device.input_storage = InputStorage::kBf16;
   const TrainResult gcn16 = train_on(ds, world_size(), MPI_COMM_WORLD, g);
   bool any_difference = false;
   for (size_t e = 0; e < gcn32.epochs.size(); ++e) {
@@ -223,7 +223,7 @@ void check_determinism(const std::string& name, std::string model, Device device
   if (!available(name)) GTEST_SKIP();
   const Dataset ds = dataset(name);
   auto t = exactness_options(model, ExchangeMode::kSync, device);
-  t.epochs = 5;
+  t.optim.epochs = 5;
   const auto a = train_on(ds, world_size(), MPI_COMM_WORLD, t);
   const auto b = train_on(ds, world_size(), MPI_COMM_WORLD, t);
   for (size_t e = 0; e < a.epochs.size(); ++e)

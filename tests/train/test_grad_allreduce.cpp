@@ -34,12 +34,12 @@ class GradAllreduceRuns : public testing::TestWithParam<Device> {
   }
   TrainOptions options() const {
     TrainOptions t;
-    t.layers = 2;
-    t.hidden = 64;
-    t.epochs = 30;
+    t.model.layers = 2;
+    t.model.hidden = 64;
+    t.optim.epochs = 30;
     t.seed = 5;
-    t.progress = false;
-    t.device = GetParam();
+    t.output.progress = false;
+    t.device.kind = GetParam();
     return t;
   }
   TrainResult run(const TrainOptions& t) {
@@ -53,7 +53,7 @@ HALOGEN_INSTANTIATE_DEVICES(GradAllreduceRuns);
 TEST_P(GradAllreduceRuns, LayerwiseEqualsPackedToFp32Rounding) {
   auto t = options();
   const auto layerwise = run(t);
-  t.grad_allreduce = GradAllreduce::kPacked;
+  t.optim.grad_allreduce = GradAllreduce::kPacked;
   const auto packed = run(t);
   const int P = test::world_size();
   const int64_t params = (200 * 64 + 64) + (64 * 4 + 4);
@@ -72,8 +72,8 @@ TEST_P(GradAllreduceRuns, LayerwiseEqualsPackedToFp32Rounding) {
 TEST_P(GradAllreduceRuns, PowerSgdSendsTheFactorsAndLearns) {
   auto t = options();
   const auto exact = run(t);
-  t.grad_powersgd = true;
-  t.grad_rank = 4;
+  t.optim.grad_powersgd = true;
+  t.optim.grad_rank = 4;
   const auto compressed = run(t);
   const int P = test::world_size();
   // Layer 0's 200 x 64 weight is compressed: (200 + 64) x 4 values instead of 200 x 64; its
@@ -90,11 +90,11 @@ TEST_P(GradAllreduceRuns, PowerSgdSendsTheFactorsAndLearns) {
 
 TEST(GradAllreduceOptions, PowerSgdNeedsLayerwise) {
   TrainOptions t;
-  t.grad_powersgd = true;
-  t.grad_allreduce = GradAllreduce::kPacked;
+  t.optim.grad_powersgd = true;
+  t.optim.grad_allreduce = GradAllreduce::kPacked;
   EXPECT_NE(test::error_of([&] { t.validate(); }).find("needs --grad-allreduce layerwise"), std::string::npos);
-  t.grad_allreduce = GradAllreduce::kLayerwise;
-  t.grad_rank = 0;
+  t.optim.grad_allreduce = GradAllreduce::kLayerwise;
+  t.optim.grad_rank = 0;
   EXPECT_NE(test::error_of([&] { t.validate(); }).find("--grad-rank"), std::string::npos);
 }
 

@@ -42,12 +42,12 @@ void gradcheck(Device device, std::string model, const std::function<void(TrainO
   const Shard& shard = shards[static_cast<size_t>(rank)];
   MpiCommunicator comm(MPI_COMM_WORLD);
   TrainOptions t;
-  t.model = model;
-  t.layers = 3;
-  t.hidden = 8;
-  t.dropout = 0.3f;
-  t.progress = false;
-  t.device = device;
+  t.model.name = model;
+  t.model.layers = 3;
+  t.model.hidden = 8;
+  t.model.dropout = 0.3f;
+  t.output.progress = false;
+  t.device.kind = device;
   if (adjust) adjust(t);
   // Evaluate at a generic point: the initial biases are exactly 0, which puts nodes whose
   // layer input is all zeros exactly on the ReLU kink, where finite differences see the
@@ -117,29 +117,29 @@ class GradCheckEveryModel : public testing::TestWithParam<test::DeviceAndModel> 
 };
 HALOGEN_INSTANTIATE_DEVICES_AND_MODELS(GradCheckEveryModel);
 TEST_P(GradCheckEveryModel, MatchesFiniteDifferences) {
-  gradcheck(std::get<0>(GetParam()), std::get<1>(GetParam()), [](TrainOptions& t) { t.heads = 2; });
+  gradcheck(std::get<0>(GetParam()), std::get<1>(GetParam()), [](TrainOptions& t) { t.model.heads = 2; });
 }
 
 // GAT: 3 heads concatenated, 2 averaged in the output layer, attention dropout on.
 TEST_P(GradCheck, Gat) {
   gradcheck(GetParam(), "gat", [](TrainOptions& t) {
-    t.heads = 3;
-    t.out_heads = 2;
-    t.hidden = 4;
+    t.model.heads = 3;
+    t.model.out_heads = 2;
+    t.model.hidden = 4;
   });
 }
 // With residual connections: a projection in layer 0 and identities in the hidden layers.
 TEST_P(GradCheck, GatResidual) {
   gradcheck(GetParam(), "gat", [](TrainOptions& t) {
-    t.heads = 2;
-    t.hidden = 4;
-    t.residual = true;
+    t.model.heads = 2;
+    t.model.hidden = 4;
+    t.model.residual = true;
   });
 }
 // The default sums weight gradients layer by layer in fp32; the packed fp64 all-reduce too
 // gives the single-rank gradient.
 TEST_P(GradCheck, GcnPackedGradientAllreduce) {
-  gradcheck(GetParam(), "gcn", [](TrainOptions& t) { t.grad_allreduce = GradAllreduce::kPacked; });
+  gradcheck(GetParam(), "gcn", [](TrainOptions& t) { t.optim.grad_allreduce = GradAllreduce::kPacked; });
 }
 
 }  // namespace

@@ -24,9 +24,9 @@ using test::ScratchDir;
 // A 2-layer GCN from 3 features to 2 classes with distinct parameter values.
 SavedModel tiny_model() {
   SavedModel m;
-  m.options.model = "gcn";
-  m.options.layers = 2;
-  m.options.hidden = 4;
+  m.options.model.name = "gcn";
+  m.options.model.layers = 2;
+  m.options.model.hidden = 4;
   m.feature_dim = 3;
   m.num_classes = 2;
   const auto layout = nn::layout(m.options, m.feature_dim, m.num_classes);

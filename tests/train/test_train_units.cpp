@@ -316,12 +316,12 @@ uint64_t item(const MemoryEstimate& e, const std::string& what) {
 TEST(MemoryPlan, DeviceIsAParameter) {
   const auto shards = test::sbm_shards(3000, 64, 3, 2);
   TrainOptions t;
-  t.layers = 3;
-  t.hidden = 256;
+  t.model.layers = 3;
+  t.model.hidden = 256;
   const MemoryEstimate cpu = estimate_training_memory(shards[0], t);
-  t.device = Device::kCuda;
+  t.device.kind = Device::kCuda;
   const MemoryEstimate gpu32 = estimate_training_memory(shards[0], t);
-  t.precision = Precision::kFp16;
+  t.device.precision = Precision::kFp16;
   const MemoryEstimate gpu16 = estimate_training_memory(shards[0], t);
   EXPECT_EQ(cpu.device, Device::kCpu);
   EXPECT_EQ(gpu32.device, Device::kCuda);
@@ -349,17 +349,17 @@ TEST(MemoryPlan, CountsTheLongRowsPartialSumsOnAGpu) {
   c.classes = 7;
   c.long_row_chunks = 40;
   TrainOptions t;
-  t.hidden = 130;  // the widest aggregation: 130 columns, padded to 132 (fp64) or 136 (fp32)
+  t.model.hidden = 130;  // the widest aggregation: 130 columns, padded to 132 (fp64) or 136 (fp32)
   const auto scratch = [&](const TrainOptions& o) {
     return item(estimate_training_memory(c, o), "long-row partial sums");
   };
   EXPECT_EQ(scratch(t), 0u);  // CPU
-  t.device = Device::kCuda;
+  t.device.kind = Device::kCuda;
   EXPECT_EQ(scratch(t), uint64_t{40} * 132 * 8);
-  t.precision = Precision::kFp16;
+  t.device.precision = Precision::kFp16;
   EXPECT_EQ(scratch(t), uint64_t{40} * 136 * 4);
-  t.model = "gat";
-  t.hidden = 8;
+  t.model.name = "gat";
+  t.model.hidden = 8;
   EXPECT_EQ(scratch(t), 0u);
 }
 
@@ -369,8 +369,8 @@ TEST(MemoryPlan, CountsTheLongRowsPartialSumsOnAGpu) {
 TEST(MemoryPlan, OptimizerItemIsWhatTheComponentsReport) {
   const auto shards = test::sbm_shards(3000, 64, 3, 2);
   TrainOptions t;
-  t.layers = 2;
-  t.hidden = 128;
+  t.model.layers = 2;
+  t.model.hidden = 128;
   const auto optimizer = [&](const TrainOptions& o) {
     return item(estimate_training_memory(shards[0], o), "optimizer");
   };
@@ -378,13 +378,13 @@ TEST(MemoryPlan, OptimizerItemIsWhatTheComponentsReport) {
   const int64_t n = static_cast<int64_t>(layers.back().end);
   EXPECT_EQ(optimizer(t), static_cast<uint64_t>(n) * 16);  // weights, gradients, Adam m and v
   TrainOptions powersgd = t;
-  powersgd.grad_powersgd = true;
-  powersgd.grad_rank = 4;
+  powersgd.optim.grad_powersgd = true;
+  powersgd.optim.grad_rank = 4;
   const uint64_t extra = GradientSync::device_bytes(gradient_layout(layers), powersgd, 6);
   EXPECT_GT(extra, 0u);  // the 64 x 128 first-layer weight is compressed
   EXPECT_EQ(optimizer(powersgd), static_cast<uint64_t>(n) * 16 + extra);
   TrainOptions packed = t;
-  packed.grad_allreduce = GradAllreduce::kPacked;
+  packed.optim.grad_allreduce = GradAllreduce::kPacked;
   EXPECT_EQ(optimizer(packed), static_cast<uint64_t>(n) * 16 + static_cast<uint64_t>(n + 6) * 8);
 }
 
@@ -416,8 +416,8 @@ TEST(MemoryPlan, CountsAloneGiveTheShardsEstimate) {
   const auto shards = test::sbm_shards(4000, 100, 5, 4);
   for (std::string model : {"gcn", "sage", "gat"}) {
     TrainOptions t;
-    t.model = model;
-    t.hidden = model == "gat" ? 8 : 128;
+    t.model.name = model;
+    t.model.hidden = model == "gat" ? 8 : 128;
     ShardCounts mean;
     double real = 0.0, density = 0.0;
     for (const Shard& s : shards) {
@@ -459,7 +459,7 @@ TEST(MemoryPlan, ParsesLimits) {
 TEST(TrainOptions, GpuPathTakesEveryOptionOfTheCpuPath) {
   const auto message = [](auto&& edit) {
     TrainOptions t;
-    t.device = Device::kCuda;
+    t.device.kind = Device::kCuda;
     edit(t);
     try {
       t.validate();
@@ -469,48 +469,48 @@ TEST(TrainOptions, GpuPathTakesEveryOptionOfTheCpuPath) {
     return std::string();
   };
   EXPECT_EQ(message([](TrainOptions&) {}), "");
-  EXPECT_EQ(message([](TrainOptions& t) { t.precision = Precision::kFp16; }), "");
-  EXPECT_EQ(message([](TrainOptions& t) { t.model = "gat"; }), "");
+  EXPECT_EQ(message([](TrainOptions& t) { t.device.precision = Precision::kFp16; }), "");
+  EXPECT_EQ(message([](TrainOptions& t) { t.model.name = "gat"; }), "");
   EXPECT_EQ(message([](TrainOptions& t) {
-              t.model = "gat";
-              t.precision = Precision::kFp16;
-              t.residual = true;
+              t.model.name = "gat";
+              t.device.precision = Precision::kFp16;
+              t.model.residual = true;
             }),
             "");
-  EXPECT_EQ(message([](TrainOptions& t) { t.skip_exchange = true; }), "");
-  EXPECT_EQ(message([](TrainOptions& t) { t.mode = ExchangeMode::kStale; }), "");
+  EXPECT_EQ(message([](TrainOptions& t) { t.exchange.skip_exchange = true; }), "");
+  EXPECT_EQ(message([](TrainOptions& t) { t.exchange.mode = ExchangeMode::kStale; }), "");
   EXPECT_EQ(message([](TrainOptions& t) {
-              t.mode = ExchangeMode::kStale;
-              t.staleness.policy = StalePolicy::kFixed;
-              t.staleness.smoothing = 0.9f;
-              t.staleness.drift_threshold = 0.5;
+              t.exchange.mode = ExchangeMode::kStale;
+              t.exchange.staleness.policy = StalePolicy::kFixed;
+              t.exchange.staleness.smoothing = 0.9f;
+              t.exchange.staleness.drift_threshold = 0.5;
             }),
             "");
   // The fixed rules under the adaptive policy would be ignored: refused instead.
   EXPECT_NE(message([](TrainOptions& t) {
-              t.mode = ExchangeMode::kStale;
-              t.staleness.smoothing = 0.9f;
+              t.exchange.mode = ExchangeMode::kStale;
+              t.exchange.staleness.smoothing = 0.9f;
             }).find("--stale-policy fixed"),
             std::string::npos);
   EXPECT_EQ(message([](TrainOptions& t) {
-              t.mode = ExchangeMode::kStale;
-              t.checkpoint_dir = "ckpt";
+              t.exchange.mode = ExchangeMode::kStale;
+              t.reliability.checkpoint_dir = "ckpt";
             }),
             "");
-  EXPECT_EQ(message([](TrainOptions& t) { t.checkpoint_dir = "ckpt"; }), "");
+  EXPECT_EQ(message([](TrainOptions& t) { t.reliability.checkpoint_dir = "ckpt"; }), "");
   EXPECT_NE(message([](TrainOptions& t) {
-              t.device = Device::kCpu;
-              t.precision = Precision::kFp16;
+              t.device.kind = Device::kCpu;
+              t.device.precision = Precision::kFp16;
             }).find("--precision fp16 needs --device cuda"),
             std::string::npos);
   EXPECT_EQ(parse_precision("fp16"), Precision::kFp16);
   EXPECT_THROW(parse_precision("bf16"), Error);
   // bf16 input storage is the CPU's: a GPU stores the inputs in the activation dtype.
-  EXPECT_NE(message([](TrainOptions& t) { t.input_storage = InputStorage::kBf16; }).find("--input-storage bf16"),
+  EXPECT_NE(message([](TrainOptions& t) { t.device.input_storage = InputStorage::kBf16; }).find("--input-storage bf16"),
             std::string::npos);
   EXPECT_EQ(message([](TrainOptions& t) {
-              t.device = Device::kCpu;
-              t.input_storage = InputStorage::kBf16;
+              t.device.kind = Device::kCpu;
+              t.device.input_storage = InputStorage::kBf16;
             }),
             "");
   EXPECT_EQ(parse_input_storage("bf16"), InputStorage::kBf16);

@@ -59,8 +59,8 @@ class StaleExchange : public ExchangePolicy {
       : opt_(opt),
         ctx_(ctx),
         graph_(graph),
-        adapter_(opt.mode, opt.staleness),
-        tracker_(layers, opt.staleness.staleness),
+        adapter_(opt.exchange.mode, opt.exchange.staleness),
+        tracker_(layers, opt.exchange.staleness.staleness),
         layers_(static_cast<size_t>(layers)) {}
 
   BoundedStalenessAdapter::Decision begin_epoch(int epoch) override {
@@ -184,7 +184,9 @@ class StaleExchange : public ExchangePolicy {
     // Stale smoothing: the running average of the halo gradients added.
     Tensor smoothed_grad;
   };
-  train_detail::EpochSchedule schedule() const { return {opt_.mode, sync_epoch_, opt_.staleness.smoothing}; }
+  train_detail::EpochSchedule schedule() const {
+    return {opt_.exchange.mode, sync_epoch_, opt_.exchange.staleness.smoothing};
+  }
 
   const TrainOptions& opt_;
   const ExecContext& ctx_;
@@ -317,7 +319,7 @@ class AdaptiveStaleExchange final : public StaleExchange {
 
 std::unique_ptr<ExchangePolicy> make_exchange_policy(const TrainOptions& opt, const ExecContext& ctx,
                                                      Communicator& comm, const LocalGraph& graph, int layers) {
-  switch (opt.mode) {
+  switch (opt.exchange.mode) {
     case ExchangeMode::kSync:
       return std::make_unique<FreshExchange>(/*overlap=*/false, layers);
     case ExchangeMode::kOverlap:
@@ -325,7 +327,7 @@ std::unique_ptr<ExchangePolicy> make_exchange_policy(const TrainOptions& opt, co
     case ExchangeMode::kStale:
       break;
   }
-  if (opt.staleness.policy == StalePolicy::kAdaptive)
+  if (opt.exchange.staleness.policy == StalePolicy::kAdaptive)
     return std::make_unique<AdaptiveStaleExchange>(opt, ctx, comm, graph, layers);
   return std::make_unique<StaleExchange>(opt, ctx, graph, layers);
 }

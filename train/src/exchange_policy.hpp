@@ -85,7 +85,7 @@ class ExchangePolicy {
                        const std::vector<train_detail::LayerState>& /*layers*/, const std::string& /*dir*/) {}
 };
 
-/// The policy of `opt.mode` (and, in stale mode, `opt.staleness.policy`) for a model of
+/// The policy of `opt.exchange.mode` (and, in stale mode, `opt.exchange.staleness.policy`) for a model of
 /// `layers` layers.
 std::unique_ptr<ExchangePolicy> make_exchange_policy(const TrainOptions& opt, const ExecContext& ctx,
                                                      Communicator& comm, const LocalGraph& graph, int layers);

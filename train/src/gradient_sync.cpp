@@ -14,9 +14,10 @@ GradientSync::GradientSync(Communicator& comm, const ExecContext& ctx, const Tra
                            GradientLayout layout, int64_t scalars)
     : comm_(comm), ctx_(ctx), opt_(options), layout_(std::move(layout)) {
   const Device device = ctx_.device;
-  if (opt_.grad_allreduce == GradAllreduce::kPacked) packed_.reset(device, DType::kF64, layout_.total + scalars, 1);
-  if (!opt_.grad_powersgd) return;
-  const int64_t r = opt_.grad_rank;
+  if (opt_.optim.grad_allreduce == GradAllreduce::kPacked)
+    packed_.reset(device, DType::kF64, layout_.total + scalars, 1);
+  if (!opt_.optim.grad_powersgd) return;
+  const int64_t r = opt_.optim.grad_rank;
   const RngStream rng = RngStream::make(opt_.seed ^ 0x5057534744ull, RngPurpose::kWeightInit);
   for (const GradientLayout::Matrix& m : layout_.matrices) {
     const int64_t n = m.rows, cols = m.cols;
@@ -52,9 +53,10 @@ GradientLayout gradient_layout(const std::vector<nn::LayerDecl>& layers) {
 
 uint64_t GradientSync::device_bytes(const GradientLayout& layout, const TrainOptions& options, int64_t scalars) {
   uint64_t bytes = 0;
-  if (options.grad_allreduce == GradAllreduce::kPacked) bytes += static_cast<uint64_t>(layout.total + scalars) * 8;
-  if (options.grad_powersgd) {
-    const int64_t r = options.grad_rank;
+  if (options.optim.grad_allreduce == GradAllreduce::kPacked)
+    bytes += static_cast<uint64_t>(layout.total + scalars) * 8;
+  if (options.optim.grad_powersgd) {
+    const int64_t r = options.optim.grad_rank;
     for (const GradientLayout::Matrix& m : layout.matrices)
       if (compressed(m.rows, m.cols, r))  // Q and P, the error feedback and P Q^T
         bytes += static_cast<uint64_t>(m.cols * r + m.rows * r + 2 * m.rows * m.cols) * 4;
@@ -85,7 +87,7 @@ void GradientSync::allreduce_now(const TensorView& v) {
 // summed, M becomes the approximation P Q^T of the sum over ranks, E what this rank's share
 // missed (M - approximation / ranks), and Q warm-starts the next step.
 void GradientSync::compress(Compressed& c, const Tensor& grads) {
-  const int64_t n = c.m.rows, m = c.m.cols, r = opt_.grad_rank;
+  const int64_t n = c.m.rows, m = c.m.cols, r = opt_.optim.grad_rank;
   const TensorView M = grads.row_range(c.m.offset, c.m.offset + n * m).reshaped(n, m);
   ops::axpy(ctx_, 1.0f, c.error, M);
   const Tensor& P = c.p;
@@ -120,7 +122,7 @@ void GradientSync::compress(Compressed& c, const Tensor& grads) {
 }
 
 void GradientSync::start_layer(int l, const Tensor& grads) {
-  if (opt_.skip_gradient_allreduce || opt_.grad_allreduce == GradAllreduce::kPacked) return;
+  if (opt_.optim.skip_gradient_allreduce || opt_.optim.grad_allreduce == GradAllreduce::kPacked) return;
   const GradientLayout::Range layer = layout_.layers[static_cast<size_t>(l)];
   // Compressed matrices first (two small blocking all-reduces each), then the rest of the
   // layer's parameters as contiguous uncompressed ranges.
@@ -174,9 +176,9 @@ void GradientSync::finish_layers(const Tensor& grads) {
 void GradientSync::finish(const Tensor& grads, std::span<double> scalars) {
   const int64_t n = layout_.total;
   const TensorView host_scalars = TensorView::of(scalars.data(), static_cast<int64_t>(scalars.size()), 1);
-  if (opt_.skip_gradient_allreduce) {
+  if (opt_.optim.skip_gradient_allreduce) {
     comm_.allreduce_sum(scalars);  // the benchmark floor: scalars only
-  } else if (opt_.grad_allreduce == GradAllreduce::kPacked) {
+  } else if (opt_.optim.grad_allreduce == GradAllreduce::kPacked) {
     const TensorView grads_f64 = packed_.row_range(0, n);
     const TensorView tail = packed_.row_range(n, packed_.rows());
     copy(ctx_, grads, grads_f64);

@@ -23,9 +23,9 @@ HaloChannel::HaloChannel(const Shard& shard, Communicator& comm, const ExecConte
       loss_scaled_(loss_scaled),
       // On an oversubscribed node the progress thread's polls take CPU from computing ranks;
       // polling every 200 us instead of 20 us still keeps socket buffers busy.
-      progress_(opt.mode == ExchangeMode::kSync ? nullptr
-                                                : std::make_unique<ProgressThread>(std::chrono::microseconds(
-                                                      comm.sleep_while_waiting() ? 200 : 20))),
+      progress_(opt.exchange.mode == ExchangeMode::kSync ? nullptr
+                                                         : std::make_unique<ProgressThread>(std::chrono::microseconds(
+                                                               comm.sleep_while_waiting() ? 200 : 20))),
       exch_(make_halo_exchanger(shard, comm, ctx, act, progress_.get())),
       policy_(make_exchange_policy(opt, ctx, comm, graph, layers)),
       layers_(static_cast<size_t>(layers)) {
@@ -51,7 +51,7 @@ BoundedStalenessAdapter::Decision HaloChannel::begin_epoch(int epoch) {
 }
 
 void HaloChannel::forward(int l, const HaloRows& rows, const Work& before_halo, const Work& after_halo) {
-  if (opt_.skip_exchange && pass_.epoch > 0) {  // benchmark floor: the halo rows stay as epoch 0 left them
+  if (opt_.exchange.skip_exchange && pass_.epoch > 0) {  // benchmark floor: the halo rows stay as epoch 0 left them
     before_halo();
     after_halo();
     return;
@@ -62,7 +62,7 @@ void HaloChannel::forward(int l, const HaloRows& rows, const Work& before_halo, 
   if (l == 1) inject_faults(epoch, x);
   const quant::QuantKey key{
       opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
-  const int bits = opt_.bits_fwd_at(l);
+  const int bits = opt_.exchange.bits_fwd_at(l);
   // Drift is measured on the activations before dropout (the layer below's output, the same
   // rows): the rows sent carry a fresh dropout mask every epoch, which alone would make them
   // differ by ~100% from one epoch to the next and hide how much the embeddings themselves moved.
@@ -86,7 +86,8 @@ void HaloChannel::forward_evaluation(int l, const HaloRows& rows, const Work& be
     copy(ctx_, halo, saved_halo_);
   }
   policy_->measure_evaluation_send(l, x, rows.logit_cols);
-  Exchange pending = exch_->start_forward(x, opt_.bits_fwd_at(l), key, halo_tag::evaluation(l), fp32_tail(rows));
+  Exchange pending =
+      exch_->start_forward(x, opt_.exchange.bits_fwd_at(l), key, halo_tag::evaluation(l), fp32_tail(rows));
   before_halo();
   exch_->finish_forward(pending, x);
   after_halo();
@@ -97,13 +98,13 @@ void HaloChannel::end_evaluation(int epoch) { policy_->end_evaluation(epoch); }
 
 void HaloChannel::backward(int l, const TensorView& dlocal, const Work& owned_rows) {
   const int epoch = pass_.epoch;
-  if (opt_.skip_exchange && epoch > 0) {
+  if (opt_.exchange.skip_exchange && epoch > 0) {
     owned_rows();
     return;
   }
   const quant::QuantKey key{
       opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0, 0};
-  const int bits = opt_.bits_bwd_at(l);
+  const int bits = opt_.exchange.bits_bwd_at(l);
   const int64_t cols = dlocal.cols;
   if (loss_scaled_) {
     // Under loss scaling a halo gradient may overflow to Inf, which the quantizer refuses.

@@ -90,7 +90,7 @@ class HaloChannel {
   void discard(Exchange& pending, int64_t cols);
   void inject_faults(int epoch, const TensorView& x);
   int64_t sends() const { return graph_.sends(); }
-  int64_t fp32_tail(const HaloRows& rows) const { return opt_.quantize_attention_terms ? 0 : rows.logit_cols; }
+  int64_t fp32_tail(const HaloRows& rows) const { return opt_.exchange.quantize_attention_terms ? 0 : rows.logit_cols; }
 
   const Shard& s_;
   const ExecContext& ctx_;

@@ -149,7 +149,7 @@ ShardCounts ShardCounts::of(const Shard& s) {
 }
 
 std::vector<LayerCost> layer_costs(const TrainOptions& options, int64_t feature_dim, int64_t classes) {
-  const nn::ModelSpec& spec = nn::model_spec(options.model);
+  const nn::ModelSpec& spec = nn::model_spec(options.model.name);
   const std::vector<nn::LayerDecl> layers = nn::layout(options, feature_dim, classes);
   const ShardCounts counts;  // the widths do not depend on the graph
   std::vector<LayerCost> costs;
@@ -180,15 +180,15 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   const int64_t edges = s.local_edges;
   const int64_t F = s.feature_dim;
   const int64_t sends = s.sends;
-  const nn::ModelSpec& spec = nn::model_spec(opt.model);
+  const nn::ModelSpec& spec = nn::model_spec(opt.model.name);
   const bool attention = spec.aggregation() == nn::Aggregation::kAttention;
   const nn::InputNeeds needs = spec.inputs();
   const std::vector<nn::LayerDecl> layers = nn::layout(opt, F, s.classes);
   // The device holds what the trainer allocates as tensors (trainer.cpp): activations in the
   // activation dtype (fp16 on a GPU in fp16 mode), everything else in fp32 or fp64. On a GPU
   // the shard and the runtime stay in host memory and are not counted here.
-  const bool on_gpu = opt.device == Device::kCuda;
-  const uint64_t act_size = on_gpu && opt.precision == Precision::kFp16 ? 2 : 4;
+  const bool on_gpu = opt.device.kind == Device::kCuda;
+  const uint64_t act_size = on_gpu && opt.device.precision == Precision::kFp16 ? 2 : 4;
   const nn::MemoryShape shape{s, act_size};
   const auto act = [&](int64_t rows, int64_t cols) { return shape.act(rows, cols); };
 
@@ -220,15 +220,15 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
                                                         train_detail::step_scalars(static_cast<int>(layers.size())));
   // The layer-0 inputs the model asks for. On a GPU they are dense, in the activation dtype,
   // with a dropped copy.
-  const bool bf16_inputs = opt.input_storage == InputStorage::kBf16;
+  const bool bf16_inputs = opt.device.input_storage == InputStorage::kBf16;
   const uint64_t gpu_inputs = (needs.aggregated ? act(owned, F) : 0) + (needs.features ? act(owned, F) : 0) +
                               (needs.halo_features ? act(halo, F) : 0);
   const uint64_t input_matrices =
       on_gpu ? gpu_inputs
              : input_matrix_bytes(s, needs.aggregated, needs.features, needs.halo_features, false, bf16_inputs);
   const uint64_t input_matrices_training =
-      on_gpu ? gpu_inputs * (opt.dropout > 0.0f ? 2 : 1)
-             : input_matrix_bytes(s, needs.aggregated, needs.features, needs.halo_features, opt.dropout > 0.0f,
+      on_gpu ? gpu_inputs * (opt.model.dropout > 0.0f ? 2 : 1)
+             : input_matrix_bytes(s, needs.aggregated, needs.features, needs.halo_features, opt.model.dropout > 0.0f,
                                   bf16_inputs);
 
   // Per layer: what it allocates and the widths it exchanges; the widest output (the backward
@@ -269,7 +269,7 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   // stored input matrices.
   MemoryEstimate setup;
   setup.phase = "set-up";
-  setup.device = opt.device;
+  setup.device = opt.device.kind;
   setup.items = {{"runtime", runtime},
                  {"shard", shard_training},
                  {"structure", structure + device_arrays},
@@ -293,11 +293,12 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   // started), each holding its packed send and receive words.
   MemoryEstimate training;
   training.phase = "training";
-  training.device = opt.device;
+  training.device = opt.device.kind;
   uint64_t activations = 0, exchange = 0, drift = 0, smoothed = 0;
-  const bool smoothing = opt.mode == ExchangeMode::kStale && opt.staleness.smoothing > 0.0f;
-  const bool drift_reference = opt.mode == ExchangeMode::kStale && std::isfinite(opt.staleness.drift_threshold);
-  const int in_flight = opt.mode == ExchangeMode::kStale ? opt.staleness.staleness + 1 : 1;
+  const bool smoothing = opt.exchange.mode == ExchangeMode::kStale && opt.exchange.staleness.smoothing > 0.0f;
+  const bool drift_reference =
+      opt.exchange.mode == ExchangeMode::kStale && std::isfinite(opt.exchange.staleness.drift_threshold);
+  const int in_flight = opt.exchange.mode == ExchangeMode::kStale ? opt.exchange.staleness.staleness + 1 : 1;
   // Stale mode keeps S + 1 exchanges of every layer and direction in flight; otherwise, on the
   // CPU, one exchange (one layer, one direction) holds its send and receive words at a time
   // (HostHaloExchanger keeps the largest exchange's words for reuse by the next). The device
@@ -307,11 +308,11 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
     const nn::LayerMemory& m = per_layer[static_cast<size_t>(l)];
     activations += m.activations;
     if (m.forward_cols == 0 && m.backward_cols == 0) continue;
-    const int fwd = opt.bits_fwd_at(l), bwd = opt.bits_bwd_at(l);
+    const int fwd = opt.exchange.bits_fwd_at(l), bwd = opt.exchange.bits_bwd_at(l);
     const uint64_t forward_words = message_bytes(fwd, sends, m.forward_cols, m.forward_fp32_tail) +
                                    message_bytes(fwd, halo, m.forward_cols, m.forward_fp32_tail);
     const uint64_t backward_words = words_bytes(bwd, halo, m.backward_cols) + words_bytes(bwd, sends, m.backward_cols);
-    if (opt.mode == ExchangeMode::kStale || on_gpu) {
+    if (opt.exchange.mode == ExchangeMode::kStale || on_gpu) {
       exchange += static_cast<uint64_t>(in_flight) * (forward_words + backward_words);
     } else {
       one_exchange = std::max({one_exchange, forward_words, backward_words});
@@ -326,7 +327,7 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   // The exchanger's gathered and staging rows, and in stale mode the halo kept aside while an
   // evaluation pass exchanges fresh rows.
   exchange += f32(std::max(sends, halo), widest_exchange);
-  if (opt.mode == ExchangeMode::kStale) exchange += f32(halo, widest_forward);
+  if (opt.exchange.mode == ExchangeMode::kStale) exchange += f32(halo, widest_forward);
   training.items = {{"runtime", runtime},
                     {"shard", shard_training},
                     {"structure", structure + device_arrays},
@@ -398,7 +399,7 @@ MemoryEstimate check_training_memory(const Shard& shard, Communicator& comm, con
   // One pass over the shard (its feature density, its symmetry) for both uses below.
   const ShardCounts counts = ShardCounts::of(shard);
   MemoryEstimate estimate = estimate_training_memory(counts, options);
-  if (options.device == Device::kCuda) {
+  if (options.device.kind == Device::kCuda) {
     // The device must hold the estimate: refused on every rank, naming the worst one, before
     // anything large is allocated.
     if (limit && *limit == 0) return estimate;

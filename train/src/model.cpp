@@ -123,9 +123,9 @@ std::vector<float> parse_npy_f32(const std::filesystem::path& path, const std::s
 
 nlohmann::json shape_json(const SavedModel& m) {
   const TrainOptions& o = m.options;
-  nlohmann::json j = {{"model", o.model},         {"layers", o.layers},
-                      {"hidden", o.hidden},       {"feature_dim", m.feature_dim},
-                      {"classes", m.num_classes}, {"feature_norm", to_string(o.feature_norm)}};
+  nlohmann::json j = {{"model", o.model.name},    {"layers", o.model.layers},
+                      {"hidden", o.model.hidden}, {"feature_dim", m.feature_dim},
+                      {"classes", m.num_classes}, {"feature_norm", to_string(o.model.feature_norm)}};
   nn::describe_model(o, j);
   return j;
 }
@@ -134,12 +134,12 @@ nlohmann::json shape_json(const SavedModel& m) {
 TrainOptions options_of(const nlohmann::json& j, const std::string& where) {
   try {
     TrainOptions o;
-    o.model = j.at("model").get<std::string>();
-    o.layers = j.at("layers").get<int>();
-    o.hidden = j.at("hidden").get<int>();
+    o.model.name = j.at("model").get<std::string>();
+    o.model.layers = j.at("layers").get<int>();
+    o.model.hidden = j.at("hidden").get<int>();
     nn::read_model_description(j, o);
-    o.feature_norm = parse_feature_norm(j.value("feature_norm", std::string("row")));
-    o.progress = false;
+    o.model.feature_norm = parse_feature_norm(j.value("feature_norm", std::string("row")));
+    o.output.progress = false;
     o.validate();
     return o;
   } catch (const nlohmann::json::exception& e) {
@@ -211,7 +211,7 @@ void save_model(const std::filesystem::path& model_dir, const SavedModel& model,
     }
     nlohmann::json j = {{"format", "halogen-model"}, {"version", kModelFormatVersion}};
     j.update(shape_json(model));
-    j["aggregation"] = nn::model_spec(model.options.model).aggregation_text();
+    j["aggregation"] = nn::model_spec(model.options.model.name).aggregation_text();
     j["arrays"] = arrays;
     j["training"] = model.training;
     write_file_atomic(tmp / "model.json", j.dump(2) + "\n");
@@ -257,7 +257,7 @@ SavedModel load_model(const std::filesystem::path& dir) {
     m.params.assign(specs.back().offset + static_cast<size_t>(specs.back().size()), 0.0f);
     const auto& arrays = j.at("arrays");
     HALOGEN_EXPECTS(arrays.size() == specs.size(), "'{}' lists {} arrays; a {} of this shape has {}",
-                    json_path.string(), arrays.size(), m.options.model, specs.size());
+                    json_path.string(), arrays.size(), m.options.model.name, specs.size());
     for (const ArraySpec& a : specs) {
       HALOGEN_EXPECTS(arrays.contains(a.name), "'{}' lacks the array '{}' of this model", json_path.string(), a.name);
       const auto& entry = arrays.at(a.name);

@@ -13,7 +13,7 @@ Optimizer::Optimizer(const ExecContext& ctx, const TrainOptions& options, const 
                      std::vector<Range> decayed)
     : ctx_(ctx),
       opt_(options),
-      precision_(options.precision == Precision::kFp16, options.loss_scale),
+      precision_(options.device.precision == Precision::kFp16, options.optim.loss_scale),
       decayed_(std::move(decayed)) {
   const int64_t n = static_cast<int64_t>(initial.size());
   params_.reset(ctx_.device, DType::kF32, n, 1);
@@ -43,7 +43,7 @@ bool Optimizer::step(double loss, bool halo_overflow, int epoch, bool log_rank) 
   } else {
     const int64_t bad = std::isfinite(loss) ? ops::first_nonfinite(ctx_, grads_) : -1;
     if (!std::isfinite(loss) || bad >= 0) {
-      HALOGEN_EXPECTS(opt_.skip_nonfinite_steps,
+      HALOGEN_EXPECTS(opt_.reliability.skip_nonfinite_steps,
                       "epoch {}: non-finite {} (loss {}); stopping (--on-nonfinite skip-step would skip such steps)",
                       epoch, std::isfinite(loss) ? fmt::format("gradient of parameter {}", bad) : "loss", loss);
       if (log_rank) log::warn("epoch {}: non-finite loss or gradients, step skipped", epoch);
@@ -52,7 +52,7 @@ bool Optimizer::step(double loss, bool halo_overflow, int epoch, bool log_rank) 
   }
   for (const Range& r : decayed_)
     ops::axpy(ctx_, r.weight_decay, params_.row_range(r.begin, r.end), grads_.row_range(r.begin, r.end));
-  ops::adam_step(ctx_, params_, grads_, adam_m_, adam_v_, ++adam_step_, opt_.lr, 0.0f);
+  ops::adam_step(ctx_, params_, grads_, adam_m_, adam_v_, ++adam_step_, opt_.optim.lr, 0.0f);
   if (precision_.active()) copy(ctx_, params_, params_half_);
   return true;
 }

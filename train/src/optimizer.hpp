@@ -47,7 +47,7 @@ class Optimizer {
   /// master weights, gradients, Adam's two moments (fp32), and the fp16 copy in fp16.
   static uint64_t device_bytes(int64_t num_params, const TrainOptions& options) {
     const uint64_t n = static_cast<uint64_t>(num_params);
-    return n * 4 * 4 + (options.precision == Precision::kFp16 ? n * 2 : 0);
+    return n * 4 * 4 + (options.device.precision == Precision::kFp16 ? n * 2 : 0);
   }
 
   /// Replaces the master weights (and their compute copy) with `host`.

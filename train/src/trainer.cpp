@@ -90,46 +90,47 @@ std::string to_string(FeatureNorm n) {
 }
 
 void TrainOptions::validate() const {
-  const nn::ModelSpec& spec = nn::model_spec(model);  // an unknown name is refused here
-  HALOGEN_EXPECTS(layers >= 1, "--layers must be at least 1, got {}", layers);
-  HALOGEN_EXPECTS(hidden >= 1, "--hidden must be at least 1, got {}", hidden);
-  HALOGEN_EXPECTS(dropout >= 0.0f && dropout < 1.0f, "--dropout must be in [0, 1), got {}", dropout);
-  HALOGEN_EXPECTS(lr > 0.0f && std::isfinite(lr), "--lr must be positive, got {}", lr);
-  HALOGEN_EXPECTS(weight_decay >= 0.0f, "--weight-decay must be non-negative, got {}", weight_decay);
-  HALOGEN_EXPECTS(epochs >= 1, "--epochs must be at least 1, got {}", epochs);
-  HALOGEN_EXPECTS(eval_every >= 1, "--eval-every must be at least 1, got {}", eval_every);
-  HALOGEN_EXPECTS(patience >= 0, "--patience must be non-negative (0: no early stopping), got {}", patience);
-  HALOGEN_EXPECTS(heads >= 1 && heads <= 4096, "--heads must be in [1, 4096], got {}", heads);
-  HALOGEN_EXPECTS(out_heads >= 1 && out_heads <= 4096, "--out-heads must be in [1, 4096], got {}", out_heads);
-  HALOGEN_EXPECTS(attn_dropout < 1.0f, "--attn-dropout must be in [0, 1), got {}", attn_dropout);
-  BoundedStalenessAdapter(mode, staleness);  // validates the staleness options
-  for (const auto* v : {&bits_fwd, &bits_bwd}) {
-    const char* what = v == &bits_fwd ? "--bits-fwd" : "--bits-bwd";
+  const ModelOptions& m = model;
+  const OptimOptions& o = optim;
+  const DeviceOptions& d = device;
+  const nn::ModelSpec& spec = nn::model_spec(m.name);  // an unknown name is refused here
+  HALOGEN_EXPECTS(m.layers >= 1, "--layers must be at least 1, got {}", m.layers);
+  HALOGEN_EXPECTS(m.hidden >= 1, "--hidden must be at least 1, got {}", m.hidden);
+  HALOGEN_EXPECTS(m.dropout >= 0.0f && m.dropout < 1.0f, "--dropout must be in [0, 1), got {}", m.dropout);
+  HALOGEN_EXPECTS(m.heads >= 1 && m.heads <= 4096, "--heads must be in [1, 4096], got {}", m.heads);
+  HALOGEN_EXPECTS(m.out_heads >= 1 && m.out_heads <= 4096, "--out-heads must be in [1, 4096], got {}", m.out_heads);
+  HALOGEN_EXPECTS(m.attn_dropout < 1.0f, "--attn-dropout must be in [0, 1), got {}", m.attn_dropout);
+  HALOGEN_EXPECTS(o.lr > 0.0f && std::isfinite(o.lr), "--lr must be positive, got {}", o.lr);
+  HALOGEN_EXPECTS(o.weight_decay >= 0.0f, "--weight-decay must be non-negative, got {}", o.weight_decay);
+  HALOGEN_EXPECTS(o.epochs >= 1, "--epochs must be at least 1, got {}", o.epochs);
+  HALOGEN_EXPECTS(o.eval_every >= 1, "--eval-every must be at least 1, got {}", o.eval_every);
+  HALOGEN_EXPECTS(o.patience >= 0, "--patience must be non-negative (0: no early stopping), got {}", o.patience);
+  BoundedStalenessAdapter(exchange.mode, exchange.staleness);  // validates the staleness options
+  for (const auto* v : {&exchange.bits_fwd, &exchange.bits_bwd}) {
+    const char* what = v == &exchange.bits_fwd ? "--bits-fwd" : "--bits-bwd";
     HALOGEN_EXPECTS(v->size() == 1 || static_cast<int>(v->size()) == spec.layer_count(*this),
                     "{} takes one value or one per layer ({}), got {}", what, spec.layer_count(*this), v->size());
     for (int b : *v)
       HALOGEN_EXPECTS(quant::is_supported_bits(b), "{}: {} bits not supported (1, 2, 4, 8, 16, 32)", what, b);
   }
-  HALOGEN_EXPECTS(grad_rank >= 1 && grad_rank <= 1024, "--grad-rank must be in [1, 1024], got {}", grad_rank);
-  HALOGEN_EXPECTS(!grad_powersgd || grad_allreduce == GradAllreduce::kLayerwise,
+  HALOGEN_EXPECTS(o.grad_rank >= 1 && o.grad_rank <= 1024, "--grad-rank must be in [1, 1024], got {}", o.grad_rank);
+  HALOGEN_EXPECTS(!o.grad_powersgd || o.grad_allreduce == GradAllreduce::kLayerwise,
                   "--grad-compression powersgd needs --grad-allreduce layerwise");
-  HALOGEN_EXPECTS(loss_scale >= 1.0f && loss_scale <= 16777216.0f, "--loss-scale must be in [1, 2^24], got {}",
-                  loss_scale);
-  HALOGEN_EXPECTS(precision == Precision::kFp32 || device == Device::kCuda,
+  HALOGEN_EXPECTS(o.loss_scale >= 1.0f && o.loss_scale <= 16777216.0f, "--loss-scale must be in [1, 2^24], got {}",
+                  o.loss_scale);
+  HALOGEN_EXPECTS(d.precision == Precision::kFp32 || d.kind == Device::kCuda,
                   "--precision fp16 needs --device cuda (the CPU path computes in fp32)");
-  HALOGEN_EXPECTS(input_storage == InputStorage::kFp32 || device == Device::kCpu,
+  HALOGEN_EXPECTS(d.input_storage == InputStorage::kFp32 || d.kind == Device::kCpu,
                   "--input-storage bf16 is for CPU ranks; on a GPU the layer-0 inputs are stored in the activation "
                   "dtype (--precision fp16 halves them)");
-  for (const auto& [name, value] : model_params) {
+  for (const auto& [name, value] : m.params) {
     bool known = false;
     for (const auto& h : spec.hyperparameters()) known = known || h.name == name;
-    HALOGEN_EXPECTS(known, "--{} is not a hyper-parameter of model '{}'", name, model);
+    HALOGEN_EXPECTS(known, "--{} is not a hyper-parameter of model '{}'", name, m.name);
     HALOGEN_EXPECTS(std::isfinite(value), "--{} must be finite, got {}", name, value);
   }
   spec.validate(*this);
 }
-int TrainOptions::bits_fwd_at(int layer) const { return bits_fwd.size() == 1 ? bits_fwd[0] : bits_fwd[layer]; }
-int TrainOptions::bits_bwd_at(int layer) const { return bits_bwd.size() == 1 ? bits_bwd[0] : bits_bwd[layer]; }
 
 void check_shards_consistent(const Shard& shard, Communicator& comm) {
   const int P = comm.size();
@@ -170,7 +171,7 @@ LossAndGradient compute_loss_and_gradient(const Shard& shard, Communicator& comm
                                           const std::vector<float>& params) {
   options.validate();
   check_shards_consistent(shard, comm);
-  HALOGEN_EXPECTS(options.device == kDevCpu || cuda_device_count() > 0,
+  HALOGEN_EXPECTS(options.device.kind == kDevCpu || cuda_device_count() > 0,
                   "rank {}: --device cuda but no GPU is visible to this process", comm.rank());
   Trainer trainer(shard, comm, options);
   return trainer.probe(params);
@@ -178,15 +179,15 @@ LossAndGradient compute_loss_and_gradient(const Shard& shard, Communicator& comm
 
 Inference infer(const Shard& shard, Communicator& comm, const SavedModel& model, int embeddings_layer, Device device) {
   TrainOptions t = model.options;
-  t.device = device;
-  t.epochs = 1;
-  t.progress = false;
+  t.device.kind = device;
+  t.optim.epochs = 1;
+  t.output.progress = false;
   t.validate();
   check_shards_consistent(shard, comm);
   HALOGEN_EXPECTS(shard.feature_dim == model.feature_dim,
                   "rank {}: the model takes {} input features, the shard has {}", comm.rank(), model.feature_dim,
                   shard.feature_dim);
-  const int layers = nn::model_spec(t.model).layer_count(t);
+  const int layers = nn::model_spec(t.model.name).layer_count(t);
   HALOGEN_EXPECTS(embeddings_layer >= 0 && embeddings_layer <= layers, "embeddings layer {} of a {}-layer model",
                   embeddings_layer, layers);
   HALOGEN_EXPECTS(device == kDevCpu || cuda_device_count() > 0,
@@ -194,8 +195,8 @@ Inference infer(const Shard& shard, Communicator& comm, const SavedModel& model,
   // The model's classes, whatever labels this graph has.
   Shard s = shard;
   s.num_classes = static_cast<int32_t>(model.num_classes);
-  comm.set_timeout(t.timeout_s);
-  check_training_memory(s, comm, t, t.memory_limit, node_ranks(comm));
+  comm.set_timeout(t.reliability.timeout_s);
+  check_training_memory(s, comm, t, t.reliability.memory_limit, node_ranks(comm));
   Trainer trainer(s, comm, t);
   return trainer.infer(model.params, embeddings_layer);
 }
@@ -213,17 +214,18 @@ bool is_metrics_file(const std::filesystem::path& path) {
 }  // namespace
 
 void check_train_outputs(const TrainOptions& options) {
-  if (!options.metrics_path.empty()) {
-    check_output_file({options.metrics_path, "--metrics",
+  if (!options.output.metrics_path.empty()) {
+    check_output_file({options.output.metrics_path, "--metrics",
                        "a metrics file of halogen train (JSON lines, the first an epoch record)", is_metrics_file},
-                      options.overwrite, /*streamed=*/true);
+                      options.output.overwrite, /*streamed=*/true);
   }
-  if (!options.checkpoint_dir.empty()) {
-    check_output_dir({options.checkpoint_dir, "--checkpoint-dir",
+  if (!options.reliability.checkpoint_dir.empty()) {
+    check_output_dir({options.reliability.checkpoint_dir, "--checkpoint-dir",
                       "a checkpoint directory of halogen train (one with its latest.json)", is_checkpoint_dir},
-                     options.overwrite, DirWrite::kWrittenInto);
+                     options.output.overwrite, DirWrite::kWrittenInto);
   }
-  if (!options.save_model_dir.empty()) check_model_output(options.save_model_dir, options.overwrite, "--save-model");
+  if (!options.output.save_model_dir.empty())
+    check_model_output(options.output.save_model_dir, options.output.overwrite, "--save-model");
 }
 
 TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& options) {
@@ -238,14 +240,15 @@ TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& op
   HALOGEN_EXPECTS(shard.feature_dim >= 1, "shard {} has no node features (feature_dim 0)", shard.part);
   HALOGEN_EXPECTS(shard.num_classes >= 2, "shard {} has {} classes; node classification needs at least 2", shard.part,
                   shard.num_classes);
-  HALOGEN_EXPECTS(options.device == kDevCpu || cuda_device_count() > 0,
+  HALOGEN_EXPECTS(options.device.kind == kDevCpu || cuda_device_count() > 0,
                   "rank {}: --device cuda but no GPU is visible to this process", comm.rank());
-  comm.set_timeout(options.timeout_s);
+  comm.set_timeout(options.reliability.timeout_s);
   // Refuse a graph that will not fit before allocating anything large.
-  const MemoryEstimate memory = check_training_memory(shard, comm, options, options.memory_limit, node_ranks(comm));
+  const MemoryEstimate memory =
+      check_training_memory(shard, comm, options, options.reliability.memory_limit, node_ranks(comm));
   Trainer trainer(shard, comm, options);
   trainer.set_memory_estimate(memory.total());
-  if (!options.resume_dir.empty()) trainer.load_checkpoint(options.resume_dir);
+  if (!options.reliability.resume_dir.empty()) trainer.load_checkpoint(options.reliability.resume_dir);
   return trainer.run();
 }
 

@@ -104,8 +104,8 @@ Matrix<float> input_features(const Shard& s, const TrainOptions& opt, int64_t ro
   Matrix<float> x(rows, F);
   x.zero();
   for (int64_t r = 0; r < owned; ++r) std::copy_n(s.features.data() + r * F, F, x.row(r));
-  if (opt.feature_norm != FeatureNorm::kNone) {
-    const bool l2 = opt.feature_norm == FeatureNorm::kL2;
+  if (opt.model.feature_norm != FeatureNorm::kNone) {
+    const bool l2 = opt.model.feature_norm == FeatureNorm::kL2;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < owned; ++r) {
       double sum = 0.0;
@@ -160,7 +160,10 @@ TrainResult run_or_end_job(Communicator& comm, const std::function<TrainResult()
 }
 
 EpochLog::EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& opt)
-    : comm_(comm), s_(shard), opt_(opt), metrics_(comm.rank() == 0 ? opt.metrics_path : std::filesystem::path()) {}
+    : comm_(comm),
+      s_(shard),
+      opt_(opt),
+      metrics_(comm.rank() == 0 ? opt.output.metrics_path : std::filesystem::path()) {}
 
 EvalCounts evaluate_logits(const float* logits, const Shard& s) {
   EvalCounts e;
@@ -223,12 +226,12 @@ void EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
   rec["halo_wait_s"] = mx[3];
   rec["grad_wait_s"] = mx[6];
   rec["grad_bytes"] = bytes[1];
-  rec["mode"] = to_string(opt_.mode);
+  rec["mode"] = to_string(opt_.exchange.mode);
   rec["max_staleness"] = static_cast<int>(mx[4]);
   // Share of the transfer time that was hidden behind computation (slowest rank's view).
   rec["overlap"] = mx[5] > 0.0 ? std::clamp(1.0 - mx[3] / mx[5], 0.0, 1.0) : 0.0;
   metrics_.write(rec);
-  if (opt_.progress && comm_.rank() == 0) {
+  if (opt_.output.progress && comm_.rank() == 0) {
     const int epoch = rec["epoch"].get<int>();
     const double loss = rec["loss"].get<double>();
     if (rec.contains("val_acc")) {
@@ -244,56 +247,58 @@ void EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
 nlohmann::json EpochLog::summary(const std::string& device, double total_s, int start_epoch, int epochs_run) const {
   nlohmann::json summary;
   summary["summary"] = true;
-  summary["epochs"] = opt_.epochs;
+  summary["epochs"] = opt_.optim.epochs;
   summary["epochs_run"] = epochs_run;
-  summary["stopped_early"] = epochs_run < opt_.epochs;
-  summary["patience"] = opt_.patience;
+  summary["stopped_early"] = epochs_run < opt_.optim.epochs;
+  summary["patience"] = opt_.optim.patience;
   summary["best_val_acc"] = best_val;
   summary["best_epoch"] = best_epoch;
   summary["test_acc_at_best_val"] = test_at_best;
   summary["total_s"] = total_s;
   summary["device"] = device;
   summary["ranks"] = comm_.size();
-  summary["model"] = opt_.model;
-  summary["mode"] = to_string(opt_.mode);
+  summary["model"] = opt_.model.name;
+  summary["mode"] = to_string(opt_.exchange.mode);
   summary["start_epoch"] = start_epoch;
   return summary;
 }
 
 nlohmann::json model_description(const TrainOptions& opt, const Shard& s, size_t num_params) {
-  nlohmann::json m = {{"model", opt.model},           {"layers", opt.layers},     {"hidden", opt.hidden},
-                      {"feature_dim", s.feature_dim}, {"classes", s.num_classes}, {"parameters", num_params}};
+  nlohmann::json m = {{"model", opt.model.name},      {"layers", opt.model.layers}, {"hidden", opt.model.hidden},
+                      {"feature_dim", s.feature_dim}, {"classes", s.num_classes},   {"parameters", num_params}};
   nn::describe_model(opt, m);
   return m;
 }
 
 nlohmann::json training_description(const TrainOptions& opt) {
-  return {{"mode", to_string(opt.mode)},
-          {"staleness", opt.staleness.staleness},
-          {"bits_fwd", opt.bits_fwd},
-          {"bits_bwd", opt.bits_bwd},
-          {"stale_smoothing", opt.staleness.smoothing},
-          {"stale_policy", to_string(opt.staleness.policy)},
-          {"stale_error_bound", opt.staleness.error_bound},
-          {"seed", opt.seed},
-          {"dropout", opt.dropout},
-          {"lr", opt.lr},
-          {"weight_decay", opt.weight_decay},
-          {"feature_norm", to_string(opt.feature_norm)},
-          {"input_storage", to_string(opt.input_storage)},
-          {"attn_dropout", opt.attention_dropout()},
-          {"attn_terms", opt.quantize_attention_terms ? "quantized" : "fp32"},
-          {"grad_allreduce", to_string(opt.grad_allreduce)},
-          {"grad_compression", opt.grad_powersgd ? fmt::format("powersgd rank {}", opt.grad_rank) : "none"}};
+  return {
+      {"mode", to_string(opt.exchange.mode)},
+      {"staleness", opt.exchange.staleness.staleness},
+      {"bits_fwd", opt.exchange.bits_fwd},
+      {"bits_bwd", opt.exchange.bits_bwd},
+      {"stale_smoothing", opt.exchange.staleness.smoothing},
+      {"stale_policy", to_string(opt.exchange.staleness.policy)},
+      {"stale_error_bound", opt.exchange.staleness.error_bound},
+      {"seed", opt.seed},
+      {"dropout", opt.model.dropout},
+      {"lr", opt.optim.lr},
+      {"weight_decay", opt.optim.weight_decay},
+      {"feature_norm", to_string(opt.model.feature_norm)},
+      {"input_storage", to_string(opt.device.input_storage)},
+      {"attn_dropout", opt.model.attention_dropout()},
+      {"attn_terms", opt.exchange.quantize_attention_terms ? "quantized" : "fp32"},
+      {"grad_allreduce", to_string(opt.optim.grad_allreduce)},
+      {"grad_compression", opt.optim.grad_powersgd ? fmt::format("powersgd rank {}", opt.optim.grad_rank) : "none"}};
 }
 
 bool checkpoint_due(const TrainOptions& opt, int epoch, bool last) {
-  return !opt.checkpoint_dir.empty() && ((opt.checkpoint_every > 0 && (epoch + 1) % opt.checkpoint_every == 0) || last);
+  return !opt.reliability.checkpoint_dir.empty() &&
+         ((opt.reliability.checkpoint_every > 0 && (epoch + 1) % opt.reliability.checkpoint_every == 0) || last);
 }
 
 void write_checkpoint(const TrainOptions& opt, const Shard& s, int epoch, const nlohmann::json& model,
                       const EpochLog& log, const std::function<void(CheckpointWriter&, nlohmann::json& meta)>& fill) {
-  const auto dir = opt.checkpoint_dir;
+  const auto dir = opt.reliability.checkpoint_dir;
   const std::string partition_id = fmt::format("{:016x}", s.partition_id);
   run_collectively(MPI_COMM_WORLD, fmt::format("writing the checkpoint of epoch {}", epoch), [&] {
     std::filesystem::create_directories(checkpoint_epoch_dir(dir, epoch));
@@ -335,7 +340,8 @@ void write_checkpoint(const TrainOptions& opt, const Shard& s, int epoch, const 
       const std::string name = entry.path().filename().string();
       if (name.rfind("epoch-", 0) != 0) continue;
       const int e = std::atoi(name.c_str() + 6);
-      if (e < epoch && e != epoch - std::max(opt.checkpoint_every, 1)) std::filesystem::remove_all(entry.path());
+      if (e < epoch && e != epoch - std::max(opt.reliability.checkpoint_every, 1))
+        std::filesystem::remove_all(entry.path());
     }
   });
   // Test hook: die right after this epoch's checkpoint, as a crashed job would.
@@ -400,23 +406,23 @@ std::vector<double> layer_drift(const std::vector<double>& num, const std::vecto
 
 void log_sync_decision(const TrainOptions& opt, int epoch, const BoundedStalenessAdapter::Decision& decision,
                        bool previous_sync) {
-  if (opt.mode != ExchangeMode::kStale || epoch == 0) return;
-  if (opt.staleness.policy == StalePolicy::kAdaptive) {
+  if (opt.exchange.mode != ExchangeMode::kStale || epoch == 0) return;
+  if (opt.exchange.staleness.policy == StalePolicy::kAdaptive) {
     // Only the changes of regime: every epoch's decision is in the metrics.
     if (decision.sync == previous_sync) return;
     if (decision.sync) {
       log::info("epoch {}: synchronous exchange: estimated stale-halo error {:.4f} > bound {:.4f}", epoch,
-                decision.estimated_error, opt.staleness.error_bound);
+                decision.estimated_error, opt.exchange.staleness.error_bound);
     } else {
       log::info("epoch {}: stale exchange: estimated stale-halo error {:.4f} <= bound {:.4f}", epoch,
-                decision.estimated_error, opt.staleness.error_bound);
+                decision.estimated_error, opt.exchange.staleness.error_bound);
     }
     return;
   }
   if (!decision.sync) return;
   if (decision.reason == SyncReason::kDrift) {
     log::info("epoch {}: synchronous exchange forced by drift {:.4f} > threshold {:.4f}", epoch, decision.max_drift,
-              opt.staleness.drift_threshold);
+              opt.exchange.staleness.drift_threshold);
   } else {
     log::info("epoch {}: synchronous exchange ({})", epoch, to_string(decision.reason));
   }

@@ -103,7 +103,7 @@ class EpochLog {
   /// Either counts, as in the GAT reference: the loss keeps improving through the plateaus of
   /// a small validation set's accuracy, when training is slow but not over.
   bool patience_exhausted(int epoch) const {
-    return opt_.patience > 0 && improved_epoch >= 0 && epoch - improved_epoch >= opt_.patience;
+    return opt_.optim.patience > 0 && improved_epoch >= 0 && epoch - improved_epoch >= opt_.optim.patience;
   }
   /// Adds the figures (time: slowest rank; bytes: sum over ranks) to `rec`, writes it and
   /// prints the progress line.

@@ -34,7 +34,7 @@ void Trainer::forward(const nn::Pass& pass) {
     const TensorView next = layers_[l + 1]->input();
     copy(ctx(), y, next);
     if (layers_[l + 1]->input_dropout())
-      ops::dropout(ctx(), next, graph_.gid, pass.training ? opt_.dropout : 0.0f,
+      ops::dropout(ctx(), next, graph_.gid, pass.training ? opt_.model.dropout : 0.0f,
                    {opt_.seed, static_cast<uint32_t>(pass.epoch), dropout_site::layer_input(l + 1)});
   }
 }
@@ -61,7 +61,7 @@ void Trainer::backward(int epoch) {
       const TensorView dprev = dy(decl_[l].in);
       copy(ctx(), dx, dprev);
       if (layers_[l]->input_dropout())
-        ops::dropout(ctx(), dprev, graph_.gid, opt_.dropout,
+        ops::dropout(ctx(), dprev, graph_.gid, opt_.model.dropout,
                      {opt_.seed, static_cast<uint32_t>(epoch), dropout_site::layer_input(l)});
       if (const TensorView skip = below.skip_grad(); !skip.empty()) ops::axpy(ctx(), 1.0f, skip, dprev);
       activate_backward(ctx(), below.activation(), below.output(), dprev);
@@ -174,7 +174,7 @@ TrainResult Trainer::run_epochs() {
   int epochs_run = start_epoch_;
   // A run resumed from the checkpoint of an early stop has nothing left to do.
   const bool stopped_before = start_epoch_ > 0 && log_.patience_exhausted(start_epoch_ - 1);
-  for (int epoch = start_epoch_; epoch < opt_.epochs && !stopped_before; ++epoch) {
+  for (int epoch = start_epoch_; epoch < opt_.optim.epochs && !stopped_before; ++epoch) {
     Stopwatch epoch_sw;
     allreduce_s_ = 0.0;
     grad_sync_->reset_epoch();
@@ -189,37 +189,38 @@ TrainResult Trainer::run_epochs() {
     rec["loss"] = loss_sum / static_cast<double>(std::max<int64_t>(s_.global_train_count, 1));
     if (!stepped) rec["skipped_step"] = true;
     if (optim_->precision().active()) rec["loss_scale"] = optim_->loss_scale();
-    if ((epoch + 1) % opt_.eval_every == 0 || epoch + 1 == opt_.epochs) {
+    if ((epoch + 1) % opt_.optim.eval_every == 0 || epoch + 1 == opt_.optim.epochs) {
       forward({epoch, /*training=*/false});
       // The weights of the best-validation epoch are the model kept (--save-model).
       if (log_.add_accuracy(rec, epoch, train_detail::evaluate_logits(logits_on_host(), s_)))
         best_params_ = to_host_floats(ctx(), optim_->params());
       halo_->end_evaluation(epoch);
     }
-    const bool last = epoch + 1 == opt_.epochs || log_.patience_exhausted(epoch);
+    const bool last = epoch + 1 == opt_.optim.epochs || log_.patience_exhausted(epoch);
     synchronize(ctx());
     rec["sync"] = decision.sync;
     rec["sync_reason"] = to_string(decision.reason);
     if (halo_->drift_enabled()) rec["drift"] = decision.max_drift;
     if (halo_->adaptive()) rec["stale_error"] = decision.estimated_error;
     const auto& st = halo_->stats();
-    log_.finish(rec, train_detail::EpochFigures{
-                         epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s, st.transfer_s,
-                         halo_->max_staleness(), comm_.bytes_sent() - bytes_before,
-                         opt_.grad_allreduce == GradAllreduce::kPacked ? allreduce_s_ : grad_sync_->wait_seconds(),
-                         grad_sync_->bytes()});
+    log_.finish(rec,
+                train_detail::EpochFigures{
+                    epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s, st.transfer_s,
+                    halo_->max_staleness(), comm_.bytes_sent() - bytes_before,
+                    opt_.optim.grad_allreduce == GradAllreduce::kPacked ? allreduce_s_ : grad_sync_->wait_seconds(),
+                    grad_sync_->bytes()});
     result.epochs.push_back(std::move(rec));
     epochs_run = epoch + 1;
     if (train_detail::checkpoint_due(opt_, epoch, last)) save_checkpoint(epoch);
-    if (last && epoch + 1 < opt_.epochs) {
-      if (s_.part == 0 && opt_.progress)
+    if (last && epoch + 1 < opt_.optim.epochs) {
+      if (s_.part == 0 && opt_.output.progress)
         std::printf("stopping early: validation accuracy has not improved for %d epochs (best %.4f at epoch %d)\n",
-                    opt_.patience, log_.best_val, log_.best_epoch);
+                    opt_.optim.patience, log_.best_val, log_.best_epoch);
       break;
     }
   }
   halo_->drain();
-  if (!opt_.save_model_dir.empty()) save_model(epochs_run, result);
+  if (!opt_.output.save_model_dir.empty()) save_model(epochs_run, result);
   result.summary = summary(total.seconds(), epochs_run);
   log_.write_summary(result.summary);
   return result;
@@ -244,9 +245,9 @@ void Trainer::save_model(int epochs_run, const TrainResult& result) const {
   model.training["best_epoch"] = log_.best_epoch;
   model.training["ranks"] = comm_.size();
   model.training["settings"] = train_detail::training_description(opt_);
-  if (s_.part == 0) halogen::save_model(opt_.save_model_dir, model, opt_.overwrite);
+  if (s_.part == 0) halogen::save_model(opt_.output.save_model_dir, model, opt_.output.overwrite);
   comm_.barrier();
-  if (s_.part == 0) log::info("saved the model to {}", opt_.save_model_dir.string());
+  if (s_.part == 0) log::info("saved the model to {}", opt_.output.save_model_dir.string());
 }
 
 // Per rank: peak RSS and the estimate the memory check used (to judge the estimate); on a GPU
@@ -270,7 +271,7 @@ nlohmann::json Trainer::summary(double total_s, int epochs_run) const {
   if (ctx().device == kDevCpu) {
     summary["estimated_peak_bytes_per_rank"] = column[1];
   } else {
-    summary["precision"] = to_string(opt_.precision);
+    summary["precision"] = to_string(opt_.device.precision);
     summary["comm"] = comm_.backend_name();
     summary["estimated_gpu_bytes_per_rank"] = column[1];
     summary["peak_gpu_allocated_bytes_per_rank"] = column[3];

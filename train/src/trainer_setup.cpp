@@ -10,9 +10,9 @@ Trainer::Trainer(const Shard& shard, Communicator& comm, const TrainOptions& opt
     : s_(shard),
       comm_(comm),
       opt_(opt),
-      spec_(nn::model_spec(opt.model)),
-      act_(opt.device == kDevCuda && opt.precision == Precision::kFp16 ? DType::kF16 : DType::kF32),
-      stream_(opt.device),
+      spec_(nn::model_spec(opt.model.name)),
+      act_(opt.device.kind == kDevCuda && opt.device.precision == Precision::kFp16 ? DType::kF16 : DType::kF32),
+      stream_(opt.device.kind),
       decl_(nn::layout(opt, shard.feature_dim, shard.num_classes)),
       graph_(shard, stream_.context(), spec_.aggregation()),
       log_(comm, shard, opt) {
@@ -35,7 +35,7 @@ void Trainer::init_params() {
     for (const nn::ParamArray& a : layer.arrays) {
       if (a.kind == nn::ParamArray::Kind::kBias) continue;
       const auto begin = static_cast<int64_t>(a.offset);
-      const float decay = a.weight_decay >= 0.0f ? a.weight_decay : opt_.weight_decay;
+      const float decay = a.weight_decay >= 0.0f ? a.weight_decay : opt_.optim.weight_decay;
       if (!decayed.empty() && decayed.back().end == begin && decayed.back().weight_decay == decay) {
         decayed.back().end += a.size();
       } else {
@@ -70,7 +70,7 @@ void Trainer::prepare_inputs() {
     Exchange pending = exchange->start_forward(x, 32, key, 0);
     exchange->finish_forward(pending, x);
   }
-  const bool bf16 = opt_.input_storage == InputStorage::kBf16;
+  const bool bf16 = opt_.device.input_storage == InputStorage::kBf16;
   if (needs.aggregated) {
     Tensor agg(ctx().device, DType::kF32, owned(), F);
     graph_.aggregate(x, agg, /*halo_part=*/false);
@@ -96,7 +96,7 @@ void Trainer::build_layers() {
   if (needs.halo_features) inputs.halo_features = &inputs_.halo_features;
   layer_ctx_ = std::make_unique<nn::LayerContext>(
       nn::LayerContext{ctx(), opt_, act_, graph_, inputs, *optim_, *halo_, scratch_, L()});
-  HALOGEN_EXPECTS(L() == spec_.layer_count(opt_), "model '{}' declares {} layers, expected {}", opt_.model, L(),
+  HALOGEN_EXPECTS(L() == spec_.layer_count(opt_), "model '{}' declares {} layers, expected {}", opt_.model.name, L(),
                   spec_.layer_count(opt_));
   for (int l = 0; l < L(); ++l) layers_.push_back(spec_.make_layer(decl_, l, *layer_ctx_, layers_));
   for (const auto& layer : layers_) layer->allocate();

@@ -81,23 +81,23 @@ class AppnpSpec final : public ModelSpec {
   InputNeeds inputs() const override { return {.features = true}; }
   // The paper's setting: K = 10 steps, teleport 0.1, an MLP of 64 hidden units, dropout 0.5.
   void defaults(TrainOptions& opt) const override {
-    opt.layers = 10;
-    opt.hidden = 64;
-    opt.dropout = 0.5f;
-    opt.lr = 0.01f;
-    opt.weight_decay = 5e-4f;
+    opt.model.layers = 10;
+    opt.model.hidden = 64;
+    opt.model.dropout = 0.5f;
+    opt.optim.lr = 0.01f;
+    opt.optim.weight_decay = 5e-4f;
   }
   std::vector<Hyperparameter> hyperparameters() const override {
     return {{"alpha", "initial residual share alpha (APPNP: teleport probability)", 0.1}};
   }
-  int layer_count(const TrainOptions& opt) const override { return kMlpLayers + opt.layers; }
+  int layer_count(const TrainOptions& opt) const override { return kMlpLayers + opt.model.layers; }
 
   std::vector<LayerDecl> declare(const TrainOptions& opt, int64_t feature_dim, int64_t classes) const override {
     std::vector<LayerDecl> layers(static_cast<size_t>(layer_count(opt)));
     for (size_t l = 0; l < layers.size(); ++l) {
       LayerDecl& d = layers[l];
-      d.in = l == 0 ? feature_dim : l == 1 ? opt.hidden : classes;
-      d.out = l == 0 ? opt.hidden : classes;
+      d.in = l == 0 ? feature_dim : l == 1 ? opt.model.hidden : classes;
+      d.out = l == 0 ? opt.model.hidden : classes;
       if (l < kMlpLayers) declare_linear(d);
     }
     return layers;

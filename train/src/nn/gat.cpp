@@ -32,12 +32,12 @@ struct GatShape {
   int64_t proj() const { return heads * head_dim; }
 };
 GatShape gat_shape(const TrainOptions& opt, int l, int64_t in, int64_t out, int64_t classes) {
-  const bool last = l + 1 == opt.layers;
+  const bool last = l + 1 == opt.model.layers;
   GatShape s;
-  s.heads = last ? opt.out_heads : opt.heads;
-  s.head_dim = last ? classes : opt.hidden;
-  s.identity_residual = opt.residual && l > 0 && in == out;
-  s.projected_residual = opt.residual && !s.identity_residual;
+  s.heads = last ? opt.model.out_heads : opt.model.heads;
+  s.head_dim = last ? classes : opt.model.hidden;
+  s.identity_residual = opt.model.residual && l > 0 && in == out;
+  s.projected_residual = opt.model.residual && !s.identity_residual;
   return s;
 }
 
@@ -117,7 +117,7 @@ class GatLayer final : public Layer {
     in.ld_el = e.ld;
     in.er = er_.ptr<float>();
     in.negative_slope = kNegativeSlope;
-    in.dropout = {training ? ctx_.opt.attention_dropout() : 0.0f, ctx_.opt.seed, static_cast<uint32_t>(epoch),
+    in.dropout = {training ? ctx_.opt.model.attention_dropout() : 0.0f, ctx_.opt.seed, static_cast<uint32_t>(epoch),
                   static_cast<uint32_t>(l_)};
     in.average_heads = l_ + 1 == ctx_.layers;
     return in;
@@ -298,15 +298,15 @@ class GatSpec final : public ModelSpec {
   std::string_view aggregation_text() const override { return "attention softmax over in-neighbours and self"; }
   InputNeeds inputs() const override { return {.features = true, .halo_features = true}; }
   // 8 features per head (8 heads make 64), as the reference implementation trains it.
-  void defaults(TrainOptions& opt) const override { opt.hidden = 8; }
+  void defaults(TrainOptions& opt) const override { opt.model.hidden = 8; }
 
   std::vector<LayerDecl> declare(const TrainOptions& opt, int64_t feature_dim, int64_t classes) const override {
-    const int64_t hidden_width = static_cast<int64_t>(opt.heads) * opt.hidden;
-    std::vector<LayerDecl> layers(static_cast<size_t>(opt.layers));
-    for (int l = 0; l < opt.layers; ++l) {
+    const int64_t hidden_width = static_cast<int64_t>(opt.model.heads) * opt.model.hidden;
+    std::vector<LayerDecl> layers(static_cast<size_t>(opt.model.layers));
+    for (int l = 0; l < opt.model.layers; ++l) {
       LayerDecl& d = layers[static_cast<size_t>(l)];
       d.in = l == 0 ? feature_dim : hidden_width;
-      d.out = l + 1 == opt.layers ? classes : hidden_width;
+      d.out = l + 1 == opt.model.layers ? classes : hidden_width;
       const GatShape s = gat_shape(opt, l, d.in, d.out, classes);
       d.add("weight", {d.in, s.proj()}, ParamArray::Kind::kMatrix, 0);
       d.add("att_src", {s.heads, s.head_dim}, ParamArray::Kind::kVector, 2);
@@ -336,7 +336,7 @@ class GatSpec final : public ModelSpec {
     if (index == 0) return r;
     r.activations += m.act(owned, d.in);
     r.forward_cols = pw + H;
-    r.forward_fp32_tail = opt.quantize_attention_terms ? 0 : H;
+    r.forward_fp32_tail = opt.exchange.quantize_attention_terms ? 0 : H;
     r.backward_cols = pw;
     r.drift_cols = d.in;
     return r;
@@ -357,15 +357,15 @@ class GatSpec final : public ModelSpec {
   }
 
   void describe(const TrainOptions& opt, nlohmann::json& j) const override {
-    j["heads"] = opt.heads;
-    j["out_heads"] = opt.out_heads;
-    j["residual"] = opt.residual;
+    j["heads"] = opt.model.heads;
+    j["out_heads"] = opt.model.out_heads;
+    j["residual"] = opt.model.residual;
     j["negative_slope"] = kNegativeSlope;
   }
   void read_description(const nlohmann::json& j, TrainOptions& opt) const override {
-    opt.heads = j.at("heads").get<int>();
-    opt.out_heads = j.at("out_heads").get<int>();
-    opt.residual = j.at("residual").get<bool>();
+    opt.model.heads = j.at("heads").get<int>();
+    opt.model.out_heads = j.at("out_heads").get<int>();
+    opt.model.residual = j.at("residual").get<bool>();
   }
 
  private:

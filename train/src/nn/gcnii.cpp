@@ -92,26 +92,26 @@ class GcniiSpec final : public ModelSpec {
   // The setting of the GCNII paper for Cora (64 layers of 64, dropout 0.6, weight decay 0.01
   // on the convolutions and 5e-4 on the linear layers), for every graph.
   void defaults(TrainOptions& opt) const override {
-    opt.layers = 64;
-    opt.hidden = 64;
-    opt.dropout = 0.6f;
-    opt.lr = 0.01f;
-    opt.weight_decay = 5e-4f;
+    opt.model.layers = 64;
+    opt.model.hidden = 64;
+    opt.model.dropout = 0.6f;
+    opt.optim.lr = 0.01f;
+    opt.optim.weight_decay = 5e-4f;
   }
   std::vector<Hyperparameter> hyperparameters() const override {
     return {{"alpha", "initial residual share alpha (APPNP: teleport probability)", 0.1},
             {"lambda", "GCNII identity-mapping strength: beta_l = log(lambda / l + 1)", 0.5},
             {"conv-weight-decay", "GCNII: L2 weight decay of the convolutions' weights", 0.01}};
   }
-  int layer_count(const TrainOptions& opt) const override { return opt.layers + 2; }
+  int layer_count(const TrainOptions& opt) const override { return opt.model.layers + 2; }
 
   std::vector<LayerDecl> declare(const TrainOptions& opt, int64_t feature_dim, int64_t classes) const override {
     const float conv_decay = static_cast<float>(hyperparameter(opt, "conv-weight-decay"));
     std::vector<LayerDecl> layers(static_cast<size_t>(layer_count(opt)));
     for (size_t l = 0; l < layers.size(); ++l) {
       LayerDecl& d = layers[l];
-      d.in = l == 0 ? feature_dim : opt.hidden;
-      d.out = l + 1 == layers.size() ? classes : opt.hidden;
+      d.in = l == 0 ? feature_dim : opt.model.hidden;
+      d.out = l + 1 == layers.size() ? classes : opt.model.hidden;
       if (l == 0 || l + 1 == layers.size()) {
         declare_linear(d);
       } else {

@@ -136,7 +136,7 @@ struct LayerContext {
   TensorView weight(const ParamArray& a) const;
   TensorView grad(const ParamArray& a) const;
   /// The dropout rate of this pass (0 while evaluating).
-  float dropout(const Pass& pass) const { return pass.training ? opt.dropout : 0.0f; }
+  float dropout(const Pass& pass) const { return pass.training ? opt.model.dropout : 0.0f; }
   DropoutKey dropout_key(int epoch, uint32_t site) const { return {opt.seed, static_cast<uint32_t>(epoch), site}; }
   ops::DropoutSite dropout_site(int epoch, uint32_t site) const {
     return {opt.seed, static_cast<uint32_t>(epoch), site};

@@ -45,28 +45,28 @@ std::vector<std::string> model_names() {
 }
 
 double ModelSpec::hyperparameter(const TrainOptions& opt, std::string_view name) const {
-  if (const auto it = opt.model_params.find(std::string(name)); it != opt.model_params.end()) return it->second;
+  if (const auto it = opt.model.params.find(std::string(name)); it != opt.model.params.end()) return it->second;
   for (const Hyperparameter& h : hyperparameters())
     if (h.name == name) return h.value;
   HALOGEN_FAIL("model '{}' has no hyper-parameter '{}'", this->name(), name);
 }
 
 void describe_model(const TrainOptions& opt, nlohmann::json& j) {
-  const ModelSpec& spec = model_spec(opt.model);
+  const ModelSpec& spec = model_spec(opt.model.name);
   spec.describe(opt, j);
   for (const ModelSpec::Hyperparameter& h : spec.hyperparameters())
     j[std::string(h.name)] = spec.hyperparameter(opt, h.name);
 }
 
 void read_model_description(const nlohmann::json& j, TrainOptions& opt) {
-  const ModelSpec& spec = model_spec(opt.model);
+  const ModelSpec& spec = model_spec(opt.model.name);
   spec.read_description(j, opt);
   for (const ModelSpec::Hyperparameter& h : spec.hyperparameters())
-    opt.model_params[std::string(h.name)] = j.at(std::string(h.name)).get<double>();
+    opt.model.params[std::string(h.name)] = j.at(std::string(h.name)).get<double>();
 }
 
 std::vector<LayerDecl> layout(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {
-  std::vector<LayerDecl> layers = model_spec(opt.model).declare(opt, feature_dim, classes);
+  std::vector<LayerDecl> layers = model_spec(opt.model.name).declare(opt, feature_dim, classes);
   size_t offset = 0;
   for (LayerDecl& layer : layers) {
     layer.begin = offset;
@@ -125,12 +125,12 @@ std::vector<std::string> model_names() { return nn::model_names(); }
 std::string model_name(const std::string& name_or_alias) { return std::string(nn::model_spec(name_or_alias).name()); }
 TrainOptions model_defaults(const std::string& model) {
   TrainOptions t;
-  t.model = model_name(model);
-  nn::model_spec(t.model).defaults(t);
+  t.model.name = model_name(model);
+  nn::model_spec(t.model.name).defaults(t);
   return t;
 }
-int default_hidden(const std::string& model) { return model_defaults(model).hidden; }
-int model_layer_count(const TrainOptions& options) { return nn::model_spec(options.model).layer_count(options); }
+int default_hidden(const std::string& model) { return model_defaults(model).model.hidden; }
+int model_layer_count(const TrainOptions& options) { return nn::model_spec(options.model.name).layer_count(options); }
 
 std::vector<ModelParam> model_params() {
   std::vector<ModelParam> params;

@@ -64,7 +64,7 @@ class ModelSpec {
   /// rate, weight decay, ...) where it differs from TrainOptions' defaults; the same for every
   /// graph. The command line uses it for what the user does not set.
   virtual void defaults(TrainOptions& /*opt*/) const {}
-  /// The model's own hyper-parameters (TrainOptions::model_params; command-line options of the
+  /// The model's own hyper-parameters (ModelOptions::params; command-line options of the
   /// same name) with their published values.
   struct Hyperparameter {
     std::string_view name, help;
@@ -75,7 +75,7 @@ class ModelSpec {
   double hyperparameter(const TrainOptions& opt, std::string_view name) const;
   /// How many layers the model has with these options (per-layer options such as --bits-fwd
   /// take one value per layer).
-  virtual int layer_count(const TrainOptions& opt) const { return opt.layers; }
+  virtual int layer_count(const TrainOptions& opt) const { return opt.model.layers; }
 
   /// The layers' widths and parameter arrays (offsets are assigned by layout()).
   virtual std::vector<LayerDecl> declare(const TrainOptions& opt, int64_t feature_dim, int64_t classes) const = 0;

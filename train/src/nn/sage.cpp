@@ -92,11 +92,11 @@ class SageSpec final : public ModelSpec {
   InputNeeds inputs() const override { return {.aggregated = true, .features = true}; }
 
   std::vector<LayerDecl> declare(const TrainOptions& opt, int64_t feature_dim, int64_t classes) const override {
-    std::vector<LayerDecl> layers(static_cast<size_t>(opt.layers));
-    for (int l = 0; l < opt.layers; ++l) {
+    std::vector<LayerDecl> layers(static_cast<size_t>(opt.model.layers));
+    for (int l = 0; l < opt.model.layers; ++l) {
       LayerDecl& d = layers[static_cast<size_t>(l)];
-      d.in = l == 0 ? feature_dim : opt.hidden;
-      d.out = l + 1 == opt.layers ? classes : opt.hidden;
+      d.in = l == 0 ? feature_dim : opt.model.hidden;
+      d.out = l + 1 == opt.model.layers ? classes : opt.model.hidden;
       d.add("weight_self", {d.in, d.out}, ParamArray::Kind::kMatrix, 0);
       d.add("weight_neigh", {d.in, d.out}, ParamArray::Kind::kMatrix, 1);
       d.add("bias", {d.out}, ParamArray::Kind::kBias);

@@ -62,7 +62,7 @@ struct LayerCost {
 };
 std::vector<LayerCost> layer_costs(const TrainOptions& options, int64_t feature_dim, int64_t classes);
 
-/// The device is the options' (TrainOptions::device): on the CPU the peak host bytes of the
+/// The device is the options' (DeviceOptions::kind): on the CPU the peak host bytes of the
 /// rank; on a GPU the peak device bytes of the tensors the trainer allocates there (fp16
 /// activations with --precision fp16). One model for the trainer's pre-flight check and for
 /// `halogen plan`.

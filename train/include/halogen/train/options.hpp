@@ -1,0 +1,158 @@
+// What a training run is told, grouped by what each option configures: the model, the halo
+// exchange, the optimisation, reliability, the device and the outputs. The command line and
+// `--config` files name the same options flat (--lr, --bits-fwd, ...); launch/ fills the groups.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "halogen/core/device.hpp"
+#include "halogen/pipeline/staleness.hpp"
+
+namespace halogen {
+
+/// Storage precision of activations on the GPU path: fp32, or fp16 with fp32 accumulation,
+/// fp32 master weights and dynamic loss scaling.
+enum class Precision { kFp32, kFp16 };
+Precision parse_precision(const std::string& name);
+std::string to_string(Precision p);
+
+/// Input feature normalisation, applied per node (row-local, so independent of the
+/// partition). kRow: rows scaled to sum 1 in absolute value (GCN's reference implementation);
+/// kL2: rows scaled to unit Euclidean norm; kNone: as stored.
+enum class FeatureNorm { kNone, kRow, kL2 };
+FeatureNorm parse_feature_norm(const std::string& name);
+std::string to_string(FeatureNorm n);
+
+/// How a CPU rank stores its layer-0 input matrices (the features, their aggregation): fp32, or
+/// bfloat16 (half the bytes; values rounded to 8 significant bits, products in fp32).
+enum class InputStorage { kFp32, kBf16 };
+InputStorage parse_input_storage(const std::string& name);
+std::string to_string(InputStorage s);
+
+/// How weight gradients are summed over ranks. kLayerwise: in fp32, one all-reduce per layer
+/// started as soon as that layer's gradient is complete, so it overlaps the backward pass of
+/// the layers below; the loss and the adapter's sums follow in one small fp64 all-reduce.
+/// kPacked: everything in one fp64 all-reduce after the backward pass (the sums are the
+/// fp64 sums of the ranks' fp32 partials, rounded once).
+enum class GradAllreduce { kLayerwise, kPacked };
+GradAllreduce parse_grad_allreduce(const std::string& name);
+std::string to_string(GradAllreduce g);
+
+/// The model trained and its shape.
+struct ModelOptions {
+  std::string name = "gcn";  // a name of model_names() (or an alias: graphsage)
+  int layers = 2;
+  int hidden = 64;  // GAT: per head; a hidden layer is heads * hidden wide (default_hidden)
+  /// The model's own hyper-parameters by name (model_params()); one not set takes the model's
+  /// published value.
+  std::map<std::string, double> params;
+  float dropout = 0.5f;
+  /// GAT: attention heads of the hidden layers (concatenated) and of the output layer
+  /// (averaged); dropout on the attention weights (< 0: same as dropout); residual connections
+  /// (identity where widths match, else a learned projection).
+  int heads = 8;
+  int out_heads = 1;
+  float attn_dropout = -1.0f;
+  bool residual = false;
+  FeatureNorm feature_norm = FeatureNorm::kL2;
+
+  float attention_dropout() const { return attn_dropout < 0.0f ? dropout : attn_dropout; }
+};
+
+/// How halo rows travel between ranks: their bits, and when they may be stale.
+struct ExchangeOptions {
+  /// Bits per layer for forward features and backward gradients; one value = all layers.
+  std::vector<int> bits_fwd{32};
+  std::vector<int> bits_bwd{32};
+  ExchangeMode mode = ExchangeMode::kSync;
+  StalenessOptions staleness;  // stale mode: bound S, sync every k, drift threshold
+  /// GAT: quantize the attention terms with the features (default: they travel as fp32).
+  bool quantize_attention_terms = false;
+  bool skip_exchange = false;  // benchmark floor: compute only, halos left stale from epoch 0
+
+  int bits_fwd_at(int layer) const { return bits_fwd.size() == 1 ? bits_fwd[0] : bits_fwd[layer]; }
+  int bits_bwd_at(int layer) const { return bits_bwd.size() == 1 ? bits_bwd[0] : bits_bwd[layer]; }
+};
+
+/// How the weights are fitted: Adam, the epoch schedule, and how gradients are summed over ranks.
+struct OptimOptions {
+  float lr = 0.01f;
+  float weight_decay = 5e-4f;
+  /// Epochs at most; training stops earlier when the validation accuracy has not improved for
+  /// `patience` epochs (0: never), and the model kept is the one of the best-validation epoch.
+  int epochs = 1000;
+  int patience = 100;
+  int eval_every = 1;
+  /// fp16: the dynamic loss scale to start from (DynamicLossScaler: halved on overflow,
+  /// doubled after 2000 finite steps, within [1, 2^24]).
+  float loss_scale = 65536.0f;
+  GradAllreduce grad_allreduce = GradAllreduce::kLayerwise;
+  /// Low-rank compression of the weight-gradient matrices (PowerSGD, Vogels et al. 2019: one
+  /// power-iteration step warm-started from the last step's Q, error feedback), for matrices
+  /// where rank grad_rank saves at least half the bytes; biases, attention vectors and narrow
+  /// matrices go uncompressed. Needs --grad-allreduce layerwise.
+  bool grad_powersgd = false;
+  int grad_rank = 4;
+  /// Benchmark floor: weight gradients are not summed over ranks (each rank steps alone), so
+  /// with skip_exchange nothing but a few scalars travels (--skip-comm).
+  bool skip_gradient_allreduce = false;
+};
+
+/// Surviving failures: checkpoints and resume, non-finite steps, hung ranks, memory.
+struct ReliabilityOptions {
+  /// Checkpoints: every N epochs (0 = only at the end) into checkpoint_dir (empty = none);
+  /// resume_dir continues from the newest complete checkpoint there.
+  int checkpoint_every = 0;
+  std::filesystem::path checkpoint_dir;
+  std::filesystem::path resume_dir;
+  /// Non-finite loss or gradients: stop the run (naming epoch and rank) or skip the step.
+  bool skip_nonfinite_steps = false;
+  /// Seconds any transfer or collective may take before the run fails (dead or hung rank).
+  double timeout_s = 60.0;
+  /// Host memory each rank may use: nullopt = automatic (the node's available memory shared
+  /// among its ranks), 0 = no check, else bytes. Training is refused when the estimate exceeds it.
+  std::optional<uint64_t> memory_limit;
+};
+
+/// Where the ranks compute, and in what precision.
+struct DeviceOptions {
+  /// CPU, or one GPU per rank. The caller binds the device and picks the communicator
+  /// (launch/src/rank_setup.cpp).
+  Device kind = Device::kCpu;
+  Precision precision = Precision::kFp32;
+  InputStorage input_storage = InputStorage::kFp32;  // CPU only
+};
+
+/// What a run writes besides its result.
+struct OutputOptions {
+  std::filesystem::path metrics_path;  // JSON lines; empty = none
+  /// After training, the model (the weights of the best-validation epoch, or the final ones when
+  /// no epoch was evaluated, with its shape) as NumPy files and JSON in this directory
+  /// (model.hpp); empty = none.
+  std::filesystem::path save_model_dir;
+  /// The outputs (metrics_path, the checkpoint directory, save_model_dir) may replace files
+  /// halogen did not write (--overwrite); without it check_train_outputs refuses them.
+  bool overwrite = false;
+  bool progress = true;  // one line per epoch on rank 0
+};
+
+struct TrainOptions {
+  ModelOptions model;
+  ExchangeOptions exchange;
+  OptimOptions optim;
+  ReliabilityOptions reliability;
+  DeviceOptions device;
+  OutputOptions output;
+  /// Keys every random draw: weight initialisation, dropout masks, stochastic rounding.
+  uint64_t seed = 1;
+
+  /// Checks ranges and combinations; throws halogen::Error naming the option.
+  void validate() const;
+};
+
+}  // namespace halogen
