@@ -454,6 +454,37 @@ TEST(MemoryPlan, ParsesLimits) {
   EXPECT_EQ(format_bytes(uint64_t{3} << 29), "1.50 GiB");
 }
 
+// A model's own hyper-parameters are checked by the model that declares them, and refused by
+// name for a model that does not take them; the share alpha of APPNP and GCNII is one
+// declaration with one range.
+TEST(TrainOptions, ModelHyperparametersAreCheckedByTheirModels) {
+  const auto message = [](const std::string& model, const std::string& name, double value) {
+    TrainOptions t = model_defaults(model);
+    t.model.params[name] = value;
+    try {
+      t.validate();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (const std::string model : {"appnp", "gcnii"}) {
+    EXPECT_EQ(message(model, "alpha", 0.2), "") << model;
+    EXPECT_NE(message(model, "alpha", 1.5).find("--alpha must be in [0, 1], got 1.5"), std::string::npos) << model;
+    EXPECT_NE(message(model, "alpha", -0.1).find("--alpha must be in [0, 1]"), std::string::npos) << model;
+  }
+  EXPECT_NE(message("gcnii", "lambda", 0.0).find("--lambda must be positive"), std::string::npos);
+  EXPECT_NE(message("gcn", "alpha", 0.2).find("--alpha is not a hyper-parameter of model 'gcn'"), std::string::npos);
+  // Both models offer the one option, and the command line lists both.
+  int listed = 0;
+  for (const ModelParam& p : model_params())
+    if (p.name == "alpha") {
+      ++listed;
+      EXPECT_EQ(p.models, (std::vector<std::string>{"gcnii", "appnp"}));
+    }
+  EXPECT_EQ(listed, 1);
+}
+
 // The GPU path takes every option of the CPU path (one trainer); what cannot be done, fp16 on
 // the CPU, is refused up front naming the option and the alternative.
 TEST(TrainOptions, GpuPathTakesEveryOptionOfTheCpuPath) {

@@ -87,9 +87,7 @@ class AppnpSpec final : public ModelSpec {
     opt.optim.lr = 0.01f;
     opt.optim.weight_decay = 5e-4f;
   }
-  std::vector<Hyperparameter> hyperparameters() const override {
-    return {{"alpha", "initial residual share alpha (APPNP: teleport probability)", 0.1}};
-  }
+  std::vector<Hyperparameter> hyperparameters() const override { return {initial_residual_alpha()}; }
   int layer_count(const TrainOptions& opt) const override { return kMlpLayers + opt.model.layers; }
 
   std::vector<LayerDecl> declare(const TrainOptions& opt, int64_t feature_dim, int64_t classes) const override {
@@ -107,7 +105,7 @@ class AppnpSpec final : public ModelSpec {
     const LayerDecl& d = decl[static_cast<size_t>(index)];
     if (index == 0) return make_linear(ctx, d, index, Activation::kRelu, false);
     if (index == 1) return make_linear(ctx, d, index, Activation::kNone, /*initial_residual=*/true);
-    return std::make_unique<AppnpStep>(ctx, d, index, *below[1], static_cast<float>(hyperparameter(ctx.opt, "alpha")));
+    return std::make_unique<AppnpStep>(ctx, d, index, *below[1], initial_residual_alpha(*this, ctx.opt));
   }
   LayerMemory layer_memory(const std::vector<LayerDecl>& decl, int index, const TrainOptions& /*opt*/,
                            const MemoryShape& m) const override {
@@ -131,10 +129,7 @@ class AppnpSpec final : public ModelSpec {
     const int64_t classes = decl.back().out, hidden = decl.size() > 1 ? decl[1].in : 0;
     return m.act(m.counts.owned + m.counts.halo, classes) + m.act(m.counts.owned, hidden);
   }
-  void validate(const TrainOptions& opt) const override {
-    const double alpha = hyperparameter(opt, "alpha");
-    HALOGEN_EXPECTS(alpha >= 0.0 && alpha <= 1.0, "--alpha must be in [0, 1], got {}", alpha);
-  }
+  void validate(const TrainOptions& opt) const override { initial_residual_alpha(*this, opt); }
 };
 
 }  // namespace

@@ -99,7 +99,7 @@ class GcniiSpec final : public ModelSpec {
     opt.optim.weight_decay = 5e-4f;
   }
   std::vector<Hyperparameter> hyperparameters() const override {
-    return {{"alpha", "initial residual share alpha (APPNP: teleport probability)", 0.1},
+    return {initial_residual_alpha(),
             {"lambda", "GCNII identity-mapping strength: beta_l = log(lambda / l + 1)", 0.5},
             {"conv-weight-decay", "GCNII: L2 weight decay of the convolutions' weights", 0.01}};
   }
@@ -125,7 +125,7 @@ class GcniiSpec final : public ModelSpec {
     const LayerDecl& d = decl[static_cast<size_t>(index)];
     if (index == 0) return make_linear(ctx, d, index, Activation::kRelu, /*initial_residual=*/true);
     if (index + 1 == static_cast<int>(decl.size())) return make_linear(ctx, d, index, Activation::kNone, false);
-    const float alpha = static_cast<float>(hyperparameter(ctx.opt, "alpha"));
+    const float alpha = initial_residual_alpha(*this, ctx.opt);
     const float beta = static_cast<float>(std::log(hyperparameter(ctx.opt, "lambda") / index + 1.0));
     return std::make_unique<Gcn2Conv>(ctx, d, index, *below[0], alpha, beta);
   }
@@ -152,8 +152,8 @@ class GcniiSpec final : public ModelSpec {
     return m.act(m.counts.owned + m.counts.halo, hidden) + m.act(m.counts.owned, hidden);
   }
   void validate(const TrainOptions& opt) const override {
-    const double alpha = hyperparameter(opt, "alpha"), lambda = hyperparameter(opt, "lambda");
-    HALOGEN_EXPECTS(alpha >= 0.0 && alpha <= 1.0, "--alpha must be in [0, 1], got {}", alpha);
+    initial_residual_alpha(*this, opt);
+    const double lambda = hyperparameter(opt, "lambda");
     HALOGEN_EXPECTS(lambda > 0.0, "--lambda must be positive, got {}", lambda);
     HALOGEN_EXPECTS(hyperparameter(opt, "conv-weight-decay") >= 0.0, "--conv-weight-decay must be non-negative");
   }

@@ -85,4 +85,14 @@ void mix_initial(const ExecContext& ctx, float alpha, const TensorView& z, const
   ops::axpy(ctx, alpha, h0, y);
 }
 
+ModelSpec::Hyperparameter initial_residual_alpha() {
+  return {"alpha", "initial residual share alpha (APPNP: teleport probability)", 0.1};
+}
+
+float initial_residual_alpha(const ModelSpec& spec, const TrainOptions& opt) {
+  const double alpha = spec.hyperparameter(opt, "alpha");
+  HALOGEN_EXPECTS(alpha >= 0.0 && alpha <= 1.0, "--alpha must be in [0, 1], got {}", alpha);
+  return static_cast<float>(alpha);
+}
+
 }  // namespace halogen::nn

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "nn/layer.hpp"
+#include "nn/registry.hpp"
 
 namespace halogen::nn {
 
@@ -20,5 +21,11 @@ std::unique_ptr<Layer> make_linear(LayerContext& ctx, const LayerDecl& decl, int
 /// y = (1 - alpha) z + alpha h0 on owned rows: the initial residual of APPNP and GCNII (all
 /// three of one dtype).
 void mix_initial(const ExecContext& ctx, float alpha, const TensorView& z, const TensorView& h0, const TensorView& y);
+
+/// The initial residual's share alpha, as the models that mix it declare it (--alpha; 0.1 in the
+/// APPNP and GCNII papers, APPNP's teleport probability).
+ModelSpec::Hyperparameter initial_residual_alpha();
+/// Its value in `opt` for `spec`; throws halogen::Error unless it lies in [0, 1].
+float initial_residual_alpha(const ModelSpec& spec, const TrainOptions& opt);
 
 }  // namespace halogen::nn
