@@ -26,14 +26,10 @@ class AppnpStep final : public Layer {
     const LocalGraph& g = ctx_.graph;
     const Device device = ctx_.exec.device;
     const bool last = l_ + 1 == ctx_.layers;
-    in_.reset(device, ctx_.act, g.local(), decl_.in);
-    zero(ctx_.exec, in_);
-    z_.reset(device, ctx_.act, g.owned(), decl_.in);
+    allocate_propagated_input(ctx_, l_, decl_.in, in_, z_);
     y_.reset(device, last ? DType::kF32 : ctx_.act, g.owned(), decl_.out);
     // fp16: the mix in fp16, then widened into the fp32 logits.
     if (last && ctx_.act != DType::kF32) mixed_.reset(device, ctx_.act, g.owned(), decl_.out);
-    ctx_.halo.attach(l_, in_, decl_.in);
-    ctx_.scratch.reserve("dlocal", ctx_.act, g.local(), decl_.in);
   }
   TensorView input() const override { return in_.row_range(0, ctx_.graph.owned()); }
   TensorView output() const override { return y_.view(); }

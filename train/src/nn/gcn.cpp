@@ -20,12 +20,7 @@ class GcnLayer final : public Layer {
     const LocalGraph& g = ctx_.graph;
     const Device device = ctx_.exec.device;
     y_.reset(device, l_ + 1 == ctx_.layers ? DType::kF32 : ctx_.act, g.owned(), decl_.out);
-    if (l_ == 0) return;
-    in_.reset(device, ctx_.act, g.local(), decl_.in);
-    zero(ctx_.exec, in_);
-    z_.reset(device, ctx_.act, g.owned(), decl_.in);
-    ctx_.halo.attach(l_, in_, decl_.in);
-    ctx_.scratch.reserve("dlocal", ctx_.act, g.local(), decl_.in);
+    if (l_ > 0) allocate_propagated_input(ctx_, l_, decl_.in, in_, z_);
   }
   TensorView input() const override { return l_ == 0 ? TensorView{} : in_.row_range(0, ctx_.graph.owned()); }
   TensorView output() const override { return y_.view(); }

@@ -31,12 +31,8 @@ class Gcn2Conv final : public Layer {
   void allocate() override {
     const LocalGraph& g = ctx_.graph;
     const Device device = ctx_.exec.device;
-    in_.reset(device, ctx_.act, g.local(), decl_.in);
-    zero(ctx_.exec, in_);
-    s_.reset(device, ctx_.act, g.owned(), decl_.in);
+    allocate_propagated_input(ctx_, l_, decl_.in, in_, s_);
     y_.reset(device, ctx_.act, g.owned(), decl_.out);
-    ctx_.halo.attach(l_, in_, decl_.in);
-    ctx_.scratch.reserve("dlocal", ctx_.act, g.local(), decl_.in);
   }
   TensorView input() const override { return in_.row_range(0, ctx_.graph.owned()); }
   TensorView output() const override { return y_.view(); }

@@ -7,6 +7,15 @@
 
 namespace halogen::nn {
 
+void allocate_propagated_input(LayerContext& ctx, int l, int64_t cols, Tensor& local, Tensor& aggregated) {
+  const LocalGraph& g = ctx.graph;
+  local.reset(ctx.exec.device, ctx.act, g.local(), cols);
+  zero(ctx.exec, local);
+  aggregated.reset(ctx.exec.device, ctx.act, g.owned(), cols);
+  ctx.halo.attach(l, local, cols);
+  ctx.scratch.reserve("dlocal", ctx.act, g.local(), cols);
+}
+
 void propagate(LayerContext& ctx, int l, const TensorView& x, const TensorView& z, const TensorView& below) {
   const LocalGraph& g = ctx.graph;
   ctx.halo.forward(

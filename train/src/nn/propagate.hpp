@@ -10,6 +10,12 @@
 
 namespace halogen::nn {
 
+/// Allocates the input of layer l for propagate, `cols` wide: `local` (owned rows, then the halo
+/// rows, zero until the channel fills them, attached to the channel as the rows the layer
+/// exchanges both ways) and `aggregated` (owned rows), and reserves propagate_backward's
+/// dlocal scratch.
+void allocate_propagated_input(LayerContext& ctx, int l, int64_t cols, Tensor& local, Tensor& aggregated);
+
 /// z (owned rows) = the aggregation of x (local rows: owned, then halo) for layer l: the halo
 /// rows of x are exchanged through the channel, the owned columns aggregated while they travel
 /// (as the mode allows), the halo columns once they are in. `below`: Layer::forward's.
