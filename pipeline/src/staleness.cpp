@@ -79,10 +79,12 @@ void BoundedStalenessAdapter::observe_change(std::span<const double> change_per_
 double BoundedStalenessAdapter::estimated_error(int m) const {
   double error = 0.0;
   int depth = 0;  // k: position among the layers that exchange
-  for (double c : change_) {
+  for (size_t l = 0; l < change_.size(); ++l) {
+    const double c = change_[l];
     if (c < 0.0) continue;
     ++depth;
-    error += static_cast<double>(options_.staleness) * std::min(m, depth) * c;
+    const double gain = l < gains_.size() ? gains_[l] : 1.0;
+    error += static_cast<double>(options_.staleness) * std::min(m, depth) * c * gain;
   }
   return error;
 }

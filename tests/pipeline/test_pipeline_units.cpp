@@ -47,6 +47,29 @@ TEST(Adapter, DriftAboveThresholdForcesSync) {
   EXPECT_FALSE(off.decide(5, std::vector<double>{10.0}).sync);
 }
 
+// A model that damps halo errors on their way to the output (APPNP, GCNII: by 1 - alpha in each
+// layer) weighs each layer's error by what reaches the output, so the same change allows stale
+// epochs where undamped layers would not.
+TEST(Adapter, AdaptiveWeighsEachLayerByWhatReachesTheOutput) {
+  StalenessOptions o;
+  o.error_bound = 0.1;
+  const std::vector<double> change = {-1.0, 0.04, 0.04, 0.04};
+  BoundedStalenessAdapter undamped(ExchangeMode::kStale, o);
+  undamped.observe_change(change);
+  EXPECT_DOUBLE_EQ(undamped.estimated_error(1), 3 * 0.04);
+  BoundedStalenessAdapter damped(ExchangeMode::kStale, o);
+  damped.set_error_gains({1.0, 0.9 * 0.9 * 0.9, 0.9 * 0.9, 0.9});
+  damped.observe_change(change);
+  EXPECT_DOUBLE_EQ(damped.estimated_error(1), 0.04 * (0.729 + 0.81 + 0.9));
+  EXPECT_DOUBLE_EQ(damped.estimated_error(2), 0.04 * (0.729 + 2 * 0.81 + 2 * 0.9));
+  for (auto* a : {&undamped, &damped}) {
+    a->decide(0, {});
+  }
+  EXPECT_TRUE(undamped.decide(1, {}).sync);  // 0.12 > 0.1
+  EXPECT_FALSE(damped.decide(1, {}).sync);   // 0.0976 <= 0.1
+  EXPECT_TRUE(damped.decide(2, {}).sync);    // m = 2: 0.166 > 0.1
+}
+
 // The adaptive policy: synchronous until a change has been measured; then stale while
 // error(m) = sum_k S min(m, k) c_k stays within the bound, counting consecutive stale epochs.
 TEST(Adapter, AdaptiveBoundsTheEstimatedError) {

@@ -485,6 +485,26 @@ TEST(TrainOptions, ModelHyperparametersAreCheckedByTheirModels) {
   EXPECT_EQ(listed, 1);
 }
 
+// What reaches the output of an error in a layer's halo rows: APPNP's steps and GCNII's
+// convolutions damp it by 1 - alpha each; GCN's layers declare no bound.
+TEST(LayerDecl, HaloErrorGainsMultiplyTheDampingAbove) {
+  const auto gains = [](const std::string& model, double alpha) {
+    TrainOptions t = model_defaults(model);
+    if (alpha >= 0.0) t.model.params["alpha"] = alpha;
+    return nn::halo_error_gains(nn::layout(t, 30, 4));
+  };
+  const std::vector<double> appnp = gains("appnp", -1.0);
+  ASSERT_EQ(appnp.size(), 12u);  // 2 MLP layers, 10 steps (alpha in fp32)
+  for (size_t l = 0; l < appnp.size(); ++l)
+    EXPECT_NEAR(appnp[l], std::pow(0.9, std::min<double>(10.0, 12.0 - l)), 1e-6) << "layer " << l;
+  const std::vector<double> gcnii = gains("gcnii", 0.2);
+  ASSERT_EQ(gcnii.size(), 66u);
+  EXPECT_DOUBLE_EQ(gcnii.back(), 1.0);  // the output layer
+  EXPECT_NEAR(gcnii[64], 0.8, 1e-6);
+  EXPECT_NEAR(gcnii[1], std::pow(0.8, 64), 1e-9);
+  for (double g : gains("gcn", -1.0)) EXPECT_EQ(g, 1.0);
+}
+
 // The GPU path takes every option of the CPU path (one trainer); what cannot be done, fp16 on
 // the CPU, is refused up front naming the option and the alternative.
 TEST(TrainOptions, GpuPathTakesEveryOptionOfTheCpuPath) {

@@ -55,13 +55,16 @@ class FreshExchange final : public ExchangePolicy {
 // rows sent drifted too far since they were last sent; stale smoothing.
 class StaleExchange : public ExchangePolicy {
  public:
-  StaleExchange(const TrainOptions& opt, const ExecContext& ctx, const LocalGraph& graph, int layers)
+  StaleExchange(const TrainOptions& opt, const ExecContext& ctx, const LocalGraph& graph,
+                const std::vector<double>& error_gains)
       : opt_(opt),
         ctx_(ctx),
         graph_(graph),
         adapter_(opt.exchange.mode, opt.exchange.staleness),
-        tracker_(layers, opt.exchange.staleness.staleness),
-        layers_(static_cast<size_t>(layers)) {}
+        tracker_(static_cast<int>(error_gains.size()), opt.exchange.staleness.staleness),
+        layers_(error_gains.size()) {
+    adapter_.set_error_gains(error_gains);
+  }
 
   BoundedStalenessAdapter::Decision begin_epoch(int epoch) override {
     tracker_.reset_epoch();
@@ -205,8 +208,8 @@ class StaleExchange : public ExchangePolicy {
 class AdaptiveStaleExchange final : public StaleExchange {
  public:
   AdaptiveStaleExchange(const TrainOptions& opt, const ExecContext& ctx, Communicator& comm, const LocalGraph& graph,
-                        int layers)
-      : StaleExchange(opt, ctx, graph, layers), comm_(comm), eval_(static_cast<size_t>(layers)) {}
+                        const std::vector<double>& error_gains)
+      : StaleExchange(opt, ctx, graph, error_gains), comm_(comm), eval_(error_gains.size()) {}
 
   bool adaptive() const override { return true; }
 
@@ -318,7 +321,9 @@ class AdaptiveStaleExchange final : public StaleExchange {
 }  // namespace
 
 std::unique_ptr<ExchangePolicy> make_exchange_policy(const TrainOptions& opt, const ExecContext& ctx,
-                                                     Communicator& comm, const LocalGraph& graph, int layers) {
+                                                     Communicator& comm, const LocalGraph& graph,
+                                                     const std::vector<double>& error_gains) {
+  const int layers = static_cast<int>(error_gains.size());
   switch (opt.exchange.mode) {
     case ExchangeMode::kSync:
       return std::make_unique<FreshExchange>(/*overlap=*/false, layers);
@@ -328,8 +333,8 @@ std::unique_ptr<ExchangePolicy> make_exchange_policy(const TrainOptions& opt, co
       break;
   }
   if (opt.exchange.staleness.policy == StalePolicy::kAdaptive)
-    return std::make_unique<AdaptiveStaleExchange>(opt, ctx, comm, graph, layers);
-  return std::make_unique<StaleExchange>(opt, ctx, graph, layers);
+    return std::make_unique<AdaptiveStaleExchange>(opt, ctx, comm, graph, error_gains);
+  return std::make_unique<StaleExchange>(opt, ctx, graph, error_gains);
 }
 
 }  // namespace halogen

@@ -85,9 +85,11 @@ class ExchangePolicy {
                        const std::vector<train_detail::LayerState>& /*layers*/, const std::string& /*dir*/) {}
 };
 
-/// The policy of `opt.exchange.mode` (and, in stale mode, `opt.exchange.staleness.policy`) for a model of
-/// `layers` layers.
+/// The policy of `opt.exchange.mode` (and, in stale mode, `opt.exchange.staleness.policy`) for a
+/// model with one entry of `error_gains` per layer (nn::halo_error_gains: how much of an error in
+/// the layer's halo rows reaches the output, which the adaptive policy's estimate weighs).
 std::unique_ptr<ExchangePolicy> make_exchange_policy(const TrainOptions& opt, const ExecContext& ctx,
-                                                     Communicator& comm, const LocalGraph& graph, int layers);
+                                                     Communicator& comm, const LocalGraph& graph,
+                                                     const std::vector<double>& error_gains);
 
 }  // namespace halogen

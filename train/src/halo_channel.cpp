@@ -14,7 +14,7 @@
 namespace halogen {
 
 HaloChannel::HaloChannel(const Shard& shard, Communicator& comm, const ExecContext& ctx, const TrainOptions& opt,
-                         DType act, const LocalGraph& graph, int layers, bool loss_scaled)
+                         DType act, const LocalGraph& graph, const std::vector<double>& error_gains, bool loss_scaled)
     : s_(shard),
       ctx_(ctx),
       opt_(opt),
@@ -27,8 +27,8 @@ HaloChannel::HaloChannel(const Shard& shard, Communicator& comm, const ExecConte
                                                          : std::make_unique<ProgressThread>(std::chrono::microseconds(
                                                                comm.sleep_while_waiting() ? 200 : 20))),
       exch_(make_halo_exchanger(shard, comm, ctx, act, progress_.get())),
-      policy_(make_exchange_policy(opt, ctx, comm, graph, layers)),
-      layers_(static_cast<size_t>(layers)) {
+      policy_(make_exchange_policy(opt, ctx, comm, graph, error_gains)),
+      layers_(error_gains.size()) {
   // Test hooks for the failure tests (all unset in normal runs): HALOGEN_FAULT_RANK=r with
   // HALOGEN_FAULT_EPOCH=e and HALOGEN_FAULT=kill|hang|nan makes rank r, at the first
   // exchanged layer of epoch e, die (SIGKILL), hang, or put a NaN into the embeddings it is

@@ -40,10 +40,11 @@ struct HaloRows {
 class HaloChannel {
  public:
   using Work = std::function<void()>;
-  /// For a model of `layers` layers. `loss_scaled`: gradients are loss-scaled fp16 (an
-  /// overflowing halo gradient is sent as zeros and the step skipped on every rank).
+  /// For a model with one entry of `error_gains` per layer (make_exchange_policy). `loss_scaled`:
+  /// gradients are loss-scaled fp16 (an overflowing halo gradient is sent as zeros and the step
+  /// skipped on every rank).
   HaloChannel(const Shard& shard, Communicator& comm, const ExecContext& ctx, const TrainOptions& opt, DType act,
-              const LocalGraph& graph, int layers, bool loss_scaled);
+              const LocalGraph& graph, const std::vector<double>& error_gains, bool loss_scaled);
   ~HaloChannel();
 
   /// Layer l exchanges `rows` forward (its halo rows are then the layer's cache, checkpointed

@@ -17,7 +17,8 @@ Trainer::Trainer(const Shard& shard, Communicator& comm, const TrainOptions& opt
       graph_(shard, stream_.context(), spec_.aggregation()),
       log_(comm, shard, opt) {
   init_params();
-  halo_ = std::make_unique<HaloChannel>(s_, comm_, ctx(), opt_, act_, graph_, L(), optim_->precision().active());
+  halo_ = std::make_unique<HaloChannel>(s_, comm_, ctx(), opt_, act_, graph_, nn::halo_error_gains(decl_),
+                                        optim_->precision().active());
   // The layer-0 inputs first: their set-up temporaries (all local features, their exchange,
   // the aggregation) are freed before the activations are allocated, so the two never add up.
   prepare_inputs();

@@ -92,7 +92,11 @@ class AppnpSpec final : public ModelSpec {
       LayerDecl& d = layers[l];
       d.in = l == 0 ? feature_dim : l == 1 ? opt.model.hidden : classes;
       d.out = l == 0 ? opt.model.hidden : classes;
-      if (l < kMlpLayers) declare_linear(d);
+      if (l < kMlpLayers) {
+        declare_linear(d);
+      } else {
+        d.damping = 1.0 - initial_residual_alpha(*this, opt);
+      }
     }
     return layers;
   }

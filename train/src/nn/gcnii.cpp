@@ -112,6 +112,7 @@ class GcniiSpec final : public ModelSpec {
         declare_linear(d);
       } else {
         d.add("weight", {d.in, d.out}, ParamArray::Kind::kMatrix, 0, conv_decay);
+        d.damping = 1.0 - initial_residual_alpha(*this, opt);
       }
     }
     return layers;

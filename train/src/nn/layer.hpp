@@ -60,6 +60,10 @@ struct LayerDecl {
   int64_t in = 0, out = 0;
   std::vector<ParamArray> arrays;
   size_t begin = 0, end = 0;
+  /// How much of an error in the rows this layer reads from other ranks reaches its output, as
+  /// far as the layer bounds it: 1 - alpha where it mixes a share alpha of exact initial rows
+  /// in (APPNP's steps, GCNII's convolutions), else 1. The stale policy weighs halo errors by it.
+  double damping = 1.0;
 
   /// Declares the next array (its offset is assigned by layout()).
   void add(std::string name, std::vector<int64_t> shape, ParamArray::Kind kind, uint32_t init_key = 0,
@@ -77,6 +81,10 @@ struct LayerDecl {
     HALOGEN_FAIL("the layer declares no parameter array '{}'", name);
   }
 };
+
+/// Per layer, how much of an error in its halo rows reaches the model's output: the product of
+/// the damping of that layer and of every layer above it.
+std::vector<double> halo_error_gains(const std::vector<LayerDecl>& decl);
 
 /// The activation a hidden layer's output goes through (applied in place, so its backward reads
 /// the output: relu' = y > 0, elu' = y > 0 ? 1 : y + 1).

@@ -65,6 +65,16 @@ void read_model_description(const nlohmann::json& j, TrainOptions& opt) {
     opt.model.params[std::string(h.name)] = j.at(std::string(h.name)).get<double>();
 }
 
+std::vector<double> halo_error_gains(const std::vector<LayerDecl>& decl) {
+  std::vector<double> gains(decl.size());
+  double above = 1.0;
+  for (size_t l = decl.size(); l-- > 0;) {
+    above *= decl[l].damping;
+    gains[l] = above;
+  }
+  return gains;
+}
+
 std::vector<LayerDecl> layout(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {
   std::vector<LayerDecl> layers = model_spec(opt.model.name).declare(opt, feature_dim, classes);
   size_t offset = 0;

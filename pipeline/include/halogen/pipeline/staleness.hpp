@@ -24,7 +24,10 @@
 // ||H_k(t)|| / (t - t') for the k-th exchanged layer, summed over ranks. A halo S epochs old
 // differs from the fresh one by about S c_k, and in the m-th consecutive stale epoch the k-th
 // exchanged layer's halo was computed from halos already stale min(m, k) - 1 layers down, so
-//   error(m) = sum_k S min(m, k) c_k.
+//   error(m) = sum_k S min(m, k) c_k g_k,
+// where g_k is how much of an error in the k-th exchanged layer's halos reaches the model's
+// output: 1 unless the model bounds it (APPNP and GCNII mix a share alpha of exact initial rows
+// into every layer, so an error is damped by 1 - alpha in each layer it passes).
 // The epoch is stale when error(m) <= bound, else synchronous (which resets m). Until a change
 // has been measured (two evaluations) every epoch is synchronous.
 //
@@ -83,6 +86,9 @@ class BoundedStalenessAdapter {
   /// Adaptive policy: the latest per-epoch relative change of each layer's exchanged rows
   /// (the same on every rank; a negative entry: the layer exchanges nothing).
   void observe_change(std::span<const double> change_per_epoch);
+  /// Adaptive policy: per layer, how much of an error in its halo rows reaches the model's
+  /// output (1 for every layer if never set). Set once, before the first decision.
+  void set_error_gains(std::vector<double> gains) { gains_ = std::move(gains); }
   /// error(m) for the m-th consecutive stale epoch under the latest observed change.
   double estimated_error(int m) const;
   ExchangeMode mode() const noexcept { return mode_; }
@@ -105,6 +111,7 @@ class BoundedStalenessAdapter {
   ExchangeMode mode_;
   StalenessOptions options_;
   std::vector<double> change_;  // empty: nothing measured yet
+  std::vector<double> gains_;   // empty: 1 for every layer
   int stale_run_ = 0;
 };
 
