@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -37,6 +38,130 @@ std::string csv_field(const std::string& s) {
   std::string out = "\"";
   for (char ch : s) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
   return out + "\"";
+}
+
+// The sweep's own columns around the axis columns (which follow mode).
+constexpr const char* kLeadColumns = "dataset,ranks,bits,mode";
+constexpr const char* kTailColumns =
+    "status,epochs,epoch_s,compute_s,quant_s,comm_wait_s,allreduce_s,bytes_per_epoch,final_train_acc,final_val_acc,"
+    "final_test_acc,best_val_acc,test_acc_at_best_val,target_val_acc,time_to_target_s,epoch_to_target,total_s,peak_"
+    "rss_bytes,run_dir";
+
+template <typename T>
+std::string optional_field(const std::optional<T>& v, const char* format) {
+  return v ? fmt::format(fmt::runtime(format), *v) : std::string();
+}
+
+// The run's validation accuracy at each evaluated epoch against its time so far.
+std::vector<ValPoint> val_curve(const std::vector<const nlohmann::json*>& epochs) {
+  std::vector<ValPoint> curve;
+  double time_s = 0.0;
+  for (size_t i = 0; i < epochs.size(); ++i) {
+    const auto& e = *epochs[i];
+    time_s += e.value("epoch_s", 0.0);
+    if (e.contains("val_acc"))
+      curve.push_back({e.value("epoch", static_cast<int>(i)), time_s, e.value("val_acc", 0.0)});
+  }
+  return curve;
+}
+
+// The target of one (dataset, ranks): the rows `group` of `rows`, in the sweep's order.
+std::optional<double> group_target(const std::vector<RunResult>& rows, const std::vector<size_t>& group) {
+  const RunResult* ref = nullptr;
+  for (const size_t i : group)
+    if (!ref && rows[i].reference && rows[i].status == "ok") ref = &rows[i];
+  for (const size_t i : group)
+    if (!ref && rows[i].status == "ok") ref = &rows[i];
+  if (!ref) return std::nullopt;
+  return ref->best_val_acc - kTargetMargin;
+}
+
+// The first epoch of `row` at or above `target`.
+void time_to(RunResult& row, double target) {
+  for (const auto& p : row.val_curve) {
+    if (p.val_acc < target) continue;
+    row.time_to_target_s = p.time_s;
+    row.epoch_to_target = p.epoch;
+    return;
+  }
+}
+
+// "cora r2 b1 stale layers=3": a bar's label, without the data file's separator (per-layer
+// bits "1,8" become "1/8").
+std::string label(const RunResult& r) {
+  std::string out = fmt::format("{} r{} b{} {}", r.dataset, r.ranks, r.bits, r.mode);
+  for (const auto& [key, value] : r.axes) out += fmt::format(" {}={}", key, value);
+  std::replace(out.begin(), out.end(), ',', '/');
+  return out;
+}
+
+std::string bar_data(const std::vector<RunResult>& rows) {
+  std::string data =
+      "# label,compute_s,quant_s,comm_wait_s,allreduce_s,halo_MB_per_epoch,final_test_acc,test_acc_at_best_val\n";
+  int ok = 0;
+  for (const auto& r : rows) {
+    if (r.status != "ok") continue;
+    ++ok;
+    data +=
+        fmt::format("{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{:.4f}\n", label(r), r.compute_s, r.quant_s,
+                    r.comm_wait_s, r.allreduce_s, r.bytes_per_epoch / 1e6, r.final_test_acc, r.test_acc_at_best_val);
+  }
+  HALOGEN_EXPECTS(ok > 0, "no successful run to plot");
+  return data;
+}
+
+// Gnuplot commands of the bar charts of `data` into pngs[0..2].
+std::string bar_plots(const std::filesystem::path& data, const std::vector<std::filesystem::path>& pngs) {
+  const std::string q = "'" + data.string() + "'";
+  std::string gp;
+  gp += "set datafile separator ','\n";
+  gp += "set terminal pngcairo size 1200,650 noenhanced font ',10'\n";
+  gp += "set key outside right top\nset style data histograms\nset style fill solid 0.85 border -1\n";
+  gp += "set boxwidth 0.8\nset xtics rotate by -35 scale 0\nset grid ytics\nset yrange [0:*]\n";
+  gp += "set output '" + pngs[0].string() + "'\n";
+  gp += "set title 'Epoch time split (mean over epochs after the first)'\nset ylabel 'seconds per epoch'\n";
+  gp += "set style histogram rowstacked\n";
+  gp += "plot " + q +
+        " using 2:xtic(1) title 'compute', '' using 3 title 'quantize', '' using 4 title 'exposed halo comm', "
+        "'' using 5 title 'gradient all-reduce'\n";
+  gp += "set output '" + pngs[1].string() + "'\n";
+  gp += "set title 'Halo bytes per epoch (sum over ranks)'\nset ylabel 'MB per epoch'\n";
+  gp += "set style histogram clustered gap 1\n";
+  gp += "plot " + q + " using 6:xtic(1) title 'halo MB per epoch'\n";
+  gp += "set output '" + pngs[2].string() + "'\n";
+  gp += "set title 'Accuracy'\nset ylabel 'accuracy'\nset yrange [0:1]\n";
+  gp += "plot " + q + " using 7:xtic(1) title 'final test', '' using 8 title 'test at best validation'\n";
+  return gp;
+}
+
+// One data block per successful run that evaluated (gnuplot's `index`), and the runs' names.
+std::pair<std::string, std::vector<std::string>> curve_data(const std::vector<RunResult>& rows) {
+  std::string data = "# time_s,val_acc: one block per run (two blank lines apart), time summed over epoch_s\n";
+  std::vector<std::string> titles;
+  for (const auto& r : rows) {
+    if (r.status != "ok" || r.val_curve.empty()) continue;
+    if (!titles.empty()) data += "\n\n";
+    titles.push_back(r.run_dir.filename().string());
+    data += "# " + titles.back() + "\n";
+    for (const auto& p : r.val_curve) data += fmt::format("{:.6f},{:.4f}\n", p.time_s, p.val_acc);
+  }
+  return {data, titles};
+}
+
+// Gnuplot commands of the validation accuracy over time, after bar_plots().
+std::string curve_plot(const std::filesystem::path& data, const std::vector<std::string>& titles,
+                       const std::filesystem::path& png) {
+  std::string gp = "set output '" + png.string() + "'\n";
+  gp += "set title 'Validation accuracy over training time'\n";
+  gp += "set xlabel 'seconds (sum of epoch times)'\nset ylabel 'validation accuracy'\n";
+  gp += "set xtics norotate autofreq scale default\nset grid xtics ytics\nset xrange [0:*]\nset yrange [*:*]\n";
+  gp += "plot ";
+  for (size_t i = 0; i < titles.size(); ++i) {
+    // Run names are [A-Za-z0-9._-] only, safe inside quotes.
+    gp += fmt::format("{}'{}' index {} using 1:2 with linespoints title '{}'", i ? ", " : "", data.string(), i,
+                      titles[i]);
+  }
+  return gp + "\n";
 }
 
 }  // namespace
@@ -88,71 +213,88 @@ void fill_from_metrics(RunResult& row, const std::filesystem::path& metrics) {
   row.test_acc_at_best_val = summary->value("test_acc_at_best_val", 0.0);
   row.total_s = summary->value("total_s", 0.0);
   row.peak_rss_bytes = summary->value("peak_rss_bytes", 0.0);
+  row.val_curve = val_curve(epochs);
   row.status = "ok";
 }
 
-std::string csv_header() {
-  return "dataset,ranks,bits,mode,status,epochs,epoch_s,compute_s,quant_s,comm_wait_s,allreduce_s,bytes_per_epoch,"
-         "final_train_acc,final_val_acc,final_test_acc,best_val_acc,test_acc_at_best_val,total_s,peak_rss_bytes,run_"
-         "dir";
+void set_time_to_target(std::vector<RunResult>& rows) {
+  std::vector<bool> done(rows.size(), false);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (done[i]) continue;
+    // The rows of i's (dataset, ranks), wherever they stand.
+    std::vector<size_t> group;
+    for (size_t j = i; j < rows.size(); ++j) {
+      if (rows[j].dataset != rows[i].dataset || rows[j].ranks != rows[i].ranks) continue;
+      done[j] = true;
+      group.push_back(j);
+    }
+    const auto target = group_target(rows, group);
+    for (const size_t j : group) {
+      RunResult& r = rows[j];
+      r.target_val_acc = target;
+      r.time_to_target_s.reset();
+      r.epoch_to_target.reset();
+      if (target && r.status == "ok") time_to(r, *target);
+    }
+  }
+}
+
+std::string csv_column(const std::string& axis) {
+  const std::string own = fmt::format(",{},{},", kLeadColumns, kTailColumns);
+  return own.find("," + axis + ",") != std::string::npos ? axis + "_option" : axis;
+}
+
+std::string csv_header(const std::vector<std::string>& axis_columns) {
+  std::string out = kLeadColumns;
+  for (const auto& a : axis_columns) {
+    out += ',';
+    out += csv_field(csv_column(a));
+  }
+  return out + "," + kTailColumns;
 }
 
 bool is_sweep_dir(const std::filesystem::path& dir) {
-  // The leading columns only, so that a sweep of a version with more columns is still one.
-  const std::string_view marker = "dataset,ranks,bits,mode,status,";
+  // The leading columns only, so that a sweep with axis columns after them, or one of a
+  // version with more columns, is still one.
+  const std::string marker = std::string(kLeadColumns) + ",";
   return read_file_head(dir / "sweep.csv", marker.size()) == marker;
 }
 
-std::string to_csv(const std::vector<RunResult>& rows) {
-  std::string out = csv_header() + "\n";
+std::string to_csv(const std::vector<RunResult>& rows, const std::vector<std::string>& axis_columns) {
+  std::string out = csv_header(axis_columns) + "\n";
   for (const auto& r : rows) {
+    out += fmt::format("{},{},{},{}", csv_field(r.dataset), r.ranks, csv_field(r.bits), csv_field(r.mode));
+    for (const auto& a : axis_columns) {
+      const auto it = std::find_if(r.axes.begin(), r.axes.end(), [&](const auto& kv) { return kv.first == a; });
+      out += ',';
+      if (it != r.axes.end()) out += csv_field(it->second);
+    }
     out += fmt::format(
-        "{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.0f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.3f},{:.0f},{"
-        "}\n",
-        csv_field(r.dataset), r.ranks, r.bits, csv_field(r.mode), csv_field(r.status), r.epochs, r.epoch_s, r.compute_s,
-        r.quant_s, r.comm_wait_s, r.allreduce_s, r.bytes_per_epoch, r.final_train_acc, r.final_val_acc,
-        r.final_test_acc, r.best_val_acc, r.test_acc_at_best_val, r.total_s, r.peak_rss_bytes,
-        csv_field(r.run_dir.string()));
+        ",{},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.0f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{},{:.3f},{:.0f},{}"
+        "\n",
+        csv_field(r.status), r.epochs, r.epoch_s, r.compute_s, r.quant_s, r.comm_wait_s, r.allreduce_s,
+        r.bytes_per_epoch, r.final_train_acc, r.final_val_acc, r.final_test_acc, r.best_val_acc, r.test_acc_at_best_val,
+        optional_field(r.target_val_acc, "{:.4f}"), optional_field(r.time_to_target_s, "{:.6f}"),
+        optional_field(r.epoch_to_target, "{}"), r.total_s, r.peak_rss_bytes, csv_field(r.run_dir.string()));
   }
   return out;
 }
 
 std::vector<std::filesystem::path> write_plots(const std::vector<RunResult>& rows, const std::filesystem::path& dir,
                                                const std::string& gnuplot) {
-  std::string data =
-      "# label,compute_s,quant_s,comm_wait_s,allreduce_s,halo_MB_per_epoch,final_test_acc,test_acc_at_best_val\n";
-  int ok = 0;
-  for (const auto& r : rows) {
-    if (r.status != "ok") continue;
-    ++ok;
-    data += fmt::format("{} r{} b{} {},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{:.4f}\n", r.dataset, r.ranks, r.bits,
-                        r.mode, r.compute_s, r.quant_s, r.comm_wait_s, r.allreduce_s, r.bytes_per_epoch / 1e6,
-                        r.final_test_acc, r.test_acc_at_best_val);
-  }
-  HALOGEN_EXPECTS(ok > 0, "no successful run to plot");
   const auto data_path = dir / "plot_data.csv";
-  write_file_atomic(data_path, data);
-  const std::vector<std::filesystem::path> pngs = {dir / "epoch_time.png", dir / "bytes.png", dir / "accuracy.png"};
-  const std::string q = "'" + data_path.string() + "'";
-  std::string gp;
-  gp += "# Plots of halogen sweep; rerun with: gnuplot " + (dir / "plots.gp").string() + "\n";
-  gp += "set datafile separator ','\n";
-  gp += "set terminal pngcairo size 1200,650 noenhanced font ',10'\n";
-  gp += "set key outside right top\nset style data histograms\nset style fill solid 0.85 border -1\n";
-  gp += "set boxwidth 0.8\nset xtics rotate by -35 scale 0\nset grid ytics\nset yrange [0:*]\n";
-  gp += "set output '" + pngs[0].string() + "'\n";
-  gp += "set title 'Epoch time split (mean over epochs after the first)'\nset ylabel 'seconds per epoch'\n";
-  gp += "set style histogram rowstacked\n";
-  gp += "plot " + q +
-        " using 2:xtic(1) title 'compute', '' using 3 title 'quantize', '' using 4 title 'exposed halo comm', "
-        "'' using 5 title 'gradient all-reduce'\n";
-  gp += "set output '" + pngs[1].string() + "'\n";
-  gp += "set title 'Halo bytes per epoch (sum over ranks)'\nset ylabel 'MB per epoch'\n";
-  gp += "set style histogram clustered gap 1\n";
-  gp += "plot " + q + " using 6:xtic(1) title 'halo MB per epoch'\n";
-  gp += "set output '" + pngs[2].string() + "'\n";
-  gp += "set title 'Accuracy'\nset ylabel 'accuracy'\nset yrange [0:1]\n";
-  gp += "plot " + q + " using 7:xtic(1) title 'final test', '' using 8 title 'test at best validation'\n";
+  write_file_atomic(data_path, bar_data(rows));
+  std::vector<std::filesystem::path> pngs = {dir / "epoch_time.png", dir / "bytes.png", dir / "accuracy.png"};
+  std::string gp = "# Plots of halogen sweep; rerun with: gnuplot " + (dir / "plots.gp").string() + "\n";
+  gp += bar_plots(data_path, pngs);
+  const auto curves_path = dir / "val_acc_vs_time.csv";
+  const auto [curves, titles] = curve_data(rows);
+  std::filesystem::remove(dir / "val_acc_vs_time.png");
+  if (!titles.empty()) {
+    write_file_atomic(curves_path, curves);
+    pngs.push_back(dir / "val_acc_vs_time.png");
+    gp += curve_plot(curves_path, titles, pngs.back());
+  }
   gp += "unset output\n";
   const auto script = dir / "plots.gp";
   write_file_atomic(script, gp);

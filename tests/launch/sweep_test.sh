@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # End to end: `halogen sweep` runs a 2 x 2 grid (ranks {1,2} x bits {32,1}) on cora and writes
-# the CSV and the PNG plots; `halogen launch` checks, prints and runs a training; `halogen
-# plan` predicts from the sweep's partition and metrics.
+# the CSV and the PNG plots, then a grid of train options (mode x grad-compression) with its
+# axis columns and time to accuracy, and refuses bad keys before any run; `halogen launch`
+# checks, prints and runs a training; `halogen plan` predicts from the sweep's partition and
+# metrics.
 # usage: sweep_test.sh HALOGEN
 set -uo pipefail
 halogen=$1
@@ -16,7 +18,7 @@ fail() { echo "FAILED: $1"; failures=$((failures + 1)); }
 timeout 400 "$halogen" sweep --grid "dataset=$data/cora" --grid ranks=1,2 --grid bits=32,1 --cluster local-cpu \
   --out-dir "$work/sweep" -- --epochs 6 --hidden 16 --seed 3 > "$work/sweep.out" 2>&1 \
   && pass "sweep exits 0" || { fail "sweep"; cat "$work/sweep.out"; }
-for png in epoch_time bytes accuracy; do
+for png in epoch_time bytes accuracy val_acc_vs_time; do
   f="$work/sweep/$png.png"
   if [ -s "$f" ] && [ "$(head -c 8 "$f" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]; then
     pass "$png.png is a PNG"
@@ -48,6 +50,9 @@ assert b32 > 0 and 0 < b1 < b32 / 5, (b32, b1)
 # fp32 exchange is exact: 2 ranks give 1 rank's accuracies (same seed).
 for k in ("final_test_acc", "best_val_acc", "test_acc_at_best_val"):
     assert by[1, 32][k] == by[2, 32][k], (k, by[1, 32][k], by[2, 32][k])
+# The fp32 run of each rank count is its reference: it reaches its own target.
+for ranks in (1, 2):
+    assert by[ranks, 32]["epoch_to_target"] != "" and float(by[ranks, 32]["time_to_target_s"]) > 0, by[ranks, 32]
 PY
 
 # A second sweep over the same directory reuses the finished runs (same metrics files, same CSV).
@@ -57,8 +62,72 @@ timeout 120 "$halogen" sweep --grid "dataset=$data/cora;ranks=1,2;bits=32,1" --c
   --out-dir "$work/sweep" --no-plots -- --epochs 6 --hidden 16 --seed 3 > "$work/sweep2.out" 2>&1 \
   && md5sum -c --quiet "$work/first.md5" && cmp -s "$work/first.csv" "$work/sweep/sweep.csv" \
   && pass "rerun reuses finished runs" || { fail "rerun"; cat "$work/sweep2.out"; }
-"$halogen" sweep --grid "dataset=$data/cora" --grid colour=red --out-dir "$work/bad" > "$work/bad.out" 2>&1
-[ $? -ne 0 ] && grep -q "unknown key 'colour'" "$work/bad.out" && pass "unknown grid key" || { fail "unknown grid key"; cat "$work/bad.out"; }
+
+# Any train option is an axis: 2 modes x 2 gradient compressions on 2 ranks.
+plots=(); command -v gnuplot > /dev/null || plots=(--no-plots)
+timeout 300 "$halogen" sweep --grid "dataset=$data/cora" --grid ranks=2 --grid mode=sync,stale \
+  --grid grad-compression=none,powersgd --cluster local-cpu --out-dir "$work/axes" "${plots[@]}" \
+  -- --epochs 6 --hidden 16 --seed 3 > "$work/axes.out" 2>&1 \
+  && pass "sweep of train options exits 0" || { fail "sweep of train options"; cat "$work/axes.out"; }
+if [ ${#plots[@]} -eq 0 ]; then
+  f="$work/axes/val_acc_vs_time.png"
+  [ -s "$f" ] && [ "$(head -c 8 "$f" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] \
+    && pass "val_acc_vs_time.png of the train-option sweep" || fail "val_acc_vs_time.png of the train-option sweep"
+fi
+python3 - "$work/axes" <<'PY' && pass "train-option sweep: axis columns and time to target" \
+  || fail "train-option sweep: axis columns and time to target"
+import csv, json, os, sys
+out = sys.argv[1]
+reader = csv.DictReader(open(os.path.join(out, "sweep.csv")))
+cols = reader.fieldnames
+assert cols[:6] == ["dataset", "ranks", "bits", "mode", "grad-compression", "status"], cols
+for c in ("target_val_acc", "time_to_target_s", "epoch_to_target"):
+    assert c in cols, (c, cols)
+rows = list(reader)
+assert len(rows) == 4, f"{len(rows)} data rows"
+assert all(r["status"] == "ok" and r["ranks"] == "2" and r["bits"] == "32" for r in rows), rows
+assert {(r["mode"], r["grad-compression"]) for r in rows} == {
+    (m, g) for m in ("sync", "stale") for g in ("none", "powersgd")}, rows
+ref = next(r for r in rows if r["mode"] == "sync" and r["grad-compression"] == "none")
+ref_metrics = [json.loads(l) for l in open(os.path.join(ref["run_dir"], "metrics.jsonl"))]
+target = ref_metrics[-1]["best_val_acc"] - 0.005
+for r in rows:
+    assert abs(float(r["target_val_acc"]) - target) < 1e-4, (r["target_val_acc"], target)
+    assert os.path.basename(r["run_dir"]) == f"cora_r2_b32_{r['mode']}_grad-compression-{r['grad-compression']}", r
+    # The time is the sum of epoch_s up to the first epoch at or above the target.
+    t, expected = 0.0, ("", "")
+    for e in (json.loads(l) for l in open(os.path.join(r["run_dir"], "metrics.jsonl"))):
+        if e.get("summary"):
+            break
+        t += e["epoch_s"]
+        if e.get("val_acc", -1) >= target:
+            expected = (e["epoch"], t)
+            break
+    if expected == ("", ""):
+        assert r["time_to_target_s"] == "" and r["epoch_to_target"] == "", r
+    else:
+        assert int(r["epoch_to_target"]) == expected[0], (r, expected)
+        assert abs(float(r["time_to_target_s"]) - expected[1]) < 1e-5, (r, expected)
+assert ref["epoch_to_target"] != "" and float(ref["time_to_target_s"]) > 0, ref
+PY
+
+# Bad keys are refused before any run: neither a sweep key nor a train option, given twice,
+# an axis also given after `--`, bits with bits-fwd.
+refused_grid() {
+  local name=$1 pattern=$2; shift 2
+  rm -rf "$work/bad"
+  "$halogen" sweep --grid "dataset=$data/cora" --out-dir "$work/bad" "$@" > "$work/bad.out" 2>&1
+  [ $? -ne 0 ] && grep -q -- "$pattern" "$work/bad.out" && [ ! -e "$work/bad/runs" ] && pass "$name" \
+    || { fail "$name"; cat "$work/bad.out"; }
+}
+refused_grid "unknown grid key" "unknown key 'colour'" --grid colour=red
+refused_grid "grid key not a train option" "unknown key 'no-such-option': not an option of halogen train" \
+  --grid no-such-option=1,2
+refused_grid "grid key given twice" "key 'layers' given twice" --grid layers=2 --grid layers=3
+refused_grid "grid axis also after --" "train option --layers is also given after '--'" --grid layers=2,3 -- --layers 4
+refused_grid "bits with bits-fwd" "give either bits or bits-fwd/bits-bwd" --grid bits=1,32 --grid bits-fwd=8
+refused_grid "a switch takes true or false" "'maybe' is not true or false" --grid residual=true,maybe
+refused_grid "options the sweep sets" "train option --metrics is set by the sweep" -- --metrics m.jsonl
 
 # --- launch --------------------------------------------------------------------------------
 parts="$work/sweep/parts/cora-p2"
