@@ -505,6 +505,33 @@ TEST(LayerDecl, HaloErrorGainsMultiplyTheDampingAbove) {
   for (double g : gains("gcn", -1.0)) EXPECT_EQ(g, 1.0);
 }
 
+// Deep models with 1-bit halo gradients in many layers are warned about (their rounding noise
+// compounds down the layers); shallow ones, and deep ones at 2 bits, are not.
+TEST(TrainOptions, WarnsOfOneBitGradientsThroughManyLayers) {
+  const auto warning = [](const std::string& model, int layers, int bits_bwd) {
+    TrainOptions t = model_defaults(model);
+    t.model.layers = layers;
+    t.exchange.bits_fwd = {1};
+    t.exchange.bits_bwd = {bits_bwd};
+    return train_detail::one_bit_gradient_depth_warning(t, 100, 7);
+  };
+  const int many = train_detail::kOneBitGradientLayersWarned;
+  EXPECT_EQ(warning("gcn", 2, 1), "");
+  EXPECT_EQ(warning("gcnii", many, 1), "");  // GCNII's linear layers exchange nothing
+  EXPECT_EQ(warning("gcnii", 64, 2), "");
+  EXPECT_EQ(warning("gcnii", 64, 32), "");
+  EXPECT_NE(warning("gcnii", 64, 1).find("64 layers send 1-bit halo gradients back;"), std::string::npos);
+  EXPECT_NE(warning("gcnii", many + 1, 1).find("--bits-bwd 4"), std::string::npos);
+  EXPECT_NE(warning("appnp", many + 1, 1), "");
+  // Per-layer widths count layer by layer: 1 bit in only some of 64 layers.
+  TrainOptions t = model_defaults("gcnii");
+  t.exchange.bits_bwd.assign(66, 2);
+  for (int l = 1; l <= many; ++l) t.exchange.bits_bwd[l] = 1;
+  EXPECT_EQ(train_detail::one_bit_gradient_depth_warning(t, 100, 7), "");
+  t.exchange.bits_bwd[many + 1] = 1;
+  EXPECT_NE(train_detail::one_bit_gradient_depth_warning(t, 100, 7), "");
+}
+
 // The GPU path takes every option of the CPU path (one trainer); what cannot be done, fp16 on
 // the CPU, is refused up front naming the option and the alternative.
 TEST(TrainOptions, GpuPathTakesEveryOptionOfTheCpuPath) {

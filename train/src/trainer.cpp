@@ -243,6 +243,11 @@ TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& op
   HALOGEN_EXPECTS(options.device.kind == kDevCpu || cuda_device_count() > 0,
                   "rank {}: --device cuda but no GPU is visible to this process", comm.rank());
   comm.set_timeout(options.reliability.timeout_s);
+  if (comm.rank() == 0 && comm.size() > 1) {  // one rank exchanges nothing
+    const std::string warning =
+        train_detail::one_bit_gradient_depth_warning(options, shard.feature_dim, shard.num_classes);
+    if (!warning.empty()) log::warn("{}", warning);
+  }
   // Refuse a graph that will not fit before allocating anything large.
   const MemoryEstimate memory =
       check_training_memory(shard, comm, options, options.reliability.memory_limit, node_ranks(comm));

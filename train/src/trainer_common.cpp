@@ -10,6 +10,7 @@
 #include "halogen/core/io.hpp"
 #include "halogen/core/log.hpp"
 #include "halogen/core/rng.hpp"
+#include "halogen/train/memory_plan.hpp"
 #include "kernels/dense.hpp"
 #include "nn/registry.hpp"
 
@@ -402,6 +403,19 @@ std::vector<double> layer_drift(const std::vector<double>& num, const std::vecto
   std::vector<double> drift;
   for (size_t l = 1; l < num.size(); ++l) drift.push_back(den[l] > 0.0 ? std::sqrt(num[l] / den[l]) : 0.0);
   return drift;
+}
+
+std::string one_bit_gradient_depth_warning(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {
+  const std::vector<LayerCost> layers = layer_costs(opt, feature_dim, classes);
+  int one_bit = 0;
+  for (size_t l = 0; l < layers.size(); ++l)
+    if (layers[l].exchanged_cols > 0 && opt.exchange.bits_bwd_at(static_cast<int>(l)) == 1) ++one_bit;
+  if (one_bit <= kOneBitGradientLayersWarned) return {};
+  return fmt::format(
+      "{} layers send 1-bit halo gradients back; their rounding noise compounds down the layers, and past about {} "
+      "such layers it costs accuracy (a 64-layer GCNII fails to train). --bits-bwd 4 avoids it (docs/accuracy.md, "
+      "\"The deep models\")",
+      one_bit, kOneBitGradientLayersWarned);
 }
 
 void log_sync_decision(const TrainOptions& opt, int epoch, const BoundedStalenessAdapter::Decision& decision,
