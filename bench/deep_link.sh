@@ -5,6 +5,7 @@
 #   fp32 sync                 the reference, trained until early stopping;
 #   1-bit stale (adaptive)    the default stale policy;
 #   1-bit stale (fixed)       always stale but every --sync-every epochs;
+#   1/4-bit stale (fixed)     the same with 4-bit halo gradients;
 #   the compute-only floor    (--skip-comm: no halo exchange after epoch 0, no gradient sum),
 # then prints each run's median epoch time, its ratio to the floor, its best validation and
 # test accuracy, and the wall-clock time until its validation accuracy first reached fp32
@@ -37,6 +38,8 @@ stale=(--bits-fwd 1 --bits-bwd 1 --mode stale)
 limited_link_run fp32-sync
 limited_link_run 1bit-stale-adaptive "${stale[@]}"
 limited_link_run 1bit-stale-fixed "${stale[@]}" --stale-policy fixed --sync-every 10
+# What docs/accuracy.md suggests for deep models: 4-bit halo gradients (1-bit ones compound).
+limited_link_run 1-4bit-stale-fixed --bits-fwd 1 --bits-bwd 4 --mode stale --stale-policy fixed --sync-every 10
 limited_link_run compute-only --skip-comm
 limited_link_off
 echo "$ranks ranks, $(basename "$dataset"), GCNII $layers layers (defaults otherwise), seed $seed," \
@@ -49,7 +52,7 @@ def load(name):
     epochs = [r for r in recs if "summary" not in r]
     summary = [r for r in recs if "summary" in r][0]
     return epochs, summary
-names = ["fp32-sync", "1bit-stale-adaptive", "1bit-stale-fixed", "compute-only"]
+names = ["fp32-sync", "1bit-stale-adaptive", "1bit-stale-fixed", "1-4bit-stale-fixed", "compute-only"]
 runs = {n: load(n) for n in names}
 target = runs["fp32-sync"][1]["best_val_acc"]
 def time_to(epochs):
