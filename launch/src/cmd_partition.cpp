@@ -23,7 +23,8 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
   opts.add_options()("dataset", po::value(&dataset)->required(), "dataset directory (halogen binary or OGB raw)")(
       "parts,p", po::value(&popt.num_parts)->required(), "number of parts (= MPI ranks of training)")(
       "out,o", po::value(&out)->required(), "output directory for the shards and partition.json")(
-      "method", po::value(&method)->default_value(method), "metis | ptscotch (run under mpirun) | random")(
+      "method", po::value(&method)->default_value(method),
+      "metis | ptscotch | lp (label propagation; ptscotch and lp run under mpirun) | random")(
       "objective", po::value(&objective)->default_value(objective), "vol (communication volume) | cut (edge cut)")(
       "balance", po::value(&balance)->default_value(balance), "constraints to balance: any of nodes,train,edges")(
       "imbalance", po::value(&popt.imbalance)->default_value(popt.imbalance), "allowed max/avg load per constraint")(
@@ -35,7 +36,7 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
       "overwrite", po::bool_switch(&overwrite),
       "replace --out when it holds a different partition or other files (the same partition is kept without it)")(
       "single-writer", po::bool_switch(&single_writer),
-      "ptscotch: rank 0 loads the whole dataset and writes every shard (the former behaviour, for comparison)");
+      "ptscotch, lp: rank 0 loads the whole dataset and writes every shard (the former behaviour, for comparison)");
   po::positional_options_description pos;
   pos.add("dataset", 1);
   po::variables_map vm;
@@ -47,7 +48,9 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
   popt.balance_edges = balance.find("edges") != std::string::npos;
 
   Stopwatch sw;
-  if (popt.method == PartitionMethod::kPtScotch) {
+  // ptscotch and lp are distributed: every rank of the mpirun takes part (one process works too).
+  if (popt.method == PartitionMethod::kPtScotch || popt.method == PartitionMethod::kLabelProp) {
+    const bool lp = popt.method == PartitionMethod::kLabelProp;
     MpiSession mpi(&argc, &argv);
     const CollectiveStep collectively = [](const std::string& what, const std::function<void()>& step) {
       run_collectively(MPI_COMM_WORLD, what, step);
@@ -76,15 +79,18 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
       Dataset ds;
       std::vector<int32_t> part;
       run_collectively(MPI_COMM_WORLD, "loading the dataset", [&] { ds = load_dataset(dataset); });
-      run_collectively(MPI_COMM_WORLD, "PT-Scotch partitioning",
-                       [&] { part = partition_graph_distributed(ds, popt, MPI_COMM_WORLD); });
+      run_collectively(MPI_COMM_WORLD, lp ? "label propagation partitioning" : "PT-Scotch partitioning", [&] {
+        part = lp ? label_propagation_partition(ds, popt, MPI_COMM_WORLD)
+                  : partition_graph_distributed(ds, popt, MPI_COMM_WORLD);
+      });
       run_collectively(MPI_COMM_WORLD, "writing the shards", [&] {
         if (mpi.rank() == 0) report = write_partition(ds, part, popt, out, hidden, layers, overwrite);
       });
     }
     if (mpi.rank() == 0) {
       std::cout << format_partition_report(report);
-      std::printf("partitioned with ptscotch on %d ranks in %.2f s -> %s\n", mpi.size(), sw.seconds(), out.c_str());
+      std::printf("partitioned with %s on %d ranks in %.2f s -> %s\n", to_string(popt.method).c_str(), mpi.size(),
+                  sw.seconds(), out.c_str());
     }
     return 0;
   }

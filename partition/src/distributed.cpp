@@ -1,8 +1,7 @@
 // The distributed partition writer: every rank reads only its slice of a binary dataset,
-// PT-Scotch partitions the slices, and every rank writes the shards of the parts it is
-// responsible for (part p: rank p % size). No rank holds the whole graph or all features; each
-// holds the assignment (4 bytes per node). See partitioner.hpp for the steps and
-// docs/partition.md for the measurements.
+// PT-Scotch or label propagation (label_propagation.cpp) partitions the slices, and every rank writes the shards of the
+// parts it is responsible for (part p: rank p % size). No rank holds the whole graph or all features; each holds the
+// assignment (4 bytes per node). See partitioner.hpp for the steps and docs/partition.md for the measurements.
 //
 // The shards are the bytes write_partition writes (tests/partition/test_distributed.cpp compares
 // them). What the single writer takes from the whole graph comes from elsewhere here:
@@ -34,110 +33,19 @@
 #include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/partition/shard.hpp"
+#include "mpi_exchange.hpp"
 #include "partition_internal.hpp"
 
 namespace halogen {
 
 namespace fs = std::filesystem;
+using detail::exchange;
+using detail::mix64;
+using detail::Ranks;
 
 namespace {
 
-struct Ranks {
-  int rank = 0, size = 1;
-  explicit Ranks(MPI_Comm comm) {
-    HALOGEN_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-    HALOGEN_CHECK_MPI(MPI_Comm_size(comm, &size));
-  }
-};
-
 int writer_of(int32_t part, int size) { return part % size; }
-
-// An MPI datatype of `bytes` contiguous bytes, freed on scope exit.
-class BlockType {
- public:
-  explicit BlockType(size_t bytes) {
-    HALOGEN_CHECK_MPI(MPI_Type_contiguous(static_cast<int>(bytes), MPI_BYTE, &type_));
-    HALOGEN_CHECK_MPI(MPI_Type_commit(&type_));
-  }
-  ~BlockType() { MPI_Type_free(&type_); }
-  BlockType(const BlockType&) = delete;
-  BlockType& operator=(const BlockType&) = delete;
-  MPI_Datatype get() const noexcept { return type_; }
-
- private:
-  MPI_Datatype type_ = MPI_DATATYPE_NULL;
-};
-
-// HALOGEN_EXCHANGE_CHUNK=N (elements) forces the point-to-point path with N-element messages
-// (tests use it; a billion-edge run takes it by itself once a buffer passes 2^31 elements).
-int64_t forced_chunk() {
-  const char* e = std::getenv("HALOGEN_EXCHANGE_CHUNK");
-  return e != nullptr ? std::atoll(e) : 0;
-}
-
-// All-to-all of variable-size blocks: `send` holds the block for rank 0, then rank 1, ...
-// (`send_counts` elements each). Returns the received blocks in rank order, their sizes in
-// `recv_counts`. MPI_Alltoallv when every count and displacement fits its int arguments on
-// every rank; otherwise (or forced) non-blocking sends and receives of at most 2^30 bytes.
-template <typename T>
-HostBuffer<T> exchange(const T* send, const std::vector<int64_t>& send_counts, std::vector<int64_t>& recv_counts,
-                       MPI_Comm comm) {
-  const Ranks ranks(comm);
-  const auto size = static_cast<size_t>(ranks.size);
-  recv_counts.assign(size, 0);
-  HALOGEN_CHECK_MPI(MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, recv_counts.data(), 1, MPI_INT64_T, comm));
-  std::vector<int64_t> sdispl(size + 1, 0), rdispl(size + 1, 0);
-  for (size_t r = 0; r < size; ++r) {
-    sdispl[r + 1] = sdispl[r] + send_counts[r];
-    rdispl[r + 1] = rdispl[r] + recv_counts[r];
-  }
-  HostBuffer<T> recv(static_cast<size_t>(rdispl[size]));
-  const BlockType type(sizeof(T));
-  const int64_t forced = forced_chunk();
-  int fits = forced <= 0 && sdispl[size] <= INT_MAX && rdispl[size] <= INT_MAX ? 1 : 0;
-  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &fits, 1, MPI_INT, MPI_MIN, comm));
-  if (fits != 0) {
-    std::vector<int> sc(size), sd(size), rc(size), rd(size);
-    for (size_t r = 0; r < size; ++r) {
-      sc[r] = static_cast<int>(send_counts[r]);
-      sd[r] = static_cast<int>(sdispl[r]);
-      rc[r] = static_cast<int>(recv_counts[r]);
-      rd[r] = static_cast<int>(rdispl[r]);
-    }
-    HALOGEN_CHECK_MPI(
-        MPI_Alltoallv(send, sc.data(), sd.data(), type.get(), recv.data(), rc.data(), rd.data(), type.get(), comm));
-    return recv;
-  }
-  // Messages between two ranks with one tag arrive in order, so the pieces need no numbering.
-  const int64_t chunk =
-      forced > 0 ? forced : std::max<int64_t>(1, std::min<int64_t>(INT_MAX, (int64_t{1} << 30) / sizeof(T)));
-  std::vector<MPI_Request> requests;
-  for (size_t r = 0; r < size; ++r) {
-    for (int64_t off = 0; off < recv_counts[r]; off += chunk) {
-      requests.emplace_back();
-      HALOGEN_CHECK_MPI(MPI_Irecv(recv.data() + rdispl[r] + off,
-                                  static_cast<int>(std::min(chunk, recv_counts[r] - off)), type.get(),
-                                  static_cast<int>(r), 0, comm, &requests.back()));
-    }
-  }
-  for (size_t r = 0; r < size; ++r) {
-    for (int64_t off = 0; off < send_counts[r]; off += chunk) {
-      requests.emplace_back();
-      HALOGEN_CHECK_MPI(MPI_Isend(send + sdispl[r] + off, static_cast<int>(std::min(chunk, send_counts[r] - off)),
-                                  type.get(), static_cast<int>(r), 0, comm, &requests.back()));
-    }
-  }
-  HALOGEN_CHECK_MPI(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
-  return recv;
-}
-
-// SplitMix64's finaliser: a bijection of 64-bit words that mixes every bit.
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 DatasetSlice read_my_slice(const fs::path& dir, MPI_Comm comm, const CollectiveStep& collectively) {
   const Ranks ranks(comm);
@@ -195,16 +103,25 @@ void check_symmetric(const DatasetSlice& s, MPI_Comm comm, const CollectiveStep&
   });
 }
 
-std::vector<int32_t> assign_with_ptscotch(const DatasetSlice& s, const PartitionOptions& options, MPI_Comm comm,
-                                          const CollectiveStep& collectively) {
+// The assignment of every node from the slices: PT-Scotch or label propagation on this rank's
+// rows, then an all-gather (4 bytes per node on every rank).
+std::vector<int32_t> assign_from_slices(const DatasetSlice& s, const PartitionOptions& options, MPI_Comm comm,
+                                        const CollectiveStep& collectively) {
   const Ranks ranks(comm);
   const int64_t n = s.info.num_nodes;
-  collectively("checking the PT-Scotch options", [&] { check_ptscotch_options(s.info.name, n, options, comm); });
+  const bool lp = options.method == PartitionMethod::kLabelProp;
+  collectively("checking the partition options", [&] {
+    HALOGEN_EXPECTS(lp || options.method == PartitionMethod::kPtScotch,
+                    "the distributed partitioner runs ptscotch or lp, not {}", to_string(options.method));
+    if (!lp) check_ptscotch_options(s.info.name, n, options, comm);
+  });
   check_symmetric(s, comm, collectively);
   std::vector<int32_t> local(static_cast<size_t>(s.num_rows()), 0);
-  if (options.num_parts > 1) {
-    collectively("PT-Scotch partitioning", [&] {
-      local = ptscotch_partition_rows(s.info.name, n, s.offsets.data(), s.indices.data(), options, comm);
+  if (options.num_parts > 1 || lp) {
+    collectively(lp ? "label propagation partitioning" : "PT-Scotch partitioning", [&] {
+      local = lp ? label_propagation_partition_rows(s.info.name, n, s.offsets.data(), s.indices.data(), s.split.span(),
+                                                    options, comm)
+                 : ptscotch_partition_rows(s.info.name, n, s.offsets.data(), s.indices.data(), options, comm);
     });
   }
   const std::vector<int64_t> bounds = slice_bounds(n, ranks.size);
@@ -734,7 +651,7 @@ nlohmann::json partition_dataset_distributed(const fs::path& dataset_dir, const 
                                              const fs::path& out_dir, int hidden, int layers, bool overwrite,
                                              MPI_Comm comm, const CollectiveStep& collectively) {
   DatasetSlice s = read_my_slice(dataset_dir, comm, collectively);
-  const std::vector<int32_t> part_of = assign_with_ptscotch(s, options, comm, collectively);
+  const std::vector<int32_t> part_of = assign_from_slices(s, options, comm, collectively);
   return write_slices(dataset_dir, std::move(s), part_of, options, out_dir, hidden, layers, overwrite, comm,
                       collectively);
 }
@@ -752,7 +669,7 @@ nlohmann::json write_partition_distributed(const fs::path& dataset_dir, std::spa
 std::vector<int32_t> ptscotch_assignment_from_slices(const fs::path& dataset_dir, const PartitionOptions& options,
                                                      MPI_Comm comm, const CollectiveStep& collectively) {
   const DatasetSlice s = read_my_slice(dataset_dir, comm, collectively);
-  return assign_with_ptscotch(s, options, comm, collectively);
+  return assign_from_slices(s, options, comm, collectively);
 }
 
 }  // namespace halogen

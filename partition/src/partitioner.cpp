@@ -23,7 +23,22 @@ PartitionMethod parse_partition_method(const std::string& s) {
   if (s == "metis") return PartitionMethod::kMetis;
   if (s == "ptscotch" || s == "pt-scotch") return PartitionMethod::kPtScotch;
   if (s == "random") return PartitionMethod::kRandom;
-  HALOGEN_FAIL("unknown partition method '{}' (expected metis, ptscotch or random)", s);
+  if (s == "lp" || s == "label-prop") return PartitionMethod::kLabelProp;
+  HALOGEN_FAIL("unknown partition method '{}' (expected metis, ptscotch, lp or random)", s);
+}
+
+std::string to_string(PartitionMethod method) {
+  switch (method) {
+    case PartitionMethod::kMetis:
+      return "metis";
+    case PartitionMethod::kPtScotch:
+      return "ptscotch";
+    case PartitionMethod::kRandom:
+      return "random";
+    case PartitionMethod::kLabelProp:
+      return "lp";
+  }
+  HALOGEN_FAIL("unknown partition method {}", static_cast<int>(method));
 }
 
 PartitionObjective parse_partition_objective(const std::string& s) {
@@ -204,6 +219,12 @@ std::vector<int32_t> partition_graph(const Dataset& ds, const PartitionOptions& 
       MPI_Initialized(&initialized);
       HALOGEN_EXPECTS(initialized, "the ptscotch partitioner needs MPI to be initialised");
       return partition_graph_distributed(ds, options, MPI_COMM_SELF);
+    }
+    case PartitionMethod::kLabelProp: {
+      int initialized = 0;
+      MPI_Initialized(&initialized);
+      HALOGEN_EXPECTS(initialized, "the lp partitioner needs MPI to be initialised");
+      return label_propagation_partition(ds, options, MPI_COMM_SELF);
     }
   }
   HALOGEN_FAIL("unknown partition method {}", static_cast<int>(options.method));

@@ -931,9 +931,7 @@ nlohmann::json directory_report(nlohmann::json report, uint64_t id, const Partit
   report["format"] = kPartitionFormat;
   report["version"] = kPartitionFormatVersion;
   report["partition_id"] = id_hex(id);
-  report["method"] = options.method == PartitionMethod::kMetis      ? "metis"
-                     : options.method == PartitionMethod::kPtScotch ? "ptscotch"
-                                                                    : "random";
+  report["method"] = to_string(options.method);
   report["objective"] = options.objective == PartitionObjective::kVolume ? "volume" : "cut";
   report["node_order"] = to_string(options.node_order);
   report["balance_train"] = options.balance_train;

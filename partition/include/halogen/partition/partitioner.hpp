@@ -17,7 +17,9 @@
 
 namespace halogen {
 
-enum class PartitionMethod { kMetis, kPtScotch, kRandom };
+// kLabelProp: multilevel label propagation (label_propagation.cpp), distributed like kPtScotch
+// but with a few bytes per edge; see label_propagation_partition_rows.
+enum class PartitionMethod { kMetis, kPtScotch, kRandom, kLabelProp };
 enum class PartitionObjective { kVolume, kCut };
 
 struct PartitionOptions {
@@ -33,7 +35,10 @@ struct PartitionOptions {
   NodeOrder node_order = kDefaultNodeOrder;
 };
 
+/// "metis", "ptscotch" (or "pt-scotch"), "random", "lp" (or "label-prop"); throws otherwise.
 PartitionMethod parse_partition_method(const std::string& s);
+/// The name parse_partition_method reads ("metis", "ptscotch", "random", "lp").
+std::string to_string(PartitionMethod method);
 PartitionObjective parse_partition_objective(const std::string& s);
 
 /// Assignment of every node to a part. P=1 returns all zeros. Throws for P < 1 or P larger
@@ -60,6 +65,25 @@ void check_ptscotch_options(const std::string& name, int64_t num_nodes, const Pa
 std::vector<int32_t> ptscotch_partition_rows(const std::string& name, int64_t num_nodes, const EdgeIdx* offsets,
                                              const NodeId* indices, const PartitionOptions& options, MPI_Comm comm);
 
+/// Multilevel label propagation on rows that only this rank holds, with the same input as
+/// ptscotch_partition_rows plus `split`, the split roles of this rank's rows (empty: no
+/// training-node constraint). Coarsens by size-constrained label propagation clustering until
+/// at most 1000 x num_parts nodes remain, partitions that graph with METIS on rank 0 (the same
+/// constraints, imbalance, objective and seed as partition_graph's metis) and refines every
+/// level on the way back by balance-constrained label propagation. Per rank it holds its
+/// slice and about 33 more bytes per entry at its peak (RMAT, docs/partition.md). Any
+/// number of ranks, one included; the result depends on the seed and on the number of ranks
+/// (concurrent moves), not on timing. Returns the part of each of this rank's rows.
+/// Collective over `comm`; errors are thrown on every rank.
+std::vector<int32_t> label_propagation_partition_rows(const std::string& name, int64_t num_nodes,
+                                                      const EdgeIdx* offsets, const NodeId* indices,
+                                                      std::span<const uint8_t> split, const PartitionOptions& options,
+                                                      MPI_Comm comm);
+
+/// label_propagation_partition_rows on a dataset every rank holds whole (each passes its
+/// slice); every rank gets the full assignment. The graph must be symmetric (checked).
+std::vector<int32_t> label_propagation_partition(const Dataset& ds, const PartitionOptions& options, MPI_Comm comm);
+
 /// Runs one step on every rank and, if it failed on any, throws on every rank (the launcher
 /// and the tests pass halogen::run_collectively of halogen::comm, which the partition library
 /// cannot depend on). A step either makes no collective call or cannot fail between two.
@@ -80,7 +104,8 @@ using CollectiveStep = std::function<void(const std::string& what, const std::fu
 ///     id by streaming the dataset files once (one 16 MiB buffer), which also verifies their
 ///     checksums.
 /// Shards and partition.json are byte-identical to write_partition's for the same assignment.
-/// Returns the report on every rank. `options.method` must be kPtScotch.
+/// Returns the report on every rank. `options.method` must be kPtScotch or kLabelProp (step 2
+/// then runs label_propagation_partition_rows on the slices instead of PT-Scotch).
 nlohmann::json partition_dataset_distributed(const std::filesystem::path& dataset_dir, const PartitionOptions& options,
                                              const std::filesystem::path& out_dir, int hidden, int layers,
                                              bool overwrite, MPI_Comm comm, const CollectiveStep& collectively);
@@ -92,7 +117,8 @@ nlohmann::json write_partition_distributed(const std::filesystem::path& dataset_
                                            int hidden, int layers, bool overwrite, MPI_Comm comm,
                                            const CollectiveStep& collectively);
 
-/// The assignment of steps 1-2 only (every rank gets it), for `--single-writer` comparisons.
+/// The assignment of steps 1-2 only (every rank gets it), for `--single-writer` comparisons;
+/// `options.method` kPtScotch or kLabelProp, as for partition_dataset_distributed.
 std::vector<int32_t> ptscotch_assignment_from_slices(const std::filesystem::path& dataset_dir,
                                                      const PartitionOptions& options, MPI_Comm comm,
                                                      const CollectiveStep& collectively);

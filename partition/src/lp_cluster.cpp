@@ -1,0 +1,186 @@
+// Size-constrained label propagation clustering over a distributed level graph (lp_graph.hpp).
+//
+// Every node starts as its own cluster (cluster id = its global id). In each round every row,
+// in ascending id, joins the neighbouring cluster it has the most edge weight to, if that
+// cluster's weight plus its own stays within max_weight in every constraint (staying is always
+// allowed); equal connections are broken by tie_key(seed, node, cluster), the same on any
+// machine. A cluster's weight lives at the owner of its id. Each round starts from the weights
+// as last synced (fetched for clusters other ranks own) plus this rank's own moves, and ends
+// by sending the weight deltas of foreign clusters to their owners and the new labels of rows
+// other ranks see as ghosts.
+//
+// Concurrent moves: ranks move nodes into one cluster in the same round without seeing each
+// other's moves, so a cluster can end a round heavier than max_weight: each rank adds at most
+// max_weight - (synced weight) to it, so a cluster never exceeds size x max_weight, and an
+// overweight cluster accepts no further nodes. With one rank the bound is exact. For the same
+// reason the clustering depends on how rows are sliced over ranks, not only on the seed.
+#include <algorithm>
+#include <utility>
+
+#include "halogen/core/error.hpp"
+#include "lp_graph.hpp"
+
+namespace halogen::detail::lp {
+
+namespace {
+
+// The weights (ncon values) of the clusters this rank's nodes belong to or may join, for one
+// round: owned clusters in place, foreign ones as fetched, with the deltas to send back.
+class ClusterWeights {
+ public:
+  ClusterWeights(const LevelGraph& g, std::vector<int64_t>& owned, std::span<const NodeId> labels, MPI_Comm comm)
+      : g_(g), owned_(owned) {
+    for (NodeId l : labels) {
+      if (l < g.begin || l >= g.end) foreign_.push_back(l);
+    }
+    std::sort(foreign_.begin(), foreign_.end());
+    foreign_.erase(std::unique(foreign_.begin(), foreign_.end()), foreign_.end());
+    const int ncon = g.ncon;
+    weights_ = fetch_from_owners(
+        foreign_, g.vtxdist, ncon,
+        [&](int64_t local, int64_t* out) { std::copy_n(owned_.data() + local * ncon, ncon, out); }, comm);
+    deltas_.assign(weights_.size(), 0);
+  }
+
+  int64_t* weight(NodeId cluster) {
+    if (cluster >= g_.begin && cluster < g_.end) return owned_.data() + (cluster - g_.begin) * g_.ncon;
+    return weights_.data() + index(cluster) * g_.ncon;
+  }
+  void move(NodeId from, NodeId to, const int64_t* w) {
+    int64_t* a = weight(from);
+    int64_t* b = weight(to);
+    for (int c = 0; c < g_.ncon; ++c) {
+      a[c] -= w[c];
+      b[c] += w[c];
+    }
+    if (from < g_.begin || from >= g_.end) add_delta(from, w, -1);
+    if (to < g_.begin || to >= g_.end) add_delta(to, w, +1);
+  }
+  /// Sends the deltas of foreign clusters to their owners. Collective.
+  void sync(MPI_Comm comm) {
+    const int ncon = g_.ncon;
+    push_to_owners(
+        foreign_, deltas_, g_.vtxdist, ncon,
+        [&](int64_t local, const int64_t* d) {
+          for (int c = 0; c < ncon; ++c) owned_[static_cast<size_t>(local * ncon + c)] += d[c];
+        },
+        comm);
+  }
+
+ private:
+  int64_t index(NodeId cluster) const {
+    return std::lower_bound(foreign_.begin(), foreign_.end(), cluster) - foreign_.begin();
+  }
+  void add_delta(NodeId cluster, const int64_t* w, int64_t sign) {
+    int64_t* d = deltas_.data() + index(cluster) * g_.ncon;
+    for (int c = 0; c < g_.ncon; ++c) d[c] += sign * w[c];
+  }
+
+  const LevelGraph& g_;
+  std::vector<int64_t>& owned_;
+  std::vector<NodeId> foreign_;  // ascending
+  std::vector<int64_t> weights_, deltas_;
+};
+
+bool fits(const int64_t* cluster, const int64_t* node, std::span<const int64_t> max_weight) {
+  for (size_t c = 0; c < max_weight.size(); ++c) {
+    if (cluster[c] + node[c] > max_weight[c]) return false;
+  }
+  return true;
+}
+
+// One round over this rank's rows; returns how many moved.
+int64_t move_round(const LevelGraph& g, const Ghosts& ghosts, std::vector<NodeId>& label, ClusterWeights& weights,
+                   std::span<const int64_t> max_weight, uint64_t seed) {
+  std::vector<std::pair<NodeId, int64_t>> rating;
+  int64_t moved = 0;
+  for (int64_t i = 0; i < g.rows(); ++i) {
+    rating.clear();
+    for (EdgeIdx e = g.row_begin(i); e < g.row_end(i); ++e) {
+      const int32_t s = ghosts.slot(e);
+      if (s != i) rating.emplace_back(label[static_cast<size_t>(s)], g.weight(e));
+    }
+    if (rating.empty()) continue;
+    std::sort(rating.begin(), rating.end());
+    const NodeId current = label[static_cast<size_t>(i)];
+    const int64_t id = g.begin + i;
+    NodeId best = current;
+    int64_t best_conn = 0;
+    for (size_t k = 0; k < rating.size();) {
+      size_t j = k;
+      int64_t conn = 0;
+      for (; j < rating.size() && rating[j].first == rating[k].first; ++j) conn += rating[j].second;
+      if (rating[k].first == current) best_conn = conn;
+      k = j;
+    }
+    uint64_t best_key = tie_key(seed, id, current);
+    const int64_t* w = g.node_weight(i);
+    for (size_t k = 0; k < rating.size();) {
+      const NodeId l = rating[k].first;
+      int64_t conn = 0;
+      for (; k < rating.size() && rating[k].first == l; ++k) conn += rating[k].second;
+      if (l == current || conn < best_conn) continue;
+      const uint64_t key = tie_key(seed, id, l);
+      if (conn == best_conn && key <= best_key) continue;
+      if (!fits(weights.weight(l), w, max_weight)) continue;
+      best = l;
+      best_conn = conn;
+      best_key = key;
+    }
+    if (best != current) {
+      weights.move(current, best, w);
+      label[static_cast<size_t>(i)] = best;
+      ++moved;
+    }
+  }
+  return moved;
+}
+
+// Nodes without neighbours never move by label propagation; grouping this rank's into clusters
+// of at most max_weight keeps them from stalling the coarsening. Their clusters are singletons
+// owned here (no other node sees an isolated node), so the weights stay exact.
+void group_isolated(const LevelGraph& g, const Ghosts& ghosts, std::vector<NodeId>& label, std::vector<int64_t>& owned,
+                    std::span<const int64_t> max_weight) {
+  int64_t leader = -1;
+  for (int64_t i = 0; i < g.rows(); ++i) {
+    bool isolated = true;
+    for (EdgeIdx e = g.row_begin(i); e < g.row_end(i) && isolated; ++e) isolated = ghosts.slot(e) == i;
+    if (!isolated || label[static_cast<size_t>(i)] != g.begin + i) continue;
+    const int64_t* w = g.node_weight(i);
+    int64_t* lw = leader >= 0 ? owned.data() + leader * g.ncon : nullptr;
+    if (lw == nullptr || !fits(lw, w, max_weight)) {
+      leader = i;
+      continue;
+    }
+    int64_t* own = owned.data() + i * g.ncon;
+    for (int c = 0; c < g.ncon; ++c) {
+      lw[c] += w[c];
+      own[c] -= w[c];
+    }
+    label[static_cast<size_t>(i)] = static_cast<NodeId>(g.begin + leader);
+  }
+}
+
+}  // namespace
+
+Clustering cluster_level(const LevelGraph& g, const Ghosts& ghosts, std::span<const int64_t> max_weight, int rounds,
+                         uint64_t seed, MPI_Comm comm) {
+  const int64_t rows = g.rows();
+  Clustering c;
+  c.label.resize(static_cast<size_t>(rows + ghosts.ghosts()));
+  for (int64_t i = 0; i < rows; ++i) c.label[static_cast<size_t>(i)] = static_cast<NodeId>(g.begin + i);
+  for (int64_t k = 0; k < ghosts.ghosts(); ++k) c.label[static_cast<size_t>(rows + k)] = ghosts.ghost_id(k);
+  c.cluster_weights = g.node_weights;
+  for (int round = 0; round < rounds; ++round) {
+    ClusterWeights weights(g, c.cluster_weights, c.label, comm);
+    int64_t moved = move_round(g, ghosts, c.label, weights, max_weight, seed + static_cast<uint64_t>(round));
+    weights.sync(comm);
+    ghosts.update(c.label.data(), comm);
+    HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &moved, 1, MPI_INT64_T, MPI_SUM, comm));
+    if (moved == 0) break;
+  }
+  group_isolated(g, ghosts, c.label, c.cluster_weights, max_weight);
+  return c;
+}
+
+}  // namespace halogen::detail::lp
