@@ -107,7 +107,6 @@ void check_symmetric(const DatasetSlice& s, MPI_Comm comm, const CollectiveStep&
 // rows, then an all-gather (4 bytes per node on every rank).
 std::vector<int32_t> assign_from_slices(const DatasetSlice& s, const PartitionOptions& options, MPI_Comm comm,
                                         const CollectiveStep& collectively) {
-  const Ranks ranks(comm);
   const int64_t n = s.info.num_nodes;
   const bool lp = options.method == PartitionMethod::kLabelProp;
   collectively("checking the partition options", [&] {
@@ -124,16 +123,7 @@ std::vector<int32_t> assign_from_slices(const DatasetSlice& s, const PartitionOp
                  : ptscotch_partition_rows(s.info.name, n, s.offsets.data(), s.indices.data(), options, comm);
     });
   }
-  const std::vector<int64_t> bounds = slice_bounds(n, ranks.size);
-  std::vector<int> counts(static_cast<size_t>(ranks.size)), displs(static_cast<size_t>(ranks.size));
-  for (size_t r = 0; r < counts.size(); ++r) {
-    displs[r] = static_cast<int>(bounds[r]);
-    counts[r] = static_cast<int>(bounds[r + 1] - bounds[r]);
-  }
-  std::vector<int32_t> part_of(static_cast<size_t>(n));
-  HALOGEN_CHECK_MPI(MPI_Allgatherv(local.data(), static_cast<int>(local.size()), MPI_INT32_T, part_of.data(),
-                                   counts.data(), displs.data(), MPI_INT32_T, comm));
-  return part_of;
+  return detail::allgather_slice_parts(local, n, comm);
 }
 
 // A part this rank writes: its nodes (ascending global id) with their rows, in the received

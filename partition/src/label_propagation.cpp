@@ -212,15 +212,7 @@ std::vector<int32_t> label_propagation_partition(const Dataset& ds, const Partit
     split = std::span<const uint8_t>(ds.split.data() + begin, static_cast<size_t>(end - begin));
   const std::vector<int32_t> local = label_propagation_partition_rows(
       ds.name, n, g.offsets().data() + begin, g.indices().data() + g.offsets()[begin], split, options, comm);
-  std::vector<int> counts(static_cast<size_t>(ranks.size)), displs(static_cast<size_t>(ranks.size));
-  for (size_t r = 0; r < counts.size(); ++r) {
-    displs[r] = static_cast<int>(bounds[r]);
-    counts[r] = static_cast<int>(bounds[r + 1] - bounds[r]);
-  }
-  std::vector<int32_t> part_of(static_cast<size_t>(n));
-  HALOGEN_CHECK_MPI(MPI_Allgatherv(local.data(), static_cast<int>(local.size()), MPI_INT32_T, part_of.data(),
-                                   counts.data(), displs.data(), MPI_INT32_T, comm));
-  return part_of;
+  return detail::allgather_slice_parts(local, n, comm);
 }
 
 }  // namespace halogen

@@ -12,6 +12,7 @@
 
 #include "halogen/core/buffer.hpp"
 #include "halogen/core/error.hpp"
+#include "halogen/partition/partitioner.hpp"
 
 namespace halogen::detail {
 
@@ -22,6 +23,22 @@ struct Ranks {
     HALOGEN_CHECK_MPI(MPI_Comm_size(comm, &size));
   }
 };
+
+// Every rank's parts of its slice (slice_bounds(n, ranks)) gathered into the assignment of all
+// n nodes, the same on every rank. Collective.
+inline std::vector<int32_t> allgather_slice_parts(const std::vector<int32_t>& local, int64_t n, MPI_Comm comm) {
+  const Ranks ranks(comm);
+  const std::vector<int64_t> bounds = slice_bounds(n, ranks.size);
+  std::vector<int> counts(static_cast<size_t>(ranks.size)), displs(static_cast<size_t>(ranks.size));
+  for (size_t r = 0; r < counts.size(); ++r) {
+    displs[r] = static_cast<int>(bounds[r]);
+    counts[r] = static_cast<int>(bounds[r + 1] - bounds[r]);
+  }
+  std::vector<int32_t> part_of(static_cast<size_t>(n));
+  HALOGEN_CHECK_MPI(MPI_Allgatherv(local.data(), static_cast<int>(local.size()), MPI_INT32_T, part_of.data(),
+                                   counts.data(), displs.data(), MPI_INT32_T, comm));
+  return part_of;
+}
 
 // An MPI datatype of `bytes` contiguous bytes, freed on scope exit.
 class BlockType {
