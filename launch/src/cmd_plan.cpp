@@ -57,7 +57,8 @@ int cmd_plan(const std::vector<std::string>& args) {
       ("dequant-ns", po::value(&co.dequant_ns_per_value), "dequantize ns per value at the receiver (default: CPU 1.0, GPU 0.01)")
       ("copy-ns", po::value(&co.copy_ns_per_value), "gather/scatter ns per value at 32 bits, twice that at 16 (default: CPU 0.5, GPU 0.01)")
       ("grad-allreduce", po::value<std::string>()->default_value("layerwise"), "as train: layerwise (fp32) | packed (fp64)")
-      ("grad-compression", po::value<std::string>()->default_value("none"), "as train: none | powersgd")
+      ("grad-compression", po::value<std::string>()->default_value("none"), "as train: none | powersgd | quantized")
+      ("grad-bits", po::value<int>()->default_value(4), "as train: bits of quantized gradients")
       ("grad-rank", po::value<int>()->default_value(4), "as train: PowerSGD rank")
       ("input-storage", po::value(&input_storage)->default_value(input_storage), "as train (CPU clusters): the layer-0 inputs as fp32 | bf16, for the memory per rank")
       ("json", po::value(&json_out), "also write the plan as JSON to this file (new, empty, or an earlier plan's)")
@@ -137,10 +138,13 @@ int cmd_plan(const std::vector<std::string>& args) {
   const std::string grad_compression = vm["grad-compression"].as<std::string>();
   HALOGEN_EXPECTS(grad_allreduce == "layerwise" || grad_allreduce == "packed",
                   "--grad-allreduce must be layerwise or packed, got '{}'", grad_allreduce);
-  HALOGEN_EXPECTS(grad_compression == "none" || grad_compression == "powersgd",
-                  "--grad-compression must be none or powersgd, got '{}'", grad_compression);
+  HALOGEN_EXPECTS(grad_compression == "none" || grad_compression == "powersgd" || grad_compression == "quantized",
+                  "--grad-compression must be none, powersgd or quantized, got '{}'", grad_compression);
   co.grad_value_bytes = grad_allreduce == "packed" ? 8 : 4;
   co.grad_rank = grad_compression == "powersgd" ? vm["grad-rank"].as<int>() : 0;
+  co.grad_bits = grad_compression == "quantized" ? vm["grad-bits"].as<int>() : 0;
+  HALOGEN_EXPECTS(co.grad_bits == 0 || co.grad_bits == 2 || co.grad_bits == 4 || co.grad_bits == 8,
+                  "--grad-bits must be 2, 4 or 8, got {}", co.grad_bits);
   co.modes.clear();
   for (size_t start = 0; start <= modes.size();) {
     const size_t end = std::min(modes.find(',', start), modes.size());

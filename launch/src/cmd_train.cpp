@@ -4,6 +4,8 @@
 #include <memory>
 
 #include "cli.hpp"
+#include "cluster_config.hpp"
+#include "cost_model.hpp"
 #include "halogen/comm/collective_error.hpp"
 #include "halogen/comm/communicator.hpp"
 #include "halogen/comm/device_binding.hpp"
@@ -20,11 +22,51 @@
 
 namespace halogen::cli {
 
+namespace {
+
+// --grad-compression auto's chooser: the cost model (cost_model.hpp, choose_grad_compression)
+// of the partition in `parts_dir` on `cluster_name` (empty: this machine), for the run's model,
+// halo bits and mode. `shape` gets the widths from the shard before training starts.
+std::function<GradCompression(double)> auto_grad_compression(const std::string& parts_dir,
+                                                             const std::string& cluster_name, const TrainOptions& t,
+                                                             std::shared_ptr<plan::ModelShape> shape) {
+  HALOGEN_EXPECTS(!parts_dir.empty(),
+                  "--grad-compression auto needs --parts (the cost model reads the partition's partition.json)");
+  const std::filesystem::path report_path = std::filesystem::path(parts_dir) / "partition.json";
+  nlohmann::json report;
+  try {
+    report = nlohmann::json::parse(std::ifstream(report_path));
+  } catch (const std::exception& e) {
+    HALOGEN_FAIL("--grad-compression auto: cannot read '{}': {}", report_path.string(), e.what());
+  }
+  const int ranks = report.value("num_parts", 0);
+  const cluster::ClusterConfig cluster =
+      cluster_name.empty() ? cluster::local_cluster(ranks) : cluster::load_cluster_config(cluster_name);
+  shape->model = t.model.name;
+  shape->hidden = t.model.hidden;
+  shape->layers = t.model.layers;
+  const int bits = t.exchange.bits_fwd.front(), grad_bits = t.optim.grad_bits, eval_every = t.optim.eval_every;
+  const std::string mode = to_string(t.exchange.mode);
+  return [=](double compute_s) {
+    const plan::GradCompressionChoice c =
+        plan::choose_grad_compression(report, *shape, cluster, compute_s, bits, mode, grad_bits, eval_every);
+    log::debug(
+        "--grad-compression auto on {}: exact gradients {:.4f} s/epoch (all-reduce {:.4f} s, exposed halos "
+        "{:.4f} s), {}-bit codes {:.4f} s/epoch",
+        cluster.name, c.exact.epoch_s, c.exact.allreduce_s, c.exact.exposed_comm_s, grad_bits, c.coded.epoch_s);
+    return c.quantize ? GradCompression::kQuantized : GradCompression::kNone;
+  };
+}
+
+}  // namespace
+
 int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   po::options_description opts("train options");
   std::string parts_dir, dataset, model = "gcn", bits_fwd = "32", bits_bwd = "32", mode = "sync", device = "cpu",
                                   precision = "fp32", comm_name = "auto", metrics, log_level = "info";
   TrainOptions t;
+  // --grad-compression auto: the model's widths, known once the shard is read.
+  const auto auto_shape = std::make_shared<plan::ModelShape>();
   bool quiet = false;
   const std::string model_choices = fmt::format("{}", fmt::join(model_names(), " | "));
   opts.add_options()("parts", po::value(&parts_dir), "directory of shards from `halogen partition` (one per rank)")(
@@ -54,10 +96,18 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "metrics", po::value(&metrics),
       "write one JSON line per epoch and a summary to this file (replaces only an empty file or an earlier "
       "metrics file of train, unless --overwrite)")(
-      "grad-compression", po::value<std::string>()->default_value("none"),
-      "weight gradients: none | powersgd (rank --grad-rank, error feedback; matrices where it saves half)")(
-      "grad-rank", po::value(&t.optim.grad_rank)->default_value(t.optim.grad_rank),
-      "powersgd: rank of the approximation")(
+      "grad-compression", po::value<std::string>(),
+      "weight gradients: none | quantized (--grad-bits codes, error feedback; matrices of 16384 values or more) | "
+      "powersgd (rank --grad-rank, error feedback; matrices where it saves half) | auto (exact for 2 epochs, then "
+      "quantized where the cost model of --cluster predicts the epoch 1.25x shorter). Default: auto where the "
+      "halos are quantized (--bits-fwd or --bits-bwd below 32, with --parts), none otherwise")(
+      "grad-bits", po::value(&t.optim.grad_bits)->default_value(t.optim.grad_bits),
+      "quantized: bits per gradient value (2, 4, 8)")("grad-rank",
+                                                      po::value(&t.optim.grad_rank)->default_value(t.optim.grad_rank),
+                                                      "powersgd: rank of the approximation")(
+      "cluster", po::value<std::string>(),
+      "the cluster config of the machines the job runs on (a YAML file or a name in cluster_configs/; `halogen "
+      "launch` and `halogen slurm` pass theirs), for which --grad-compression auto predicts (default: this machine)")(
       "grad-allreduce", po::value<std::string>()->default_value("layerwise"),
       "weight gradients: layerwise (fp32, one all-reduce per layer overlapping the backward pass) | packed (one "
       "fp64 all-reduce after it)")(
@@ -180,10 +230,22 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     HALOGEN_EXPECTS(HALOGEN_HAVE_NCCL || comm_name != "nccl", "--comm nccl: this halogen was built without NCCL");
     t.optim.grad_allreduce = parse_grad_allreduce(vm["grad-allreduce"].as<std::string>());
     if (t.optim.skip_gradient_allreduce) t.exchange.skip_exchange = true;
-    const std::string compression = vm["grad-compression"].as<std::string>();
-    HALOGEN_EXPECTS(compression == "none" || compression == "powersgd",
-                    "--grad-compression must be 'none' or 'powersgd', got '{}'", compression);
-    t.optim.grad_powersgd = compression == "powersgd";
+    if (vm.count("grad-compression")) {
+      t.optim.grad_compression = parse_grad_compression(vm["grad-compression"].as<std::string>());
+    } else {
+      // Unset, the gradients follow the halos: a run with exact halos keeps exact gradients, one
+      // that already trades exactness for speed lets the cost model decide (where it can: a
+      // partition to read, layer-wise sums that travel).
+      bool quantized_halos = false;
+      for (const auto* bits : {&t.exchange.bits_fwd, &t.exchange.bits_bwd})
+        for (const int b : *bits) quantized_halos = quantized_halos || b < 32;
+      const bool sums_travel = t.optim.grad_allreduce == GradAllreduce::kLayerwise && !t.optim.skip_gradient_allreduce;
+      t.optim.grad_compression =
+          quantized_halos && sums_travel && !parts_dir.empty() ? GradCompression::kAuto : GradCompression::kNone;
+    }
+    if (t.optim.grad_compression == GradCompression::kAuto)
+      t.optim.choose_grad_compression =
+          auto_grad_compression(parts_dir, vm.count("cluster") ? vm["cluster"].as<std::string>() : "", t, auto_shape);
     if (vm.count("save-model")) t.output.save_model_dir = vm["save-model"].as<std::string>();
     t.validate();
     // Now, not after an hour of training (train() checks again).
@@ -191,6 +253,8 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   });
 
   const Shard shard = load_rank_shard(parts_dir, dataset, mpi.rank(), mpi.size(), t.seed);
+  auto_shape->feature_dim = shard.feature_dim;
+  auto_shape->num_classes = shard.num_classes;
   const std::unique_ptr<Communicator> comm = make_communicator(t.device.kind, comm_name);
   TrainResult result;
   run_collectively(MPI_COMM_WORLD, "checking shards", [&] { check_shards_consistent(shard, *comm); });

@@ -215,6 +215,7 @@ struct Model {
   int64_t parameters = 0;
   int64_t gradient_values = 0, gradient_values_powersgd = 0;
   int grad_value_bytes = 4;
+  std::vector<std::pair<int64_t, int64_t>> coded;  // matrices sent as codes (options.grad_bits)
   double work_total = 0.0;
 };
 
@@ -255,6 +256,16 @@ Model build_model(const nlohmann::json& report, const ModelShape& shape, const C
   m.gradient_values = gradient_values(m.layers, options.grad_rank);
   m.gradient_values_powersgd = gradient_values(m.layers, 4);
   m.grad_value_bytes = options.grad_rank > 0 ? 4 : options.grad_value_bytes;
+  HALOGEN_EXPECTS(options.grad_bits == 0 || options.grad_rank == 0, "gradients as codes or as factors, not both");
+  if (options.grad_bits > 0) {
+    m.grad_value_bytes = 4;
+    for (const LayerCost& layer : m.layers)
+      for (const auto& [rows, cols] : layer.matrices)
+        if (rows * cols >= kQuantizedGradientMinValues) {
+          m.coded.push_back({rows, cols});
+          m.gradient_values -= rows * cols;
+        }
+  }
 
   // Work per rank: dense GEMMs (forward, weight gradient, input gradient for l >= 1, the
   // evaluation forward) and aggregations of layers >= 1 (forward, transposed backward,
@@ -297,6 +308,16 @@ Model build_model(const nlohmann::json& report, const ModelShape& shape, const C
   return m;
 }
 
+// Nanoseconds per value to quantize or dequantize on a rank: the options' figures (their
+// average), or the cluster's device defaults, CPU ranks sharing the node's cores.
+double coding_ns(const CostOptions& options, const cluster::ClusterConfig& cluster, int ranks) {
+  const bool gpu = cluster.has_gpus();
+  const double q = options.quant_ns_per_value >= 0.0 ? options.quant_ns_per_value : (gpu ? 0.01 : 2.5);
+  const double dq = options.dequant_ns_per_value >= 0.0 ? options.dequant_ns_per_value : (gpu ? 0.01 : 1.0);
+  const int ranks_here = std::min(ranks, cluster.ranks_per_node);
+  return 0.5 * (q + dq) * (gpu ? 1.0 : static_cast<double>(ranks_here) / cluster.cores_per_node);
+}
+
 // One bit width and mode on one cluster, with compute at `seconds_per_work`.
 Prediction evaluate(const Model& m, const cluster::ClusterConfig& cluster, const CostOptions& options, int bits,
                     const std::string& mode, double seconds_per_work, double slack_s) {
@@ -322,6 +343,20 @@ Prediction evaluate(const Model& m, const cluster::ClusterConfig& cluster, const
     pr.allreduce_bytes_per_epoch = 2LL * (m.P - 1) * m.P * chunk;
     for (auto& msg : step) msg.bytes = 24;
     pr.allreduce_s += m.evals * 2.0 * std::ceil(std::log2(static_cast<double>(m.P))) * exchange_seconds(step, cluster);
+    // Coded matrices: two rounds, each a message of one chunk's codes to every peer, plus
+    // quantizing and dequantizing them (worker: the matrix twice; its chunk: P + 3 times).
+    for (const auto& [rows, cols] : m.coded) {
+      const int64_t chunk =
+          static_cast<int64_t>(quant::packed_words(options.grad_bits, (rows + m.P - 1) / m.P, cols)) * 4;
+      std::vector<Message> round;
+      for (int r = 0; r < m.P; ++r)
+        for (int q = 0; q < m.P; ++q)
+          if (q != r) round.push_back({r, q, chunk});
+      pr.allreduce_s += 2.0 * exchange_seconds(round, cluster);
+      pr.allreduce_bytes_per_epoch += 2LL * m.P * (m.P - 1) * chunk;
+      const double values = static_cast<double>(rows * cols);
+      pr.allreduce_s += values * (2.0 + 4.0 / m.P) * coding_ns(options, cluster, m.P) * 1e-9;
+    }
   }
 
   // Each exchanging layer: its forward exchange in training and evaluation, its backward one.
@@ -386,6 +421,7 @@ Plan predict(const nlohmann::json& report, const ModelShape& shape, const cluste
   plan.gradient_values_powersgd = m.gradient_values_powersgd;
   plan.grad_value_bytes = m.grad_value_bytes;
   plan.grad_rank = options.grad_rank;
+  plan.grad_bits = options.grad_bits;
   plan.work_max = m.work[m.busiest].work;
   if (calibration.compute_s > 0.0) {
     HALOGEN_EXPECTS(calibration.ranks >= 1, "calibration needs the rank count of the measured run");
@@ -434,6 +470,7 @@ std::string format_plan(const Plan& plan, const nlohmann::json& report, const cl
       "{} parameters: gradient all-reduce {:.3f} MB per epoch ({})", plan.parameters,
       static_cast<double>(plan.predictions.empty() ? 0 : plan.predictions[0].allreduce_bytes_per_epoch) / 1e6,
       plan.grad_rank > 0           ? fmt::format("PowerSGD rank {}, fp32", plan.grad_rank)
+      : plan.grad_bits > 0         ? fmt::format("{}-bit codes for the large matrices, the rest fp32", plan.grad_bits)
       : plan.grad_value_bytes == 8 ? std::string("fp64, packed")
                                    : std::string("fp32, layer-wise")));
   line(fmt::format("{:>4} {:>8} {:>12} {:>10} {:>9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>8}", "bits", "mode",
@@ -453,13 +490,12 @@ std::string format_plan(const Plan& plan, const nlohmann::json& report, const cl
   // Which traffic dominates the fastest configuration, and what would shrink it.
   line(fmt::format("there: halo exchange {:.4f} s exposed, weight gradients {:.4f} s", best.exposed_comm_s,
                    best.allreduce_s));
-  if (plan.grad_rank == 0 && best.allreduce_s > best.exposed_comm_s && best.allreduce_s > 0.1 * best.epoch_s &&
-      plan.gradient_values_powersgd < plan.gradient_values)
+  if (plan.grad_rank == 0 && plan.grad_bits == 0 && best.allreduce_s > best.exposed_comm_s &&
+      best.allreduce_s > 0.1 * best.epoch_s)
     line(
-        fmt::format("gradients dominate: --grad-compression powersgd --grad-rank 4 would send {} instead of {} "
-                    "values per rank and epoch ({:.1f}x fewer)",
-                    plan.gradient_values_powersgd, plan.gradient_values,
-                    static_cast<double>(plan.gradient_values) / static_cast<double>(plan.gradient_values_powersgd)));
+        "gradients dominate: --grad-compression quantized sends the large weight matrices as 4-bit codes (about 8x "
+        "fewer bytes, the exact run's epochs to a target); --grad-compression auto decides from this model after "
+        "epoch 1");
   return out;
 }
 
@@ -489,6 +525,28 @@ nlohmann::json plan_to_json(const Plan& plan) {
   const auto& best = plan.fastest();
   j["fastest"] = {{"bits", best.bits}, {"mode", best.mode}, {"epoch_s", best.epoch_s}};
   return j;
+}
+
+GradCompressionChoice choose_grad_compression(const nlohmann::json& report, const ModelShape& shape,
+                                              const cluster::ClusterConfig& cluster, double compute_s, int bits,
+                                              const std::string& mode, int grad_bits, int eval_every) {
+  Calibration calibration;
+  calibration.compute_s = compute_s;
+  calibration.ranks = static_cast<int>(halo_matrix(report).size());
+  calibration.epochs_used = 1;
+  calibration.source = "epoch 1";
+  CostOptions exact;
+  exact.bits = {bits};
+  exact.modes = {mode == "sync" ? "sync" : "overlap"};
+  exact.eval_every = eval_every;
+  CostOptions coded = exact;
+  coded.grad_bits = grad_bits;
+  GradCompressionChoice choice;
+  choice.exact = predict(report, shape, cluster, calibration, exact).predictions.at(0);
+  choice.coded = predict(report, shape, cluster, calibration, coded).predictions.at(0);
+  choice.quantize = choice.exact.allreduce_s > choice.exact.exposed_comm_s &&
+                    choice.exact.epoch_s >= kAutoCodedGain * choice.coded.epoch_s;
+  return choice;
 }
 
 }  // namespace halogen::plan

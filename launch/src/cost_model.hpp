@@ -80,6 +80,10 @@ struct CostOptions {
   /// compressed matrices send (rows + cols) x rank values, as the trainer's rule picks them).
   int grad_value_bytes = 4;
   int grad_rank = 0;
+  /// --grad-compression quantized --grad-bits B (0 = none): the matrices of at least
+  /// kQuantizedGradientMinValues values travel as B-bit codes in two rounds of messages to
+  /// every peer (a chunk of rows per peer each), the rest in the ring.
+  int grad_bits = 0;
 };
 
 /// Gradient values one rank sends per epoch for a model: all of them, or with PowerSGD of
@@ -111,9 +115,10 @@ struct Plan {
   double slack_s = 0.0;  // synchronisation slack from the calibration (0 without)
   int64_t parameters = 0;
   int64_t gradient_values = 0;           // sent per rank and epoch with the options' gradients
-  int64_t gradient_values_powersgd = 0;  // the same with PowerSGD rank 4 (for the recommendation)
+  int64_t gradient_values_powersgd = 0;  // the same with PowerSGD rank 4 (in the JSON)
   int grad_value_bytes = 4;
   int grad_rank = 0;
+  int grad_bits = 0;  // quantized codes of the large matrices (0: none)
   std::vector<Prediction> predictions;
   const Prediction& fastest() const;
   const Prediction* find(int bits, const std::string& mode) const;
@@ -125,6 +130,22 @@ struct Message {
   int dst = 0;
   int64_t bytes = 0;
 };
+
+/// --grad-compression auto's rule, once epoch 1 has measured `compute_s` (the slowest rank's
+/// compute seconds per epoch, calibrating the model at the partition's own rank count): the
+/// epoch predicted with exact gradients (`exact`) and with `grad_bits`-bit codes (`coded`) at
+/// the run's halo bits and mode (stale predicted as overlap). Codes are chosen where the exact
+/// all-reduce outlasts the exposed halo exchange and the coded epoch is predicted at least
+/// kAutoCodedGain times shorter: quantized gradients can cost a few more epochs to the same
+/// accuracy, so a smaller saving would not shorten the time to it.
+inline constexpr double kAutoCodedGain = 1.25;
+struct GradCompressionChoice {
+  bool quantize = false;
+  Prediction exact, coded;
+};
+GradCompressionChoice choose_grad_compression(const nlohmann::json& report, const ModelShape& shape,
+                                              const cluster::ClusterConfig& cluster, double compute_s, int bits,
+                                              const std::string& mode, int grad_bits, int eval_every);
 
 /// Bytes of one halo message of rows x cols at `bits` (as the halo exchanger packs it).
 int64_t message_bytes(int bits, int64_t rows, int64_t cols);

@@ -113,6 +113,10 @@ std::vector<std::string> train_args_for(const cluster::ClusterConfig& cluster, s
     args.push_back("--device");
     args.push_back("cuda");
   }
+  if (!find_option(args, "cluster") && !cluster.source.empty()) {
+    args.push_back("--cluster");
+    args.push_back(std::filesystem::absolute(cluster.source).string());
+  }
   return args;
 }
 

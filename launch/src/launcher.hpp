@@ -57,7 +57,9 @@ std::string shell_quote(const std::string& word);
 std::string format_command(const Command& command);
 
 /// Train options for `cluster`: on a GPU cluster, `--device cuda` is added unless the options
-/// choose a device themselves (one rank per GPU is what the cluster's placement assumes).
+/// choose a device themselves (one rank per GPU is what the cluster's placement assumes); and
+/// `--cluster FILE` (the config's file) unless given, so that `--grad-compression auto` (the
+/// default of quantized halos) chooses for the cluster the job runs on.
 std::vector<std::string> train_args_for(const cluster::ClusterConfig& cluster, std::vector<std::string> args);
 
 /// The value of `--name VALUE` or `--name=VALUE` in `args`, if present.

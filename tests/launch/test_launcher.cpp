@@ -91,9 +91,24 @@ TEST(Launch, TrainOnAGpuClusterUsesTheGpus) {
   cpu.gpus_per_node = 0;
   const std::vector<std::string> args = {"train", "--parts", "p"};
   EXPECT_EQ(launch::train_args_for(gpu, args), (std::vector<std::string>{"train", "--parts", "p", "--device", "cuda"}));
+  // (Built-in configs have no file to pass as --cluster.)
   EXPECT_EQ(launch::train_args_for(cpu, args), args);
   const std::vector<std::string> chosen = {"train", "--device=cpu"};
   EXPECT_EQ(launch::train_args_for(gpu, chosen), chosen);
+}
+
+// --grad-compression auto chooses for the cluster the job runs on: its config file is passed
+// on, unless the options name one (or the cluster is the built-in local one, which has none).
+TEST(Launch, TrainGetsTheClustersConfig) {
+  const auto c = cluster::load_cluster_config("local-cpu-1gbit");
+  const std::vector<std::string> args = {"train", "--bits-fwd", "1"};
+  const auto with = launch::train_args_for(c, args);
+  ASSERT_EQ(with.size(), 5u);
+  EXPECT_EQ(with[3], "--cluster");
+  EXPECT_EQ(cluster::load_cluster_config(with[4]).name, "local-cpu-1gbit");
+  const std::vector<std::string> named = {"train", "--grad-compression=auto", "--cluster", "x.yaml"};
+  EXPECT_EQ(launch::train_args_for(c, named), named);
+  EXPECT_EQ(launch::train_args_for(cluster::local_cluster(4), args), args);
 }
 
 TEST(Launch, ChooseLauncher) {

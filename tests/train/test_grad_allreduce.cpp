@@ -1,17 +1,23 @@
 // The weight-gradient all-reduce on several ranks: layer-wise fp32 sums equal the packed fp64
 // sums to fp32 rounding, epoch by epoch; the metrics count the gradient bytes apart from the
 // halo bytes, and PowerSGD sends the bytes of its rank-r factors for the matrices it compresses
-// and the full values of the rest, while training still learns.
+// and the full values of the rest, while training still learns. Quantized codes: every rank
+// ends with the same sum, error feedback makes the sum over steps follow the exact one, a
+// non-finite gradient reaches every rank, training learns and resumes bit for bit.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
 
 #include "devices.hpp"
 #include "halogen/comm/communicator.hpp"
 #include "halogen/partition/generate.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/train/trainer.hpp"
+#include "quantized_gradients.hpp"
 #include "test_data.hpp"
 
 namespace halogen {
@@ -72,7 +78,7 @@ TEST_P(GradAllreduceRuns, LayerwiseEqualsPackedToFp32Rounding) {
 TEST_P(GradAllreduceRuns, PowerSgdSendsTheFactorsAndLearns) {
   auto t = options();
   const auto exact = run(t);
-  t.optim.grad_powersgd = true;
+  t.optim.grad_compression = GradCompression::kPowerSgd;
   t.optim.grad_rank = 4;
   const auto compressed = run(t);
   const int P = test::world_size();
@@ -88,9 +94,228 @@ TEST_P(GradAllreduceRuns, PowerSgdSendsTheFactorsAndLearns) {
     EXPECT_EQ(again.epochs[e]["loss"].get<double>(), compressed.epochs[e]["loss"].get<double>()) << "epoch " << e;
 }
 
+TEST_P(GradAllreduceRuns, QuantizedGradientsSendCodesAndLearn) {
+  auto t = options();
+  const auto exact = run(t);
+  t.optim.grad_compression = GradCompression::kQuantized;
+  const auto coded = run(t);
+  const int P = test::world_size();
+  // Layer 0's 200 x 64 weight (12800 values) is under the rule's 16384: at hidden 128 it is coded.
+  for (size_t e = 0; e < coded.epochs.size(); ++e)
+    EXPECT_EQ(coded.epochs[e]["loss"].get<double>(), exact.epochs[e]["loss"].get<double>()) << "epoch " << e;
+  t.model.hidden = 128;
+  auto wide_exact = t;
+  wide_exact.optim.grad_compression = GradCompression::kNone;
+  const auto reference = run(wide_exact);
+  const auto wide = run(t);
+  const int64_t params = (200 * 128 + 128) + (128 * 4 + 4);
+  const int64_t fp32_bytes = int64_t{4} * params * P;
+  for (const auto& e : wide.epochs) {
+    if (P == 1) {
+      EXPECT_EQ(e["grad_bytes"].get<int64_t>(), fp32_bytes);  // one rank has nothing to code
+    } else {
+      // Codes of 4 bits: 200 rows of 1 metadata word + 16 code words (+ an exponent word per
+      // message), twice (P - 1) / P of them per rank; the rest in fp32.
+      const int64_t codes = 2 * (P - 1) * (200 * 17 + P) * 4;
+      EXPECT_GT(e["grad_bytes"].get<int64_t>(), int64_t{4} * (128 + 128 * 4 + 4) * P);
+      EXPECT_LE(e["grad_bytes"].get<int64_t>(), int64_t{4} * (128 + 128 * 4 + 4) * P + codes);
+    }
+  }
+  EXPECT_LT(wide.epochs.back()["loss"].get<double>(), 0.8 * wide.epochs.front()["loss"].get<double>());
+  EXPECT_NEAR(wide.summary["best_val_acc"].get<double>(), reference.summary["best_val_acc"].get<double>(), 0.03);
+  const auto again = run(t);
+  for (size_t e = 0; e < again.epochs.size(); ++e)
+    EXPECT_EQ(again.epochs[e]["loss"].get<double>(), wide.epochs[e]["loss"].get<double>()) << "epoch " << e;
+}
+
+// Both error feedbacks are in the checkpoint: a run stopped after epoch 2 and resumed gives the
+// uninterrupted run's losses bit for bit (the feedback is non-zero from the first step on).
+TEST_P(GradAllreduceRuns, QuantizedGradientsResumeBitForBit) {
+  auto t = options();
+  t.model.hidden = 128;
+  t.optim.epochs = 6;
+  t.optim.grad_compression = GradCompression::kQuantized;
+  t.optim.grad_bits = 2;
+  std::string dir;
+  std::unique_ptr<test::ScratchDir> scratch;
+  if (test::world_rank() == 0) {
+    scratch = std::make_unique<test::ScratchDir>("resume-quantized-gradients");
+    dir = scratch->path().string();
+  }
+  int length = static_cast<int>(dir.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  dir.resize(static_cast<size_t>(length));
+  MPI_Bcast(dir.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+  const auto whole = run(t);
+  auto first = t;
+  first.optim.epochs = 3;
+  first.reliability.checkpoint_dir = std::filesystem::path(dir) / "ck";
+  run(first);
+  auto rest = t;
+  rest.reliability.resume_dir = first.reliability.checkpoint_dir;
+  const auto resumed = run(rest);
+  MPI_Barrier(MPI_COMM_WORLD);  // before rank 0 removes the directory
+  ASSERT_EQ(resumed.epochs.size(), 3u);
+  for (size_t e = 0; e < resumed.epochs.size(); ++e)
+    EXPECT_EQ(resumed.epochs[e]["loss"].get<double>(), whole.epochs[e + 3]["loss"].get<double>()) << "epoch " << e + 3;
+  // A run without codes cannot resume this one's state.
+  auto plain = rest;
+  plain.optim.grad_compression = GradCompression::kNone;
+  if (test::world_size() > 1) {
+    EXPECT_NE(test::error_of([&] { run(plain); }).find("--grad-bits must match"), std::string::npos);
+  }
+}
+
+// --grad-compression auto: exact gradients until epoch 1 has been timed, then the chooser's
+// pick, which the summary reports. The same chooser result on every rank.
+TEST_P(GradAllreduceRuns, AutoAsksTheChooserOnceAfterEpochOne) {
+  auto t = options();
+  t.model.hidden = 128;
+  t.optim.epochs = 5;
+  const auto exact = run(t);
+  int calls = 0;
+  double seen = -1.0;
+  t.optim.grad_compression = GradCompression::kAuto;
+  t.optim.choose_grad_compression = [&](double compute_s) {
+    ++calls;
+    seen = compute_s;
+    return GradCompression::kQuantized;
+  };
+  const auto chosen = run(t);
+  EXPECT_EQ(calls, 1);
+  EXPECT_DOUBLE_EQ(seen, chosen.epochs[1]["compute_s"].get<double>());
+  for (int e = 0; e < 2; ++e)  // exact epochs
+    EXPECT_EQ(chosen.epochs[e]["loss"].get<double>(), exact.epochs[e]["loss"].get<double>()) << "epoch " << e;
+  const bool codes = test::world_size() > 1;
+  EXPECT_EQ(chosen.summary["grad_compression_chosen"].get<std::string>(), codes ? "quantized" : "none");
+  if (codes) {
+    EXPECT_LT(chosen.epochs[3]["grad_bytes"].get<int64_t>(), exact.epochs[3]["grad_bytes"].get<int64_t>() / 2);
+  }
+  t.optim.choose_grad_compression = [](double) { return GradCompression::kNone; };
+  const auto kept = run(t);
+  for (size_t e = 0; e < kept.epochs.size(); ++e)
+    EXPECT_EQ(kept.epochs[e]["loss"].get<double>(), exact.epochs[e]["loss"].get<double>()) << "epoch " << e;
+  EXPECT_EQ(kept.summary["grad_compression_chosen"].get<std::string>(), "none");
+}
+
+// The component alone: random gradients of a 300 x 70 matrix, different on every rank.
+class QuantizedGradientSum : public testing::Test {
+ protected:
+  static constexpr int64_t kRows = 300, kCols = 70;
+  Tensor gradient(int step) const {
+    std::mt19937 rng(static_cast<uint32_t>(1000 * test::world_rank() + step));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> g(static_cast<size_t>(kRows * kCols));
+    for (float& v : g) v = normal(rng) + 0.5f * static_cast<float>(test::world_rank());
+    Tensor t(kDevCpu, DType::kF32, kRows * kCols, 1);
+    std::memcpy(t.data(), g.data(), g.size() * sizeof(float));
+    return t;
+  }
+  // The exact sum over ranks, in fp64.
+  std::vector<double> exact_sum(const Tensor& g) const {
+    std::vector<double> sum(static_cast<size_t>(g.numel()));
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] = g.ptr<float>()[i];
+    MPI_Allreduce(MPI_IN_PLACE, sum.data(), static_cast<int>(sum.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return sum;
+  }
+  MpiCommunicator comm_;
+  ExecContext ctx_;
+};
+
+TEST_F(QuantizedGradientSum, EveryRankGetsTheSameSumAndFeedbackCancelsTheError) {
+  if (test::world_size() == 1) GTEST_SKIP() << "one rank sends no codes";
+  for (const int bits : {2, 4, 8}) {
+    QuantizedGradients codes(comm_, ctx_, 7, bits, {{0, kRows, kCols}});
+    ASSERT_EQ(codes.matrices().size(), 1u);
+    // The same gradient every step: the mean of the sums approaches the exact sum as 1/steps
+    // (what a step's codes drop is sent later); one step alone is off by much more.
+    const Tensor fixed = gradient(0);
+    const std::vector<double> exact = exact_sum(fixed);
+    double norm = 0.0;
+    for (double v : exact) norm += v * v;
+    std::vector<double> total(exact.size(), 0.0);
+    double first_error = 0.0;
+    const int steps = 64;
+    for (int step = 0; step < steps; ++step) {
+      Tensor g(kDevCpu, DType::kF32, kRows * kCols, 1);
+      std::memcpy(g.data(), fixed.data(), fixed.bytes());
+      codes.start(0, g, step);
+      codes.finish(g, false);
+      // Bit for bit the same on every rank.
+      std::vector<float> mine(g.ptr<float>(), g.ptr<float>() + g.numel()), low(mine), high(mine);
+      MPI_Allreduce(MPI_IN_PLACE, low.data(), static_cast<int>(low.size()), MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, high.data(), static_cast<int>(high.size()), MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+      ASSERT_EQ(std::memcmp(low.data(), high.data(), low.size() * sizeof(float)), 0) << bits << " bits, step " << step;
+      double err = 0.0;
+      for (size_t i = 0; i < mine.size(); ++i) {
+        total[i] += mine[i];
+        if (step == 0) err += (mine[i] - exact[i]) * (mine[i] - exact[i]);
+      }
+      if (step == 0) first_error = std::sqrt(err / norm);
+    }
+    double mean_error = 0.0;
+    for (size_t i = 0; i < total.size(); ++i)
+      mean_error += (total[i] / steps - exact[i]) * (total[i] / steps - exact[i]);
+    mean_error = std::sqrt(mean_error / norm);
+    EXPECT_GT(first_error, 0.0) << bits << " bits";
+    EXPECT_LT(first_error, bits == 2 ? 1.2 : bits == 4 ? 0.3 : 0.03) << bits << " bits";
+    // Without feedback, unbiased rounding alone would leave first_error / sqrt(64) = 1/8 of it.
+    EXPECT_LT(mean_error, first_error / 20) << bits << " bits";
+  }
+}
+
+// A non-finite gradient on one rank: it is flagged there, the step is discarded on every rank
+// (all NaN), and the error feedback is as if the step had not happened: the next step gives the
+// bits of a run without it.
+TEST_F(QuantizedGradientSum, NonFiniteGradientIsDiscardedOnEveryRank) {
+  if (test::world_size() == 1) GTEST_SKIP() << "one rank sends no codes";
+  QuantizedGradients codes(comm_, ctx_, 7, 4, {{0, kRows, kCols}, {kRows * kCols, 10, 10}});
+  QuantizedGradients clean(comm_, ctx_, 7, 4, {{0, kRows, kCols}});
+  ASSERT_EQ(codes.matrices().size(), 1u);  // 10 x 10 is too small to code
+  const auto step = [&](QuantizedGradients& q, int epoch, bool poisoned) {
+    Tensor g = gradient(epoch);
+    if (poisoned && test::world_rank() == 1) g.ptr<float>()[123] = std::numeric_limits<float>::infinity();
+    q.start(0, g, epoch);
+    EXPECT_EQ(q.nonfinite(), poisoned && test::world_rank() == 1);
+    double flag = q.nonfinite() ? 1.0 : 0.0;
+    MPI_Allreduce(MPI_IN_PLACE, &flag, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(flag > 0.0, poisoned);
+    q.finish(g, flag > 0.0);
+    EXPECT_FALSE(q.nonfinite());  // a new step starts clean
+    return std::vector<float>(g.ptr<float>(), g.ptr<float>() + g.numel());
+  };
+  step(codes, 0, false);
+  step(clean, 0, false);
+  const std::vector<float> discarded = step(codes, 1, true);
+  for (size_t i = 0; i < discarded.size(); i += 97) EXPECT_TRUE(std::isnan(discarded[i])) << i;
+  const std::vector<float> after = step(codes, 2, false), expected = step(clean, 2, false);
+  EXPECT_EQ(std::memcmp(after.data(), expected.data(), after.size() * sizeof(float)), 0);
+}
+
+TEST(GradAllreduceOptions, QuantizedNeedsLayerwiseAndKnownBits) {
+  TrainOptions t;
+  t.optim.grad_compression = GradCompression::kQuantized;
+  t.optim.grad_allreduce = GradAllreduce::kPacked;
+  EXPECT_NE(test::error_of([&] { t.validate(); }).find("quantized needs --grad-allreduce layerwise"),
+            std::string::npos);
+  t.optim.grad_allreduce = GradAllreduce::kLayerwise;
+  for (const int bits : {1, 3})
+    EXPECT_NE(test::error_of([&] {
+                t.optim.grad_bits = bits;
+                t.validate();
+              }).find(fmt::format("--grad-bits must be 2, 4 or 8, got {}", bits)),
+              std::string::npos);
+  t.optim.grad_bits = 4;
+  t.optim.grad_compression = GradCompression::kAuto;
+  EXPECT_NE(test::error_of([&] { t.validate(); }).find("auto needs a chooser"), std::string::npos);
+  EXPECT_EQ(parse_grad_compression("auto"), GradCompression::kAuto);
+  EXPECT_NE(test::error_of([&] { parse_grad_compression("1bit"); }).find("none, powersgd, quantized or auto"),
+            std::string::npos);
+}
+
 TEST(GradAllreduceOptions, PowerSgdNeedsLayerwise) {
   TrainOptions t;
-  t.optim.grad_powersgd = true;
+  t.optim.grad_compression = GradCompression::kPowerSgd;
   t.optim.grad_allreduce = GradAllreduce::kPacked;
   EXPECT_NE(test::error_of([&] { t.validate(); }).find("needs --grad-allreduce layerwise"), std::string::npos);
   t.optim.grad_allreduce = GradAllreduce::kLayerwise;

@@ -378,11 +378,23 @@ TEST(MemoryPlan, OptimizerItemIsWhatTheComponentsReport) {
   const int64_t n = static_cast<int64_t>(layers.back().end);
   EXPECT_EQ(optimizer(t), static_cast<uint64_t>(n) * 16);  // weights, gradients, Adam m and v
   TrainOptions powersgd = t;
-  powersgd.optim.grad_powersgd = true;
+  powersgd.optim.grad_compression = GradCompression::kPowerSgd;
   powersgd.optim.grad_rank = 4;
-  const uint64_t extra = GradientSync::device_bytes(gradient_layout(layers), powersgd, 6);
+  const uint64_t extra = GradientSync::device_bytes(gradient_layout(layers), powersgd, 6, 2);
   EXPECT_GT(extra, 0u);  // the 64 x 128 first-layer weight is compressed
   EXPECT_EQ(optimizer(powersgd), static_cast<uint64_t>(n) * 16 + extra);
+  // Quantized codes on 2 ranks: the 64 x 128 weight has 8192 values, under the rule's 16384, so
+  // nothing is coded; at hidden 256 the 64 x 256 weight is (both error feedbacks, the
+  // dequantized matrix, the chunk sum and the codes).
+  TrainOptions coded = t;
+  coded.optim.grad_compression = GradCompression::kQuantized;
+  EXPECT_EQ(optimizer(coded), static_cast<uint64_t>(n) * 16);  // nothing is large enough
+  coded.model.hidden = 256;
+  const auto wide = nn::layout(coded, shards[0].feature_dim, shards[0].num_classes);
+  const int64_t wide_n = static_cast<int64_t>(wide.back().end);
+  const uint64_t codes = GradientSync::device_bytes(gradient_layout(wide), coded, 6, 2);
+  EXPECT_GE(codes, static_cast<uint64_t>(64 * 256) * 4 * 3);  // 16384 values: two errors and the approximation
+  EXPECT_EQ(optimizer(coded), static_cast<uint64_t>(wide_n) * 16 + codes);
   TrainOptions packed = t;
   packed.optim.grad_allreduce = GradAllreduce::kPacked;
   EXPECT_EQ(optimizer(packed), static_cast<uint64_t>(n) * 16 + static_cast<uint64_t>(n + 6) * 8);

@@ -16,7 +16,8 @@ GradientSync::GradientSync(Communicator& comm, const ExecContext& ctx, const Tra
   const Device device = ctx_.device;
   if (opt_.optim.grad_allreduce == GradAllreduce::kPacked)
     packed_.reset(device, DType::kF64, layout_.total + scalars, 1);
-  if (!opt_.optim.grad_powersgd) return;
+  if (opt_.optim.grad_compression == GradCompression::kQuantized) use_quantized();
+  if (opt_.optim.grad_compression != GradCompression::kPowerSgd) return;
   const int64_t r = opt_.optim.grad_rank;
   const RngStream rng = RngStream::make(opt_.seed ^ 0x5057534744ull, RngPurpose::kWeightInit);
   for (const GradientLayout::Matrix& m : layout_.matrices) {
@@ -38,6 +39,18 @@ GradientSync::GradientSync(Communicator& comm, const ExecContext& ctx, const Tra
   }
 }
 
+void GradientSync::use_quantized() {
+  if (quantized_ || comm_.size() == 1) return;
+  quantized_ =
+      std::make_unique<QuantizedGradients>(comm_, ctx_, opt_.seed, opt_.optim.grad_bits, quantized_matrices(layout_));
+}
+
+std::vector<QuantizedGradients::Matrix> GradientSync::quantized_matrices(const GradientLayout& layout) {
+  std::vector<QuantizedGradients::Matrix> out;
+  for (const GradientLayout::Matrix& m : layout.matrices) out.push_back({m.offset, m.rows, m.cols});
+  return out;
+}
+
 GradientLayout gradient_layout(const std::vector<nn::LayerDecl>& layers) {
   GradientLayout layout;
   layout.total = layers.empty() ? 0 : static_cast<int64_t>(layers.back().end);
@@ -51,11 +64,15 @@ GradientLayout gradient_layout(const std::vector<nn::LayerDecl>& layers) {
   return layout;
 }
 
-uint64_t GradientSync::device_bytes(const GradientLayout& layout, const TrainOptions& options, int64_t scalars) {
+uint64_t GradientSync::device_bytes(const GradientLayout& layout, const TrainOptions& options, int64_t scalars,
+                                    int ranks) {
   uint64_t bytes = 0;
+  const GradCompression c = options.optim.grad_compression;
+  if ((c == GradCompression::kQuantized || c == GradCompression::kAuto) && ranks > 1)
+    bytes += QuantizedGradients::device_bytes(quantized_matrices(layout), options.optim.grad_bits, ranks);
   if (options.optim.grad_allreduce == GradAllreduce::kPacked)
     bytes += static_cast<uint64_t>(layout.total + scalars) * 8;
-  if (options.optim.grad_powersgd) {
+  if (options.optim.grad_compression == GradCompression::kPowerSgd) {
     const int64_t r = options.optim.grad_rank;
     for (const GradientLayout::Matrix& m : layout.matrices)
       if (compressed(m.rows, m.cols, r))  // Q and P, the error feedback and P Q^T
@@ -121,16 +138,27 @@ void GradientSync::compress(Compressed& c, const Tensor& grads) {
   bytes_ += static_cast<uint64_t>((n + m) * r) * sizeof(float);
 }
 
-void GradientSync::start_layer(int l, const Tensor& grads) {
+void GradientSync::start_layer(int l, const Tensor& grads, int epoch) {
   if (opt_.optim.skip_gradient_allreduce || opt_.optim.grad_allreduce == GradAllreduce::kPacked) return;
   const GradientLayout::Range layer = layout_.layers[static_cast<size_t>(l)];
-  // Compressed matrices first (two small blocking all-reduces each), then the rest of the
-  // layer's parameters as contiguous uncompressed ranges.
-  std::vector<std::pair<int64_t, int64_t>> ranges = {{layer.begin, layer.end}};
+  // Compressed matrices first (PowerSGD: two small blocking all-reduces each; codes: their
+  // first round started), then the rest of the layer's parameters as contiguous exact ranges.
+  std::vector<std::pair<int64_t, int64_t>> compressed;
   for (Compressed& c : compressed_) {
     if (c.m.layer != l) continue;
     compress(c, grads);
-    const int64_t a = c.m.offset, b = a + c.m.rows * c.m.cols;
+    compressed.push_back({c.m.offset, c.m.offset + c.m.rows * c.m.cols});
+  }
+  if (quantized_) {
+    const auto& ms = quantized_->matrices();
+    for (size_t k = 0; k < ms.size(); ++k) {
+      if (ms[k].offset < layer.begin || ms[k].offset >= layer.end) continue;
+      quantized_->start(k, grads, epoch);
+      compressed.push_back({ms[k].offset, ms[k].offset + ms[k].rows * ms[k].cols});
+    }
+  }
+  std::vector<std::pair<int64_t, int64_t>> ranges = {{layer.begin, layer.end}};
+  for (const auto& [a, b] : compressed) {
     std::vector<std::pair<int64_t, int64_t>> rest;
     for (const auto& [x, y] : ranges) {
       if (b <= x || a >= y) {
@@ -191,13 +219,25 @@ void GradientSync::finish(const Tensor& grads, std::span<double> scalars) {
     synchronize(ctx_);
   } else {
     // The gradients are on their way (started layer by layer); the scalars follow in one small
-    // fp64 all-reduce, then every layer's sum is waited for.
+    // fp64 all-reduce, then every layer's sum is waited for. A rank whose gradient could not be
+    // quantized (non-finite) raises the step's overflow flag, the last scalar.
+    if (quantized_ && quantized_->nonfinite()) scalars.back() += 1.0;
     comm_.allreduce_sum(scalars);
     finish_layers(grads);
+    if (quantized_) {
+      Stopwatch wait;
+      quantized_->finish(grads, scalars.back() > 0.0);
+      wait_s_ += wait.seconds();
+      const uint64_t codes = quantized_->take_bytes();
+      bytes_ += codes;
+      exchanged_bytes_ += codes;
+    }
   }
 }
 
 void GradientSync::save(CheckpointWriter& w, nlohmann::json& meta) const {
+  meta["quantized_gradient_matrices"] = quantized_ ? quantized_->matrices().size() : 0;
+  if (quantized_) quantized_->save(w, "quantized_gradients");
   meta["powersgd_matrices"] = compressed_.size();
   for (size_t k = 0; k < compressed_.size(); ++k) {
     const std::vector<float> q = to_host_floats(ctx_, compressed_[k].q), e = to_host_floats(ctx_, compressed_[k].error);
@@ -212,6 +252,14 @@ void GradientSync::restore(const CheckpointReader& r, const nlohmann::json& meta
                   "checkpoint in '{}' holds PowerSGD state of {} matrices, this run compresses {} "
                   "(--grad-compression and --grad-rank must match the original run)",
                   where, saved, compressed_.size());
+  const size_t quantized = meta.value("quantized_gradient_matrices", size_t{0});
+  // --grad-compression auto: the saved run had chosen codes.
+  if (quantized > 0 && opt_.optim.grad_compression == GradCompression::kAuto) use_quantized();
+  HALOGEN_EXPECTS(quantized == (quantized_ ? quantized_->matrices().size() : 0),
+                  "checkpoint in '{}' holds the error feedback of {} quantized gradient matrices, this run quantizes "
+                  "{} (--grad-compression and --grad-bits must match the original run)",
+                  where, quantized, quantized_ ? quantized_->matrices().size() : 0);
+  if (quantized_) quantized_->restore(r, "quantized_gradients");
   for (size_t k = 0; k < compressed_.size(); ++k) {
     std::vector<float> q(static_cast<size_t>(compressed_[k].q.numel())),
         e(static_cast<size_t>(compressed_[k].error.numel()));

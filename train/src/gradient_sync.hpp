@@ -12,6 +12,7 @@
 #include "halogen/train/checkpoint.hpp"
 #include "halogen/train/trainer.hpp"
 #include "nn/layer.hpp"
+#include "quantized_gradients.hpp"
 
 namespace halogen {
 
@@ -42,6 +43,8 @@ GradientLayout gradient_layout(const std::vector<nn::LayerDecl>& layers);
 /// - PowerSGD (with layer-wise): each matrix where a rank-R approximation saves half the bytes
 ///   travels as its factors (P = M Q and Q = M^T P summed over ranks, P orthonormalised on the
 ///   host in fp64, error feedback per rank, Q warm-started), the rest of its layer as ranges.
+/// - quantized codes (with layer-wise): QuantizedGradients, for matrices of 16384 values or
+///   more; their first round starts with their layer, the second is waited for in finish().
 /// Where MPI carries a GPU's data, the gradients are staged through host memory here, once.
 /// Every choice keeps the exactness invariant: the sums are in a fixed order on every rank.
 class GradientSync {
@@ -53,13 +56,13 @@ class GradientSync {
 
   /// Layer-wise: starts the sum of layer l's gradients (complete on the device). A no-op when
   /// the gradients travel packed or not at all.
-  void start_layer(int l, const Tensor& grads);
+  void start_layer(int l, const Tensor& grads, int epoch);
   /// Sums `scalars` over ranks (fp64) and completes the gradient sums of this step.
   void finish(const Tensor& grads, std::span<double> scalars);
 
   /// The bytes this component allocates on the rank's device for `options`: the packed fp64
   /// buffer, PowerSGD's factors, error feedback and scratch (what the memory plan counts).
-  static uint64_t device_bytes(const GradientLayout& layout, const TrainOptions& options, int64_t scalars);
+  static uint64_t device_bytes(const GradientLayout& layout, const TrainOptions& options, int64_t scalars, int ranks);
 
   /// A blocking sum over ranks of a contiguous fp32 or fp64 tensor, in place.
   void allreduce_now(const TensorView& v);
@@ -68,10 +71,19 @@ class GradientSync {
   /// sent.
   double wait_seconds() const { return wait_s_; }
   uint64_t bytes() const { return bytes_; }
+  /// Of bytes(): what travelled through Communicator::start_exchange (the quantized codes),
+  /// which the communicator counts among its bytes_sent() with the halos.
+  uint64_t exchanged_bytes() const { return exchanged_bytes_; }
   void reset_epoch() {
     wait_s_ = 0.0;
     bytes_ = 0;
+    exchanged_bytes_ = 0;
   }
+
+  /// From the next step on, the weight matrices travel as quantized codes (--grad-compression
+  /// quantized from the start; auto once it has chosen so). A no-op on one rank.
+  void use_quantized();
+  bool quantized() const { return quantized_ != nullptr; }
 
   /// PowerSGD's state (each matrix's Q and error feedback): resuming without it would not
   /// continue the same run.
@@ -97,18 +109,21 @@ class GradientSync {
   void start_range(const Tensor& grads, int64_t begin, int64_t end);
   void compress(Compressed& c, const Tensor& grads);
   void finish_layers(const Tensor& grads);
+  static std::vector<QuantizedGradients::Matrix> quantized_matrices(const GradientLayout& layout);
 
   Communicator& comm_;
   const ExecContext& ctx_;
   const TrainOptions& opt_;
   GradientLayout layout_;
   std::vector<Compressed> compressed_;
+  std::unique_ptr<QuantizedGradients> quantized_;  // --grad-compression quantized, more than one rank
   std::vector<Bucket> buckets_;
   Tensor packed_;                 // f64: gradients then scalars (packed mode)
   HostBuffer<float> grad_host_;   // the layers' host copy when MPI carries GPU data
   HostBuffer<std::byte> staged_;  // allreduce_now's host copy when MPI carries GPU data
   double wait_s_ = 0.0;
   uint64_t bytes_ = 0;
+  uint64_t exchanged_bytes_ = 0;
 };
 
 }  // namespace halogen

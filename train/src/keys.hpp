@@ -32,4 +32,11 @@ inline int backward(int l) { return 4 * l + 1; }
 inline int evaluation(int l) { return 4 * l + 2; }
 }  // namespace halo_tag
 
+/// The message tags of the quantized weight-gradient sum (QuantizedGradients), two rounds per
+/// compressed matrix k < 256; above every halo tag (layers < 256, quant::QuantKey).
+namespace gradient_tag {
+inline int chunks(int k) { return 1024 + 2 * k; }
+inline int sums(int k) { return 1024 + 2 * k + 1; }
+}  // namespace gradient_tag
+
 }  // namespace halogen

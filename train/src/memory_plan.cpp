@@ -139,6 +139,7 @@ ShardCounts ShardCounts::of(const Shard& s) {
   c.sends = s.send_offsets.empty() ? 0 : s.send_offsets[s.num_parts];
   c.feature_dim = s.feature_dim;
   c.classes = s.num_classes;
+  c.ranks = s.num_parts;
   c.shared_transpose_entries = train_detail::shared_transpose_entries(s);
   c.long_row_chunks = halogen::long_row_chunks(s.row_offsets.data(), s.num_owned);
   const int64_t cells = s.num_owned * s.feature_dim;
@@ -215,9 +216,10 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
              : 0;
   // What the optimizer (weights, gradients, Adam's moments, the fp16 copy) and the gradient
   // sum (the packed buffer, PowerSGD's state) allocate, as they report it.
-  const uint64_t optimizer = Optimizer::device_bytes(static_cast<int64_t>(nn::num_params(layers)), opt) +
-                             GradientSync::device_bytes(gradient_layout(layers), opt,
-                                                        train_detail::step_scalars(static_cast<int>(layers.size())));
+  const uint64_t optimizer =
+      Optimizer::device_bytes(static_cast<int64_t>(nn::num_params(layers)), opt) +
+      GradientSync::device_bytes(gradient_layout(layers), opt,
+                                 train_detail::step_scalars(static_cast<int>(layers.size())), s.ranks);
   // The layer-0 inputs the model asks for. On a GPU they are dense, in the activation dtype,
   // with a dropped copy.
   const bool bf16_inputs = opt.device.input_storage == InputStorage::kBf16;

@@ -54,6 +54,27 @@ GradAllreduce parse_grad_allreduce(const std::string& name) {
 
 std::string to_string(GradAllreduce g) { return g == GradAllreduce::kPacked ? "packed" : "layerwise"; }
 
+GradCompression parse_grad_compression(const std::string& name) {
+  if (name == "none") return GradCompression::kNone;
+  if (name == "powersgd") return GradCompression::kPowerSgd;
+  if (name == "quantized") return GradCompression::kQuantized;
+  if (name == "auto") return GradCompression::kAuto;
+  HALOGEN_FAIL("--grad-compression must be none, powersgd, quantized or auto, got '{}'", name);
+}
+
+std::string to_string(GradCompression g) {
+  switch (g) {
+    case GradCompression::kPowerSgd:
+      return "powersgd";
+    case GradCompression::kQuantized:
+      return "quantized";
+    case GradCompression::kAuto:
+      return "auto";
+    default:
+      return "none";
+  }
+}
+
 Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "fp16") return Precision::kFp16;
@@ -114,8 +135,15 @@ void TrainOptions::validate() const {
       HALOGEN_EXPECTS(quant::is_supported_bits(b), "{}: {} bits not supported (1, 2, 4, 8, 16, 32)", what, b);
   }
   HALOGEN_EXPECTS(o.grad_rank >= 1 && o.grad_rank <= 1024, "--grad-rank must be in [1, 1024], got {}", o.grad_rank);
-  HALOGEN_EXPECTS(!o.grad_powersgd || o.grad_allreduce == GradAllreduce::kLayerwise,
-                  "--grad-compression powersgd needs --grad-allreduce layerwise");
+  HALOGEN_EXPECTS(o.grad_bits == 2 || o.grad_bits == 4 || o.grad_bits == 8,
+                  "--grad-bits must be 2, 4 or 8, got {} (1-bit codes round a value to its row's minimum or maximum, "
+                  "an error that error feedback cannot cancel: it grows without bound)",
+                  o.grad_bits);
+  HALOGEN_EXPECTS(o.grad_compression == GradCompression::kNone || o.grad_allreduce == GradAllreduce::kLayerwise,
+                  "--grad-compression {} needs --grad-allreduce layerwise", to_string(o.grad_compression));
+  HALOGEN_EXPECTS(o.grad_compression != GradCompression::kAuto || o.choose_grad_compression,
+                  "--grad-compression auto needs a chooser (OptimOptions::choose_grad_compression; halogen train "
+                  "sets one from the cost model)");
   HALOGEN_EXPECTS(o.loss_scale >= 1.0f && o.loss_scale <= 16777216.0f, "--loss-scale must be in [1, 2^24], got {}",
                   o.loss_scale);
   HALOGEN_EXPECTS(d.precision == Precision::kFp32 || d.kind == Device::kCuda,

@@ -289,7 +289,13 @@ nlohmann::json training_description(const TrainOptions& opt) {
       {"attn_dropout", opt.model.attention_dropout()},
       {"attn_terms", opt.exchange.quantize_attention_terms ? "quantized" : "fp32"},
       {"grad_allreduce", to_string(opt.optim.grad_allreduce)},
-      {"grad_compression", opt.optim.grad_powersgd ? fmt::format("powersgd rank {}", opt.optim.grad_rank) : "none"}};
+      {"grad_compression", opt.optim.grad_compression == GradCompression::kPowerSgd
+                               ? fmt::format("powersgd rank {}", opt.optim.grad_rank)
+                           : opt.optim.grad_compression == GradCompression::kQuantized
+                               ? fmt::format("quantized {} bits", opt.optim.grad_bits)
+                           : opt.optim.grad_compression == GradCompression::kAuto
+                               ? fmt::format("auto (quantized {} bits where the cost model says)", opt.optim.grad_bits)
+                               : std::string("none")}};
 }
 
 bool checkpoint_due(const TrainOptions& opt, int epoch, bool last) {

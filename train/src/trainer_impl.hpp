@@ -61,6 +61,7 @@ class Trainer {
 
   // --- records
   TrainResult run_epochs();
+  void choose_grad_compression(double compute_s);
   void save_checkpoint(int epoch);
   void save_model(int epochs_run, const TrainResult& result) const;
   nlohmann::json summary(double total_s, int epochs_run) const;

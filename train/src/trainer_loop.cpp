@@ -66,7 +66,7 @@ void Trainer::backward(int epoch) {
       if (const TensorView skip = below.skip_grad(); !skip.empty()) ops::axpy(ctx(), 1.0f, skip, dprev);
       activate_backward(ctx(), below.activation(), below.output(), dprev);
     }
-    grad_sync_->start_layer(l, optim_->grads());
+    grad_sync_->start_layer(l, optim_->grads(), epoch);
   }
 }
 
@@ -163,6 +163,18 @@ void Trainer::load_checkpoint(const std::filesystem::path& dir) {
                                                });
 }
 
+// --grad-compression auto, after epoch 1: compute_s is the slowest rank's (the same on every
+// rank), so every rank makes the same choice.
+void Trainer::choose_grad_compression(double compute_s) {
+  const bool quantize = opt_.optim.choose_grad_compression(compute_s) == GradCompression::kQuantized;
+  if (quantize) grad_sync_->use_quantized();
+  if (s_.part == 0)
+    log::info("--grad-compression auto: {} from epoch 2 (cost model at {:.4f} s compute per epoch)",
+              quantize ? fmt::format("{}-bit quantized weight gradients", opt_.optim.grad_bits)
+                       : std::string("exact weight gradients"),
+              compute_s);
+}
+
 TrainResult Trainer::run() {
   return train_detail::run_or_end_job(comm_, [this] { return run_epochs(); });
 }
@@ -206,9 +218,11 @@ TrainResult Trainer::run_epochs() {
     log_.finish(rec,
                 train_detail::EpochFigures{
                     epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s, st.transfer_s,
-                    halo_->max_staleness(), comm_.bytes_sent() - bytes_before,
+                    halo_->max_staleness(), comm_.bytes_sent() - bytes_before - grad_sync_->exchanged_bytes(),
                     opt_.optim.grad_allreduce == GradAllreduce::kPacked ? allreduce_s_ : grad_sync_->wait_seconds(),
                     grad_sync_->bytes()});
+    if (epoch == 1 && opt_.optim.grad_compression == GradCompression::kAuto)
+      choose_grad_compression(rec.at("compute_s").get<double>());
     result.epochs.push_back(std::move(rec));
     epochs_run = epoch + 1;
     if (train_detail::checkpoint_due(opt_, epoch, last)) save_checkpoint(epoch);
@@ -278,6 +292,8 @@ nlohmann::json Trainer::summary(double total_s, int epochs_run) const {
     summary["peak_gpu_reserved_bytes_per_rank"] = column[4];
     summary["gpu_used_bytes_at_end_per_rank"] = column[5];
   }
+  if (opt_.optim.grad_compression == GradCompression::kAuto)
+    summary["grad_compression_chosen"] = grad_sync_->quantized() ? "quantized" : "none";
   if (optim_->precision().active()) summary["fp16_skipped_steps"] = optim_->precision().scaler().skipped_steps();
   if (*std::max_element(column[2].begin(), column[2].end()) > 0)
     summary["unfused_edge_feature_bytes_per_rank"] = column[2];

@@ -47,6 +47,7 @@ struct ShardCounts {
   // GPU aggregation: chunks of the owned rows longer than kAggregationChunk entries (their
   // partial sums take scratch). Described graphs: 0.
   int64_t long_row_chunks = 0;
+  int ranks = 1;  // of the partition (the quantized gradient sum's buffers depend on it)
   static ShardCounts of(const Shard& shard);
 };
 
