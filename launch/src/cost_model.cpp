@@ -308,14 +308,25 @@ Model build_model(const nlohmann::json& report, const ModelShape& shape, const C
   return m;
 }
 
-// Nanoseconds per value to quantize or dequantize on a rank: the options' figures (their
-// average), or the cluster's device defaults, CPU ranks sharing the node's cores.
-double coding_ns(const CostOptions& options, const cluster::ClusterConfig& cluster, int ranks) {
+// Nanoseconds per value on one core to quantize, dequantize and copy: the options' figures, or
+// the cluster's device defaults. The quantizer and the gather/scatter run on the rank's OpenMP
+// threads (cores / ranks of the node, as the launchers set them), and ranks that outnumber the
+// cores share them: `slowdown` scales the per-core figures to a rank. Linear in the threads:
+// memory bandwidth is not modelled.
+struct CodingCosts {
+  double quant_ns = 0.0, dequant_ns = 0.0, copy_ns = 0.0, slowdown = 1.0;
+};
+
+CodingCosts coding_costs(const CostOptions& options, const cluster::ClusterConfig& cluster, int ranks) {
   const bool gpu = cluster.has_gpus();
-  const double q = options.quant_ns_per_value >= 0.0 ? options.quant_ns_per_value : (gpu ? 0.01 : 2.5);
-  const double dq = options.dequant_ns_per_value >= 0.0 ? options.dequant_ns_per_value : (gpu ? 0.01 : 1.0);
+  auto pick = [&](double given, double cpu, double gpu_ns) { return given >= 0.0 ? given : (gpu ? gpu_ns : cpu); };
+  CodingCosts c;
+  c.quant_ns = pick(options.quant_ns_per_value, 2.5, 0.01);
+  c.dequant_ns = pick(options.dequant_ns_per_value, 1.0, 0.01);
+  c.copy_ns = pick(options.copy_ns_per_value, 0.5, 0.01);
   const int ranks_here = std::min(ranks, cluster.ranks_per_node);
-  return 0.5 * (q + dq) * (gpu ? 1.0 : static_cast<double>(ranks_here) / cluster.cores_per_node);
+  c.slowdown = gpu ? 1.0 : static_cast<double>(ranks_here) / cluster.cores_per_node;
+  return c;
 }
 
 // One bit width and mode on one cluster, with compute at `seconds_per_work`.
@@ -344,7 +355,9 @@ Prediction evaluate(const Model& m, const cluster::ClusterConfig& cluster, const
     for (auto& msg : step) msg.bytes = 24;
     pr.allreduce_s += m.evals * 2.0 * std::ceil(std::log2(static_cast<double>(m.P))) * exchange_seconds(step, cluster);
     // Coded matrices: two rounds, each a message of one chunk's codes to every peer, plus
-    // quantizing and dequantizing them (worker: the matrix twice; its chunk: P + 3 times).
+    // coding them: of a matrix of N values each rank quantizes N (1 + 1/P) (its matrix, then
+    // its summed chunk) and dequantizes N (3 + 1/P) (its own codes, the P chunks it sums, its
+    // summed chunk, the P summed chunks).
     for (const auto& [rows, cols] : m.coded) {
       const int64_t chunk =
           static_cast<int64_t>(quant::packed_words(options.grad_bits, (rows + m.P - 1) / m.P, cols)) * 4;
@@ -355,7 +368,9 @@ Prediction evaluate(const Model& m, const cluster::ClusterConfig& cluster, const
       pr.allreduce_s += 2.0 * exchange_seconds(round, cluster);
       pr.allreduce_bytes_per_epoch += 2LL * m.P * (m.P - 1) * chunk;
       const double values = static_cast<double>(rows * cols);
-      pr.allreduce_s += values * (2.0 + 4.0 / m.P) * coding_ns(options, cluster, m.P) * 1e-9;
+      const CodingCosts cost = coding_costs(options, cluster, m.P);
+      pr.allreduce_s += values * (1.0 + 1.0 / m.P) * cost.quant_ns * cost.slowdown * 1e-9 +
+                        values * (3.0 + 1.0 / m.P) * cost.dequant_ns * cost.slowdown * 1e-9;
     }
   }
 
@@ -385,24 +400,15 @@ Prediction evaluate(const Model& m, const cluster::ClusterConfig& cluster, const
 
   // Quantization: each exchange quantizes (or copies) the sent rows and dequantizes the
   // received ones; the slowest rank counts.
-  const bool gpu = cluster.has_gpus();
-  auto pick = [&](double given, double cpu, double gpu_ns) { return given >= 0.0 ? given : (gpu ? gpu_ns : cpu); };
-  const double q_ns = pick(options.quant_ns_per_value, 2.5, 0.01);
-  const double dq_ns = pick(options.dequant_ns_per_value, 1.0, 0.01);
-  const double copy_ns = pick(options.copy_ns_per_value, 0.5, 0.01);
-  // The per-value costs are one core's; the quantizer and the gather/scatter run on the rank's
-  // OpenMP threads (cores / ranks of the node, as the launchers set them), and ranks that
-  // outnumber the cores share them. Linear in the threads: memory bandwidth is not modelled.
-  const int ranks_here = std::min(m.P, cluster.ranks_per_node);
-  const double slowdown = gpu ? 1.0 : static_cast<double>(ranks_here) / cluster.cores_per_node;
-  const double send_ns = bits < 16 ? q_ns : (bits == 16 ? 2.0 * copy_ns : copy_ns);
-  const double recv_ns = bits < 16 ? dq_ns : (bits == 16 ? 2.0 * copy_ns : copy_ns);
+  const CodingCosts cost = coding_costs(options, cluster, m.P);
+  const double send_ns = bits < 16 ? cost.quant_ns : (bits == 16 ? 2.0 * cost.copy_ns : cost.copy_ns);
+  const double recv_ns = bits < 16 ? cost.dequant_ns : (bits == 16 ? 2.0 * cost.copy_ns : cost.copy_ns);
   double quant_ns_per_col = 0.0;
   for (const RankWork& r : m.work) {
     quant_ns_per_col = std::max(
         quant_ns_per_col, static_cast<double>(r.send_rows) * send_ns + static_cast<double>(r.recv_rows) * recv_ns);
   }
-  pr.quant_s = (2.0 + m.evals) * quant_ns_per_col * static_cast<double>(exchanged_cols) * slowdown * 1e-9;
+  pr.quant_s = (2.0 + m.evals) * quant_ns_per_col * static_cast<double>(exchanged_cols) * cost.slowdown * 1e-9;
   pr.wait_s = std::max(0.0, slack_s - pr.exposed_comm_s - pr.allreduce_s);
   pr.epoch_s = pr.compute_s + pr.quant_s + pr.exposed_comm_s + pr.allreduce_s + pr.wait_s;
   return pr;

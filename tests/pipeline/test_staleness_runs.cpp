@@ -335,17 +335,7 @@ HALOGEN_INSTANTIATE_DEVICES_AND_MODELS(StaleRunsEveryModel);
 
 TEST_P(StaleRunsEveryModel, ResumesBitForBitInOneBitStaleMode) {
   Ranks s;
-  // One directory for all ranks: rank 0's, by name.
-  std::string dir;
-  std::unique_ptr<test::ScratchDir> scratch;
-  if (s.rank == 0) {
-    scratch = std::make_unique<test::ScratchDir>("resume-every-model");
-    dir = scratch->path().string();
-  }
-  int length = static_cast<int>(dir.size());
-  MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  dir.resize(static_cast<size_t>(length));
-  MPI_Bcast(dir.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+  const test::SharedScratchDir dir("resume-every-model");
   TrainOptions t;
   t.model.name = std::get<1>(GetParam());
   t.device.kind = std::get<0>(GetParam());
@@ -362,12 +352,11 @@ TEST_P(StaleRunsEveryModel, ResumesBitForBitInOneBitStaleMode) {
   const auto whole = s.run(t);
   auto first = t;
   first.optim.epochs = 3;
-  first.reliability.checkpoint_dir = std::filesystem::path(dir) / "ck";
+  first.reliability.checkpoint_dir = dir.path() / "ck";
   s.run(first);
   auto rest = t;
   rest.reliability.resume_dir = first.reliability.checkpoint_dir;
   const auto resumed = s.run(rest);
-  MPI_Barrier(MPI_COMM_WORLD);  // before rank 0 removes the directory
   ASSERT_EQ(resumed.epochs.size(), 4u);
   for (size_t e = 0; e < resumed.epochs.size(); ++e)
     EXPECT_EQ(resumed.epochs[e]["loss"].get<double>(), whole.epochs[e + 3]["loss"].get<double>()) << "epoch " << e + 3;

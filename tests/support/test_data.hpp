@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "halogen/config.hpp"
@@ -33,8 +34,8 @@ inline int world_size() {
 }
 
 /// Path of one shared dataset; skips the test when the shared data is not there.
-#define HALOGEN_SHARED_DATASET(var, name)                                                \
-  const std::filesystem::path var = ::halogen::test::shared_data_dir() / (name);         \
+#define HALOGEN_SHARED_DATASET(var, name)                                        \
+  const std::filesystem::path var = ::halogen::test::shared_data_dir() / (name); \
   if (!std::filesystem::exists(var / "raw")) GTEST_SKIP() << "shared dataset missing: " << var
 
 /// A fresh scratch directory under the build tree's Testing/tmp, removed at scope exit.
@@ -55,6 +56,31 @@ class ScratchDir {
   std::filesystem::path operator/(const std::string& s) const { return path_ / s; }
 
  private:
+  std::filesystem::path path_;
+};
+
+/// One scratch directory for every rank of MPI_COMM_WORLD (checkpoints all ranks write): rank
+/// 0 creates it and broadcasts its path; at scope exit every rank waits for the others before
+/// rank 0 removes it. Both ends are collective.
+class SharedScratchDir {
+ public:
+  explicit SharedScratchDir(const std::string& tag) {
+    std::string dir;
+    if (world_rank() == 0) {
+      owned_ = std::make_unique<ScratchDir>(tag);
+      dir = owned_->path().string();
+    }
+    int length = static_cast<int>(dir.size());
+    MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    dir.resize(static_cast<size_t>(length));
+    MPI_Bcast(dir.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+    path_ = dir;
+  }
+  ~SharedScratchDir() { MPI_Barrier(MPI_COMM_WORLD); }  // then owned_ is removed
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::unique_ptr<ScratchDir> owned_;
   std::filesystem::path path_;
 };
 

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -22,6 +24,15 @@
 
 namespace halogen {
 namespace {
+
+// Every epoch of `run` has the loss of epoch `from + e` of `reference`, bit for bit (the first
+// `epochs` of them; all of `run`'s by default).
+void expect_same_losses(const TrainResult& run, const TrainResult& reference, size_t from = 0,
+                        size_t epochs = SIZE_MAX) {
+  for (size_t e = 0; e < std::min(epochs, run.epochs.size()); ++e)
+    EXPECT_EQ(run.epochs[e]["loss"].get<double>(), reference.epochs[from + e]["loss"].get<double>())
+        << "epoch " << from + e;
+}
 
 class GradAllreduceRuns : public testing::TestWithParam<Device> {
  protected:
@@ -90,8 +101,7 @@ TEST_P(GradAllreduceRuns, PowerSgdSendsTheFactorsAndLearns) {
   EXPECT_NEAR(compressed.epochs.back()["val_acc"].get<double>(), exact.epochs.back()["val_acc"].get<double>(), 0.06);
   // The same seed gives the same compressed run (Q is keyed, the sums are deterministic).
   const auto again = run(t);
-  for (size_t e = 0; e < again.epochs.size(); ++e)
-    EXPECT_EQ(again.epochs[e]["loss"].get<double>(), compressed.epochs[e]["loss"].get<double>()) << "epoch " << e;
+  expect_same_losses(again, compressed);
 }
 
 TEST_P(GradAllreduceRuns, QuantizedGradientsSendCodesAndLearn) {
@@ -101,8 +111,7 @@ TEST_P(GradAllreduceRuns, QuantizedGradientsSendCodesAndLearn) {
   const auto coded = run(t);
   const int P = test::world_size();
   // Layer 0's 200 x 64 weight (12800 values) is under the rule's 16384: at hidden 128 it is coded.
-  for (size_t e = 0; e < coded.epochs.size(); ++e)
-    EXPECT_EQ(coded.epochs[e]["loss"].get<double>(), exact.epochs[e]["loss"].get<double>()) << "epoch " << e;
+  expect_same_losses(coded, exact);
   t.model.hidden = 128;
   auto wide_exact = t;
   wide_exact.optim.grad_compression = GradCompression::kNone;
@@ -124,8 +133,7 @@ TEST_P(GradAllreduceRuns, QuantizedGradientsSendCodesAndLearn) {
   EXPECT_LT(wide.epochs.back()["loss"].get<double>(), 0.8 * wide.epochs.front()["loss"].get<double>());
   EXPECT_NEAR(wide.summary["best_val_acc"].get<double>(), reference.summary["best_val_acc"].get<double>(), 0.03);
   const auto again = run(t);
-  for (size_t e = 0; e < again.epochs.size(); ++e)
-    EXPECT_EQ(again.epochs[e]["loss"].get<double>(), wide.epochs[e]["loss"].get<double>()) << "epoch " << e;
+  expect_same_losses(again, wide);
 }
 
 // Both error feedbacks are in the checkpoint: a run stopped after epoch 2 and resumed gives the
@@ -136,28 +144,17 @@ TEST_P(GradAllreduceRuns, QuantizedGradientsResumeBitForBit) {
   t.optim.epochs = 6;
   t.optim.grad_compression = GradCompression::kQuantized;
   t.optim.grad_bits = 2;
-  std::string dir;
-  std::unique_ptr<test::ScratchDir> scratch;
-  if (test::world_rank() == 0) {
-    scratch = std::make_unique<test::ScratchDir>("resume-quantized-gradients");
-    dir = scratch->path().string();
-  }
-  int length = static_cast<int>(dir.size());
-  MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  dir.resize(static_cast<size_t>(length));
-  MPI_Bcast(dir.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+  const test::SharedScratchDir dir("resume-quantized-gradients");
   const auto whole = run(t);
   auto first = t;
   first.optim.epochs = 3;
-  first.reliability.checkpoint_dir = std::filesystem::path(dir) / "ck";
+  first.reliability.checkpoint_dir = dir.path() / "ck";
   run(first);
   auto rest = t;
   rest.reliability.resume_dir = first.reliability.checkpoint_dir;
   const auto resumed = run(rest);
-  MPI_Barrier(MPI_COMM_WORLD);  // before rank 0 removes the directory
   ASSERT_EQ(resumed.epochs.size(), 3u);
-  for (size_t e = 0; e < resumed.epochs.size(); ++e)
-    EXPECT_EQ(resumed.epochs[e]["loss"].get<double>(), whole.epochs[e + 3]["loss"].get<double>()) << "epoch " << e + 3;
+  expect_same_losses(resumed, whole, 3);
   // A run without codes cannot resume this one's state.
   auto plain = rest;
   plain.optim.grad_compression = GradCompression::kNone;
@@ -184,8 +181,7 @@ TEST_P(GradAllreduceRuns, AutoAsksTheChooserOnceAfterEpochOne) {
   const auto chosen = run(t);
   EXPECT_EQ(calls, 1);
   EXPECT_DOUBLE_EQ(seen, chosen.epochs[1]["compute_s"].get<double>());
-  for (int e = 0; e < 2; ++e)  // exact epochs
-    EXPECT_EQ(chosen.epochs[e]["loss"].get<double>(), exact.epochs[e]["loss"].get<double>()) << "epoch " << e;
+  expect_same_losses(chosen, exact, 0, 2);  // the exact epochs
   const bool codes = test::world_size() > 1;
   EXPECT_EQ(chosen.summary["grad_compression_chosen"].get<std::string>(), codes ? "quantized" : "none");
   if (codes) {
@@ -193,8 +189,7 @@ TEST_P(GradAllreduceRuns, AutoAsksTheChooserOnceAfterEpochOne) {
   }
   t.optim.choose_grad_compression = [](double) { return GradCompression::kNone; };
   const auto kept = run(t);
-  for (size_t e = 0; e < kept.epochs.size(); ++e)
-    EXPECT_EQ(kept.epochs[e]["loss"].get<double>(), exact.epochs[e]["loss"].get<double>()) << "epoch " << e;
+  expect_same_losses(kept, exact);
   EXPECT_EQ(kept.summary["grad_compression_chosen"].get<std::string>(), "none");
 }
 
@@ -225,7 +220,7 @@ class QuantizedGradientSum : public testing::Test {
 TEST_F(QuantizedGradientSum, EveryRankGetsTheSameSumAndFeedbackCancelsTheError) {
   if (test::world_size() == 1) GTEST_SKIP() << "one rank sends no codes";
   for (const int bits : {2, 4, 8}) {
-    QuantizedGradients codes(comm_, ctx_, 7, bits, {{0, kRows, kCols}});
+    QuantizedGradients codes(comm_, ctx_, 7, bits, {{0, 0, kRows, kCols}});
     ASSERT_EQ(codes.matrices().size(), 1u);
     // The same gradient every step: the mean of the sums approaches the exact sum as 1/steps
     // (what a step's codes drop is sent later); one step alone is off by much more.
@@ -269,8 +264,8 @@ TEST_F(QuantizedGradientSum, EveryRankGetsTheSameSumAndFeedbackCancelsTheError) 
 // bits of a run without it.
 TEST_F(QuantizedGradientSum, NonFiniteGradientIsDiscardedOnEveryRank) {
   if (test::world_size() == 1) GTEST_SKIP() << "one rank sends no codes";
-  QuantizedGradients codes(comm_, ctx_, 7, 4, {{0, kRows, kCols}, {kRows * kCols, 10, 10}});
-  QuantizedGradients clean(comm_, ctx_, 7, 4, {{0, kRows, kCols}});
+  QuantizedGradients codes(comm_, ctx_, 7, 4, {{0, 0, kRows, kCols}, {0, kRows * kCols, 10, 10}});
+  QuantizedGradients clean(comm_, ctx_, 7, 4, {{0, 0, kRows, kCols}});
   ASSERT_EQ(codes.matrices().size(), 1u);  // 10 x 10 is too small to code
   const auto step = [&](QuantizedGradients& q, int epoch, bool poisoned) {
     Tensor g = gradient(epoch);

@@ -41,14 +41,7 @@ GradientSync::GradientSync(Communicator& comm, const ExecContext& ctx, const Tra
 
 void GradientSync::use_quantized() {
   if (quantized_ || comm_.size() == 1) return;
-  quantized_ =
-      std::make_unique<QuantizedGradients>(comm_, ctx_, opt_.seed, opt_.optim.grad_bits, quantized_matrices(layout_));
-}
-
-std::vector<QuantizedGradients::Matrix> GradientSync::quantized_matrices(const GradientLayout& layout) {
-  std::vector<QuantizedGradients::Matrix> out;
-  for (const GradientLayout::Matrix& m : layout.matrices) out.push_back({m.offset, m.rows, m.cols});
-  return out;
+  quantized_ = std::make_unique<QuantizedGradients>(comm_, ctx_, opt_.seed, opt_.optim.grad_bits, layout_.matrices);
 }
 
 GradientLayout gradient_layout(const std::vector<nn::LayerDecl>& layers) {
@@ -69,7 +62,7 @@ uint64_t GradientSync::device_bytes(const GradientLayout& layout, const TrainOpt
   uint64_t bytes = 0;
   const GradCompression c = options.optim.grad_compression;
   if ((c == GradCompression::kQuantized || c == GradCompression::kAuto) && ranks > 1)
-    bytes += QuantizedGradients::device_bytes(quantized_matrices(layout), options.optim.grad_bits, ranks);
+    bytes += QuantizedGradients::device_bytes(layout.matrices, options.optim.grad_bits, ranks);
   if (options.optim.grad_allreduce == GradAllreduce::kPacked)
     bytes += static_cast<uint64_t>(layout.total + scalars) * 8;
   if (options.optim.grad_compression == GradCompression::kPowerSgd) {
@@ -152,7 +145,7 @@ void GradientSync::start_layer(int l, const Tensor& grads, int epoch) {
   if (quantized_) {
     const auto& ms = quantized_->matrices();
     for (size_t k = 0; k < ms.size(); ++k) {
-      if (ms[k].offset < layer.begin || ms[k].offset >= layer.end) continue;
+      if (ms[k].layer != l) continue;
       quantized_->start(k, grads, epoch);
       compressed.push_back({ms[k].offset, ms[k].offset + ms[k].rows * ms[k].cols});
     }
@@ -228,9 +221,7 @@ void GradientSync::finish(const Tensor& grads, std::span<double> scalars) {
       Stopwatch wait;
       quantized_->finish(grads, scalars.back() > 0.0);
       wait_s_ += wait.seconds();
-      const uint64_t codes = quantized_->take_bytes();
-      bytes_ += codes;
-      exchanged_bytes_ += codes;
+      bytes_ += quantized_->take_bytes();
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "gradient_layout.hpp"
 #include "halogen/comm/communicator.hpp"
 #include "halogen/core/buffer.hpp"
 #include "halogen/core/tensor.hpp"
@@ -15,21 +16,6 @@
 #include "quantized_gradients.hpp"
 
 namespace halogen {
-
-/// What the gradient sum needs to know of the parameters: each layer's contiguous range, and
-/// the weight matrices PowerSGD may replace by low-rank factors.
-struct GradientLayout {
-  struct Range {
-    int64_t begin = 0, end = 0;
-  };
-  struct Matrix {
-    int layer = 0;
-    int64_t offset = 0, rows = 0, cols = 0;
-  };
-  std::vector<Range> layers;  // in layer order
-  std::vector<Matrix> matrices;
-  int64_t total = 0;  // parameters in all
-};
 
 /// The gradient layout of a model's parameters (the layers of nn::layout): every layer's range,
 /// and its declared weight matrices.
@@ -71,13 +57,9 @@ class GradientSync {
   /// sent.
   double wait_seconds() const { return wait_s_; }
   uint64_t bytes() const { return bytes_; }
-  /// Of bytes(): what travelled through Communicator::start_exchange (the quantized codes),
-  /// which the communicator counts among its bytes_sent() with the halos.
-  uint64_t exchanged_bytes() const { return exchanged_bytes_; }
   void reset_epoch() {
     wait_s_ = 0.0;
     bytes_ = 0;
-    exchanged_bytes_ = 0;
   }
 
   /// From the next step on, the weight matrices travel as quantized codes (--grad-compression
@@ -109,7 +91,6 @@ class GradientSync {
   void start_range(const Tensor& grads, int64_t begin, int64_t end);
   void compress(Compressed& c, const Tensor& grads);
   void finish_layers(const Tensor& grads);
-  static std::vector<QuantizedGradients::Matrix> quantized_matrices(const GradientLayout& layout);
 
   Communicator& comm_;
   const ExecContext& ctx_;
@@ -123,7 +104,6 @@ class GradientSync {
   HostBuffer<std::byte> staged_;  // allreduce_now's host copy when MPI carries GPU data
   double wait_s_ = 0.0;
   uint64_t bytes_ = 0;
-  uint64_t exchanged_bytes_ = 0;
 };
 
 }  // namespace halogen

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "gradient_layout.hpp"
 #include "halogen/comm/communicator.hpp"
 #include "halogen/core/buffer.hpp"
 #include "halogen/core/tensor.hpp"
@@ -40,9 +41,7 @@ namespace halogen {
 /// feedback changes (a skipped step sent nothing).
 class QuantizedGradients {
  public:
-  struct Matrix {
-    int64_t offset = 0, rows = 0, cols = 0;  // in the flat gradient vector, row-major
-  };
+  using Matrix = GradientLayout::Matrix;
 
   /// Whether a rows x cols matrix travels as codes: at least 16384 values (smaller ones cost
   /// more in the two extra message rounds than their bytes).

@@ -70,9 +70,10 @@ std::string to_string(GradCompression g) {
       return "quantized";
     case GradCompression::kAuto:
       return "auto";
-    default:
-      return "none";
+    case GradCompression::kNone:
+      break;
   }
+  return "none";
 }
 
 Precision parse_precision(const std::string& name) {

@@ -271,31 +271,36 @@ nlohmann::json model_description(const TrainOptions& opt, const Shard& s, size_t
   return m;
 }
 
+namespace {
+
+// "none", "powersgd rank 4", "quantized 4 bits", "auto 4 bits".
+std::string grad_compression_description(const OptimOptions& o) {
+  const std::string name = to_string(o.grad_compression);
+  if (o.grad_compression == GradCompression::kPowerSgd) return fmt::format("{} rank {}", name, o.grad_rank);
+  if (o.grad_compression == GradCompression::kNone) return name;
+  return fmt::format("{} {} bits", name, o.grad_bits);
+}
+
+}  // namespace
+
 nlohmann::json training_description(const TrainOptions& opt) {
-  return {
-      {"mode", to_string(opt.exchange.mode)},
-      {"staleness", opt.exchange.staleness.staleness},
-      {"bits_fwd", opt.exchange.bits_fwd},
-      {"bits_bwd", opt.exchange.bits_bwd},
-      {"stale_smoothing", opt.exchange.staleness.smoothing},
-      {"stale_policy", to_string(opt.exchange.staleness.policy)},
-      {"stale_error_bound", opt.exchange.staleness.error_bound},
-      {"seed", opt.seed},
-      {"dropout", opt.model.dropout},
-      {"lr", opt.optim.lr},
-      {"weight_decay", opt.optim.weight_decay},
-      {"feature_norm", to_string(opt.model.feature_norm)},
-      {"input_storage", to_string(opt.device.input_storage)},
-      {"attn_dropout", opt.model.attention_dropout()},
-      {"attn_terms", opt.exchange.quantize_attention_terms ? "quantized" : "fp32"},
-      {"grad_allreduce", to_string(opt.optim.grad_allreduce)},
-      {"grad_compression", opt.optim.grad_compression == GradCompression::kPowerSgd
-                               ? fmt::format("powersgd rank {}", opt.optim.grad_rank)
-                           : opt.optim.grad_compression == GradCompression::kQuantized
-                               ? fmt::format("quantized {} bits", opt.optim.grad_bits)
-                           : opt.optim.grad_compression == GradCompression::kAuto
-                               ? fmt::format("auto (quantized {} bits where the cost model says)", opt.optim.grad_bits)
-                               : std::string("none")}};
+  return {{"mode", to_string(opt.exchange.mode)},
+          {"staleness", opt.exchange.staleness.staleness},
+          {"bits_fwd", opt.exchange.bits_fwd},
+          {"bits_bwd", opt.exchange.bits_bwd},
+          {"stale_smoothing", opt.exchange.staleness.smoothing},
+          {"stale_policy", to_string(opt.exchange.staleness.policy)},
+          {"stale_error_bound", opt.exchange.staleness.error_bound},
+          {"seed", opt.seed},
+          {"dropout", opt.model.dropout},
+          {"lr", opt.optim.lr},
+          {"weight_decay", opt.optim.weight_decay},
+          {"feature_norm", to_string(opt.model.feature_norm)},
+          {"input_storage", to_string(opt.device.input_storage)},
+          {"attn_dropout", opt.model.attention_dropout()},
+          {"attn_terms", opt.exchange.quantize_attention_terms ? "quantized" : "fp32"},
+          {"grad_allreduce", to_string(opt.optim.grad_allreduce)},
+          {"grad_compression", grad_compression_description(opt.optim)}};
 }
 
 bool checkpoint_due(const TrainOptions& opt, int epoch, bool last) {

@@ -191,7 +191,6 @@ TrainResult Trainer::run_epochs() {
     allreduce_s_ = 0.0;
     grad_sync_->reset_epoch();
     const auto decision = halo_->begin_epoch(epoch);
-    const uint64_t bytes_before = comm_.bytes_sent();
     forward({epoch, /*training=*/true});
     double loss_sum = loss_and_grad();
     backward(epoch);
@@ -218,7 +217,7 @@ TrainResult Trainer::run_epochs() {
     log_.finish(rec,
                 train_detail::EpochFigures{
                     epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s, st.transfer_s,
-                    halo_->max_staleness(), comm_.bytes_sent() - bytes_before - grad_sync_->exchanged_bytes(),
+                    halo_->max_staleness(), st.bytes_sent,
                     opt_.optim.grad_allreduce == GradAllreduce::kPacked ? allreduce_s_ : grad_sync_->wait_seconds(),
                     grad_sync_->bytes()});
     if (epoch == 1 && opt_.optim.grad_compression == GradCompression::kAuto)
