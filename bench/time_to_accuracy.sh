@@ -11,7 +11,11 @@
 #   1bit-sync              1-bit halos, synchronous;
 #   fp32-stale             fp32 halos, stale (the adaptive policy);
 #   fp32-sync-powersgd     fp32 sync, PowerSGD gradients (rank 4);
-#   1bit-stale             1-bit halos, stale;
+#   fp32-sync-grad4        fp32 sync, 4-bit quantized gradients (error feedback): what the
+#                          codes alone cost in epochs;
+#   fp32-sync-grad2        the same with 2-bit codes;
+#   1bit-stale             1-bit halos, stale (--grad-compression auto, the default there, has
+#                          no --cluster and predicts for this machine: exact gradients);
 #   1bit-stale-powersgd    1-bit stale, PowerSGD gradients (rank 4);
 #   1bit-stale-grad4       1-bit stale, 4-bit quantized gradients (error feedback);
 #   1bit-stale-auto        1-bit stale, the gradient compression chosen by the cost model for
@@ -60,13 +64,16 @@ declare -A extra=(
   [1bit-sync]="--bits-fwd 1 --bits-bwd 1"
   [fp32-stale]="--mode stale"
   [fp32-sync-powersgd]="--grad-compression powersgd --grad-rank 4"
+  [fp32-sync-grad4]="--grad-compression quantized --grad-bits 4"
+  [fp32-sync-grad2]="--grad-compression quantized --grad-bits 2"
   [1bit-stale]="--bits-fwd 1 --bits-bwd 1 --mode stale"
   [1bit-stale-powersgd]="--bits-fwd 1 --bits-bwd 1 --mode stale --grad-compression powersgd --grad-rank 4"
   [1bit-stale-grad4]="--bits-fwd 1 --bits-bwd 1 --mode stale --grad-compression quantized --grad-bits 4"
   [1bit-stale-auto]="--bits-fwd 1 --bits-bwd 1 --mode stale --grad-compression auto --cluster local-cpu-1gbit"
   [compute-only]="--skip-comm"
 )
-all=fp32-sync-packed,fp32-sync,1bit-sync,fp32-stale,fp32-sync-powersgd,1bit-stale,1bit-stale-powersgd
+all=fp32-sync-packed,fp32-sync,1bit-sync,fp32-stale,fp32-sync-powersgd,fp32-sync-grad4,fp32-sync-grad2
+all+=,1bit-stale,1bit-stale-powersgd
 all+=,1bit-stale-grad4,1bit-stale-auto,compute-only
 IFS=, read -ra config_names <<<"${configs:-$all}"
 IFS=, read -ra layer_counts <<<"$layers_list"
