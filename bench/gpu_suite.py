@@ -4,8 +4,10 @@
 Sections (each prints its rows as it finishes; the summary table comes last):
   tests   the GPU test programs found beside halogen (test_gpu_kernels, test_quantize_cuda,
           test_gpu_training on 1 and 2 ranks sharing the GPU, and the CUDA instances of the
-          trainer suites that run over every registered model: test_exactness, test_gradcheck,
-          test_staleness_runs on 2 ranks): pass, fail or skip each, so that one call checks the
+          trainer suites that run over every registered model: test_exactness (2 and 4 ranks),
+          test_gradcheck, test_grad_allreduce (2 and 4 ranks), test_staleness_runs, and
+          test_nccl_communicator on 1 rank; then tests/e2e's resume, failure and model scenarios
+          with HALOGEN_TEST_DEVICE=cuda): pass, fail or skip each, so that one call checks the
           kernels and every model's CUDA path before it times them. The tests read Cora from
           --shared-data (HALOGEN_SHARED_DATA; default ../shared/data beside the sources).
   train   halogen against PyG (bench/gpu_pyg.py) on an RMAT graph of ogbn-products' shape:
@@ -15,7 +17,8 @@ Sections (each prints its rows as it finishes; the summary table comes last):
           cuSPARSE SpMM, quantize + pack and dequantize against a device-to-device copy.
   gat     halogen's fused GAT against PyG's GATConv on a smaller RMAT graph, fp32 and fp16.
   halos   4 ranks sharing the GPU over MPI staging (HALOGEN_DEVICE=0): fp32 synchronous halos,
-          1-bit stale halos, and no exchange at all (--skip-exchange, the floor).
+          1-bit stale halos, and no exchange at all (--skip-exchange, the floor), for GCN and for
+          the deep models that exchange at every layer (--halo-models gcn,gcnii:16,appnp).
   profile per-kernel device time of one GCN training run in fp32 and in fp16 (Nsight Compute,
           one metric: gpu__time_duration), when ncu is on the PATH.
 
@@ -243,22 +246,34 @@ class Suite:
         d = self.dataset(f"rmat{self.a.small_scale}", self.a.small_scale, 16)
         p = self.parts(d, 4)
         env = dict(os.environ, HALOGEN_DEVICE="0")
-        log("\n# halos: 4 ranks on one GPU over MPI staging, GCN 2 layers hidden 256; median epoch s")
-        base = ["--model", "gcn", "--hidden", "256", "--comm", "mpi"] if self.a.device == "cuda" else \
-            ["--model", "gcn", "--hidden", "256"]
-        cases = [("fp32 sync", []), ("1-bit stale", ["--bits-fwd", "1", "--bits-bwd", "1", "--mode", "stale"]),
-                 ("no exchange (floor)", ["--skip-exchange"])]
-        t = {}
-        for name, extra in cases:
-            try:
-                t[name] = self.halogen_train(p, "halos-" + name.split()[0], ranks=4, extra=base + extra,
-                                             env=env)[0]
-                log(f"{name:22s} {t[name]:.4f}")
-            except Exception as e:
-                log(f"# halos {name} failed: {str(e)[-1500:]}")
-        if "fp32 sync" in t and "1-bit stale" in t:
-            self.row("halos", "1-bit stale epoch vs fp32 sync (4 ranks, 1 GPU)", f"{t['1-bit stale'] * 1e3:.1f} ms",
-                     f"{t['fp32 sync'] * 1e3:.1f} ms", t["fp32 sync"] / t["1-bit stale"], 1.0)
+        comm = ["--comm", "mpi"] if self.a.device == "cuda" else []
+        for spec in self.a.halo_models.split(","):
+            model, _, layers = spec.partition(":")
+            # GCN at hidden 256 as in the train section; the deep models with their registry defaults
+            # (hidden 64), which exchange at every one of their layers or propagation steps.
+            shape = ["--hidden", "256"] if model == "gcn" else []
+            shape += ["--layers", layers] if layers else []
+            what = f"{model.upper()}{' ' + layers + ' layers' if layers else ''}"
+            log(f"\n# halos: 4 ranks on one GPU over MPI staging, {what}; median epoch s")
+            base = ["--model", model] + shape + comm
+            cases = [("fp32 sync", []), ("1-bit stale", ["--bits-fwd", "1", "--bits-bwd", "1", "--mode", "stale"]),
+                     ("no exchange (floor)", ["--skip-exchange"])]
+            t = {}
+            for name, extra in cases:
+                try:
+                    t[name] = self.halogen_train(p, f"halos-{model}{layers}-" + name.split()[0], ranks=4,
+                                                 extra=base + extra, env=env)[0]
+                    log(f"{name:22s} {t[name]:.4f}")
+                except Exception as e:
+                    log(f"# halos {what} {name} failed: {str(e)[-1500:]}")
+            if "fp32 sync" in t and "1-bit stale" in t:
+                self.row("halos", f"{what}: 1-bit stale epoch vs fp32 sync (4 ranks, 1 GPU)",
+                         f"{t['1-bit stale'] * 1e3:.1f} ms", f"{t['fp32 sync'] * 1e3:.1f} ms",
+                         t["fp32 sync"] / t["1-bit stale"], 1.0)
+            if "no exchange (floor)" in t and "1-bit stale" in t:
+                self.row("halos", f"{what}: 1-bit stale epoch vs no exchange", f"{t['1-bit stale'] * 1e3:.1f} ms",
+                         f"{t['no exchange (floor)'] * 1e3:.1f} ms", t["1-bit stale"] / t["no exchange (floor)"],
+                         None, higher_is_better=False)
 
     def tests(self):
         env = dict(os.environ)
@@ -267,38 +282,59 @@ class Suite:
         log("\n# tests: GPU test programs")
         # (program, ranks, gtest filter, seconds)
         programs = [("test_gpu_kernels", 1, "*", 300), ("test_quantize_cuda", 1, "*", 300),
+                    ("test_nccl_communicator", 1, "*", 300),
                     ("test_gpu_training", 1, "*", 300), ("test_gpu_training", 2, "*", 300),
-                    ("test_exactness", 2, "*cuda*", 600), ("test_gradcheck", 2, "*cuda*", 600),
-                    ("test_staleness_runs", 2, "*cuda*", 600)]
+                    ("test_exactness", 2, "*cuda*", 600), ("test_exactness", 4, "*cuda*", 600),
+                    ("test_gradcheck", 2, "*cuda*", 600), ("test_grad_allreduce", 2, "*cuda*", 300),
+                    ("test_grad_allreduce", 4, "*cuda*", 300), ("test_staleness_runs", 2, "*cuda*", 600)]
         for name, ranks, only, limit in programs:
             exe = os.path.join(self.a.bin, name)
             if not os.path.exists(exe):
                 self.test_rows.append((name, ranks, "absent", f"not in {self.a.bin}"))
                 continue
             cmd = self.mpirun + ["-np", str(ranks), exe, "--gtest_color=no", f"--gtest_filter={only}"]
-            try:
-                r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   timeout=limit)
-                out, code = r.stdout, r.returncode
-            except subprocess.TimeoutExpired as e:
-                out = e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode(errors="replace")
-                code = -1
-            open(os.path.join(self.a.out, f"tests-{name}-np{ranks}.txt"), "w").write(out)
-            failed = [l.split("]", 1)[1].strip() for l in out.splitlines() if l.startswith("[  FAILED  ]")]
-            # gtest's closing lines: "[  PASSED  ] N tests." and "[  SKIPPED ] N tests, listed below:"
-            def closing(tag):
-                counts = [int(l.split()[3]) for l in out.splitlines() if l.startswith(tag) and l.split()[3].isdigit()]
-                return max(counts, default=0)
-            passed, skipped = closing("[  PASSED  ]"), closing("[  SKIPPED ]")
-            if code == -1:
-                outcome, detail = "TIMEOUT", f"over {limit} s"
-            elif code != 0 or failed:
-                outcome, detail = "FAILED", ", ".join(sorted(set(f.split(" ")[0] for f in failed)))[:300] or f"exit {code}"
-            else:
-                outcome = "passed" if passed > 0 else "skipped"
-                detail = f"{passed} passed, {skipped} skipped"
+            self.run_test(name, ranks, cmd, env, limit, gtest=True)
+        # The end-to-end scenarios of tests/e2e on the GPU path (CTest's e2e_*.cuda): checkpoint
+        # and resume bit for bit, failures and bad input, a saved model read back.
+        e2e = os.path.join(os.path.dirname(HERE), "tests", "e2e")
+        env_cuda = dict(env, HALOGEN_TEST_DEVICE="cuda")
+        for script in ["resume_test.sh", "failure_test.sh", "model_test.sh"]:
+            cmd = ["bash", os.path.join(e2e, script), self.halogen, self.mpirun[0]] + self.mpirun[1:]
+            self.run_test("e2e " + script.replace("_test.sh", "") + ".cuda", 2, cmd, env_cuda, 600, gtest=False)
+
+    def run_test(self, name, ranks, cmd, env, limit, gtest):
+        try:
+            r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=limit)
+            out, code = r.stdout, r.returncode
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode(errors="replace")
+            code = -1
+        open(os.path.join(self.a.out, f"tests-{name.replace(' ', '_')}-np{ranks}.txt"), "w").write(out)
+        if not gtest:  # a script: exit 0 passed, 77 skipped; its own FAILED lines say what
+            outcome = {0: "passed", 77: "skipped", -1: "TIMEOUT"}.get(code, "FAILED")
+            failed = [l.strip() for l in out.splitlines() if "FAIL" in l][:3]
+            detail = "; ".join(failed)[:300] or f"exit {code}"
+            if outcome == "passed":
+                detail = f"{sum(1 for l in out.splitlines() if l.startswith('ok') or l.startswith('PASS'))} checks"
             self.test_rows.append((name, ranks, outcome, detail))
             log(f"{name:20s} np={ranks}  {outcome}  {detail}")
+            return
+        failed = [l.split("]", 1)[1].strip() for l in out.splitlines() if l.startswith("[  FAILED  ]")]
+        # gtest's closing lines: "[  PASSED  ] N tests." and "[  SKIPPED ] N tests, listed below:"
+        def closing(tag):
+            counts = [int(l.split()[3]) for l in out.splitlines() if l.startswith(tag) and l.split()[3].isdigit()]
+            return max(counts, default=0)
+        passed, skipped = closing("[  PASSED  ]"), closing("[  SKIPPED ]")
+        if code == -1:
+            outcome, detail = "TIMEOUT", f"over {limit} s"
+        elif code != 0 or failed:
+            outcome, detail = "FAILED", ", ".join(sorted(set(f.split(" ")[0] for f in failed)))[:300] or f"exit {code}"
+        else:
+            outcome = "passed" if passed > 0 else "skipped"
+            detail = f"{passed} passed, {skipped} skipped"
+        self.test_rows.append((name, ranks, outcome, detail))
+        log(f"{name:20s} np={ranks}  {outcome}  {detail}")
 
     def profile(self):
         ncu = shutil.which("ncu")
@@ -375,6 +411,8 @@ def main():
     ap.add_argument("--models", default="gcn,sage", help="train: models")
     ap.add_argument("--layers", default="2,3", help="train: layer counts")
     ap.add_argument("--precisions", default="fp32,fp16")
+    ap.add_argument("--halo-models", default="gcn,gcnii:16,appnp",
+                    help="halos: models, each MODEL or MODEL:LAYERS (registry defaults otherwise)")
     ap.add_argument("--scale", type=int, default=21)
     ap.add_argument("--edge-factor", type=int, default=30)
     ap.add_argument("--small-scale", type=int, default=20)

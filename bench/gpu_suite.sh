@@ -7,8 +7,9 @@
 #
 # --bundle DIR runs a relocatable bundle of halogen's executables (build/halogen,
 # build/bench/bench_spmm_gpu and the GPU test programs build/tests/gpu/test_gpu_kernels,
-# build/tests/gpu/test_gpu_training, build/tests/quant/test_quantize_cuda,
-# build/tests/train/test_exactness, build/tests/train/test_gradcheck and
+# build/tests/gpu/test_gpu_training, build/tests/gpu/test_nccl_communicator,
+# build/tests/quant/test_quantize_cuda, build/tests/train/test_exactness,
+# build/tests/train/test_gradcheck, build/tests/train/test_grad_allreduce and
 # build/tests/pipeline/test_staleness_runs, with their
 # libraries and Open MPI) made on another machine, for a GPU host without halogen's Debian
 # packages: the bundle's environment script is sourced and its executables used. Without it,
