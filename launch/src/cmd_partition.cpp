@@ -10,12 +10,14 @@
 #include "halogen/core/timer.hpp"
 #include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/partitioner.hpp"
+#include "halogen/train/memory_plan.hpp"
+#include "partition_memory_check.hpp"
 
 namespace halogen::cli {
 
 int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
   po::options_description opts("partition options");
-  std::string dataset, out, method = "metis", objective = "vol", balance = "nodes,train,edges";
+  std::string dataset, out, method = "auto", memory_limit = "auto", objective = "vol", balance = "nodes,train,edges";
   std::string node_order = to_string(kDefaultNodeOrder);
   PartitionOptions popt;
   int hidden = 256, layers = 2;
@@ -24,8 +26,12 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
       "parts,p", po::value(&popt.num_parts)->required(), "number of parts (= MPI ranks of training)")(
       "out,o", po::value(&out)->required(), "output directory for the shards and partition.json")(
       "method", po::value(&method)->default_value(method),
-      "metis | ptscotch | lp (label propagation; ptscotch and lp run under mpirun) | random")(
-      "objective", po::value(&objective)->default_value(objective), "vol (communication volume) | cut (edge cut)")(
+      "auto (by the predicted memory: metis on one process, ptscotch on several, lp where those do not fit) | metis | "
+      "ptscotch | lp (label propagation; ptscotch and lp run under mpirun) | random")(
+      "memory-limit", po::value(&memory_limit)->default_value(memory_limit),
+      "memory per rank that the predicted peak must fit: auto (the node's available memory shared by its ranks), none "
+      "(no check), or a size such as 8G")("objective", po::value(&objective)->default_value(objective),
+                                          "vol (communication volume) | cut (edge cut)")(
       "balance", po::value(&balance)->default_value(balance), "constraints to balance: any of nodes,train,edges")(
       "imbalance", po::value(&popt.imbalance)->default_value(popt.imbalance), "allowed max/avg load per constraint")(
       "seed", po::value(&popt.seed)->default_value(popt.seed), "partitioner seed")(
@@ -41,17 +47,66 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
   pos.add("dataset", 1);
   po::variables_map vm;
   if (!parse("partition", "DATASET --parts P --out DIR [options]", opts, pos, args, vm)) return 0;
-  popt.method = parse_partition_method(method);
+  const std::optional<PartitionMethod> requested =
+      method == "auto" ? std::nullopt : std::optional<PartitionMethod>(parse_partition_method(method));
+  const std::optional<uint64_t> limit = parse_memory_limit(memory_limit);
   popt.objective = parse_partition_objective(objective);
   popt.node_order = parse_node_order(node_order);
   popt.balance_train = balance.find("train") != std::string::npos;
   popt.balance_edges = balance.find("edges") != std::string::npos;
 
+  // The method, and the check that its predicted peak fits, before anything is read (a binary
+  // dataset's counts are in its meta.json; a text input's are known only once it is loaded).
+  const auto choose_method = [&](int ranks, int node_local_ranks) {
+    if (!is_dataset_dir(dataset))
+      return requested.value_or(ranks > 1 ? PartitionMethod::kPtScotch : PartitionMethod::kMetis);
+    const DatasetInfo info = read_dataset_info(dataset);
+    const PartitionCounts counts{info.num_nodes, info.num_edges, info.feature_dim};
+    MemoryBudget budget{limit.value_or(0), "--memory-limit"};
+    // METIS and random run on rank 0 alone, which may then use the node's memory.
+    if (requested == PartitionMethod::kMetis || requested == PartitionMethod::kRandom) node_local_ranks = 1;
+    if (!limit) {
+      const uint64_t held = static_cast<uint64_t>(std::max(0LL, current_rss_bytes())) * node_local_ranks;
+      budget = host_memory_budget(node_local_ranks, held);
+    }
+    const PartitionMethod chosen =
+        choose_partition_method(requested, dataset, counts, ranks, budget.bytes, budget.source);
+    log::info("partition method {}{}: predicted peak {}", to_string(chosen), requested ? "" : " (--method auto)",
+              describe_partition_memory(predict_partition_memory(chosen, counts, ranks)));
+    return chosen;
+  };
+
   Stopwatch sw;
+  const bool distributed_method = requested == PartitionMethod::kPtScotch || requested == PartitionMethod::kLabelProp;
+  // Started alone, the choice is made before MPI is needed (auto may still choose lp).
+  std::optional<PartitionMethod> chosen_alone;
+  if (!distributed_method && launched_ranks() == 1) chosen_alone = choose_method(1, 1);
+  const bool alone_distributed =
+      chosen_alone == PartitionMethod::kPtScotch || chosen_alone == PartitionMethod::kLabelProp;
   // ptscotch and lp are distributed: every rank of the mpirun takes part (one process works too).
-  if (popt.method == PartitionMethod::kPtScotch || popt.method == PartitionMethod::kLabelProp) {
-    const bool lp = popt.method == PartitionMethod::kLabelProp;
+  if (distributed_method || launched_ranks() > 1 || alone_distributed) {
     MpiSession mpi(&argc, &argv);
+    int chosen = static_cast<int>(chosen_alone.value_or(PartitionMethod::kMetis));
+    if (!chosen_alone) {
+      const int node_local_ranks = local_rank_info(MPI_COMM_WORLD).local_size;
+      run_collectively(MPI_COMM_WORLD, "checking the partition's memory", [&] {
+        if (mpi.rank() == 0) chosen = static_cast<int>(choose_method(mpi.size(), node_local_ranks));
+      });
+      MPI_Bcast(&chosen, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    }
+    popt.method = static_cast<PartitionMethod>(chosen);
+    if (popt.method == PartitionMethod::kMetis || popt.method == PartitionMethod::kRandom) {
+      // A method of one process under mpirun: rank 0 partitions and writes, the others wait.
+      run_collectively(MPI_COMM_WORLD, to_string(popt.method) + " partitioning", [&] {
+        if (mpi.rank() != 0) return;
+        const Dataset ds = load_dataset(dataset);
+        const auto report = write_partition(ds, partition_graph(ds, popt), popt, out, hidden, layers, overwrite);
+        std::cout << format_partition_report(report);
+        std::printf("partitioned with %s in %.2f s -> %s\n", to_string(popt.method).c_str(), sw.seconds(), out.c_str());
+      });
+      return 0;
+    }
+    const bool lp = popt.method == PartitionMethod::kLabelProp;
     const CollectiveStep collectively = [](const std::string& what, const std::function<void()>& step) {
       run_collectively(MPI_COMM_WORLD, what, step);
     };
@@ -94,11 +149,12 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
     }
     return 0;
   }
+  popt.method = *chosen_alone;
   const Dataset ds = load_dataset(dataset);
   const auto part = partition_graph(ds, popt);
   const auto report = write_partition(ds, part, popt, out, hidden, layers, overwrite);
   std::cout << format_partition_report(report);
-  std::printf("partitioned with %s in %.2f s -> %s\n", method.c_str(), sw.seconds(), out.c_str());
+  std::printf("partitioned with %s in %.2f s -> %s\n", to_string(popt.method).c_str(), sw.seconds(), out.c_str());
   return 0;
 }
 

@@ -11,9 +11,11 @@
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
 #include "halogen/core/output.hpp"
+#include "halogen/partition/partition_memory.hpp"
 #include "halogen/partition/shard.hpp"
 #include "halogen/train/memory_plan.hpp"
 #include "halogen/train/trainer.hpp"
+#include "partition_memory_check.hpp"
 
 namespace halogen::cli {
 
@@ -200,9 +202,31 @@ int cmd_plan(const std::vector<std::string>& args) {
                              at_worst.phase, at_worst.breakdown());
     memory = {{"device", to_string(t.device.kind)}, {"bytes_per_rank", per_rank}, {"max_bytes", worst}};
   }
+  // What partitioning this graph needs per rank, each method on as many ranks as parts (METIS:
+  // one process), from the counts alone (partition_memory.hpp).
+  const PartitionCounts graph_counts{report.value("num_nodes", int64_t{0}),
+                                     report.contains("num_edges")
+                                         ? report.at("num_edges").get<int64_t>()
+                                         : 2 * report.value("num_undirected_edges", int64_t{0}),
+                                     shape.feature_dim};
+  nlohmann::json partition_memory = nlohmann::json::array();
+  if (graph_counts.nodes > 0 && parts > 0) {
+    std::cout << fmt::format("partition memory per rank ({} nodes, {} stored entries, {} features):\n",
+                             graph_counts.nodes, graph_counts.stored_entries, graph_counts.feature_dim);
+    for (const PartitionMethod m : {PartitionMethod::kMetis, PartitionMethod::kPtScotch, PartitionMethod::kLabelProp}) {
+      const PartitionMemory pm = predict_partition_memory(m, graph_counts, parts);
+      std::cout << fmt::format("  {:8s} on {} rank(s): {}\n", to_string(m), pm.ranks, describe_partition_memory(pm));
+      partition_memory.push_back({{"method", to_string(m)},
+                                  {"ranks", pm.ranks},
+                                  {"peak_bytes_per_rank", pm.peak_per_rank},
+                                  {"upper_bound", pm.upper_bound},
+                                  {"phase", pm.phase}});
+    }
+  }
   if (!json_out.empty()) {
     nlohmann::json j = plan::plan_to_json(p);
     if (!memory.is_null()) j["memory"] = memory;
+    if (!partition_memory.empty()) j["partition_memory"] = partition_memory;
     j["report"] = is_described ? nlohmann::json(report) : nlohmann::json(report_path.string());
     j["cluster"] = cluster.name;
     j["calibration"] = {{"source", calib.source},

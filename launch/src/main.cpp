@@ -21,7 +21,7 @@ void print_usage() {
       "  generate sbm|rmat   generate a synthetic dataset\n"
       "  convert             convert an OGB / edge list / Matrix Market / METIS graph or a NumPy .npz\n"
       "  info                describe a dataset\n"
-      "  partition           cut a dataset into one shard per rank (METIS, PT-Scotch, random)\n"
+      "  partition           cut a dataset into one shard per rank (METIS, PT-Scotch, label propagation)\n"
       "  train               train a GNN (run under mpirun -np P); --save-model DIR keeps it\n"
       "  predict             a saved model's predictions, probabilities and embeddings as .npy (any -np)\n"
       "  evaluate            a saved model's loss and accuracies on a dataset's splits\n"

@@ -80,5 +80,25 @@ expect_error "parts < 1" "[Pp]arts|at least 1" "$halogen" partition "$work/ds" -
 expect_error "different partition in output dir" "different partition|already holds" \
   "$halogen" partition "$work/ds" --parts 2 --out "$work/p2" --method random --hidden 16
 
+# The partition's memory, predicted from meta.json before anything is read: --method auto takes
+# METIS where it fits and label propagation where only that fits; a run that fits in no way is
+# refused with the numbers, and nothing is written.
+"$halogen" generate rmat --scale 16 --feature-dim 8 --out "$work/r16" >/dev/null
+"$halogen" partition "$work/r16" --parts 2 --out "$work/pa" --hidden 16 >"$work/log" 2>&1 &&
+  grep -q "partition method metis (--method auto): predicted peak" "$work/log" &&
+  pass "partition --method auto: metis where it fits" || { fail "auto metis"; cat "$work/log"; }
+"$halogen" partition "$work/r16" --parts 2 --out "$work/pl" --hidden 16 --memory-limit 115M >"$work/log" 2>&1 &&
+  grep -q '"method": "lp"' "$work/pl/partition.json" &&
+  pass "partition --method auto: lp where only lp fits the limit" || { fail "auto lp"; cat "$work/log"; }
+expect_error "a partition that fits no way is refused with the numbers" \
+  "r16.* will not fit: each rank has 20.0 MiB \(--memory-limit\)" \
+  "$halogen" partition "$work/r16" --parts 2 --out "$work/pn" --memory-limit 20M
+grep -q -- "--method lp .*per rank" "$work/out" && grep -q -- "--memory-limit none" "$work/out" &&
+  pass "the refusal lists each method's need and the way out" || { fail "refusal text"; cat "$work/out"; }
+[ ! -e "$work/pn" ] && pass "nothing written for a refused partition" || fail "pn written"
+"$halogen" plan "$work/pa" --cluster local-cpu --gflops 10 >"$work/plan" 2>&1 &&
+  grep -q "partition memory per rank (65536 nodes" "$work/plan" && grep -q "lp       on 2 rank(s)" "$work/plan" &&
+  pass "plan predicts the partition's memory per method" || { fail "plan partition memory"; cat "$work/plan"; }
+
 echo "$failures failed"
 [ $failures -eq 0 ]

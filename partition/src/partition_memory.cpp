@@ -1,0 +1,119 @@
+// The partition's memory from counts alone. Each method's peak is the larger of two phases of
+// the busiest rank, with per-entry and per-node coefficients fitted to the peak resident
+// memory of `halogen partition` on RMAT graphs of scale 16 to 19 (docs/partition.md,
+// "Predicting the memory", which also gives the check on larger graphs).
+#include "halogen/partition/partition_memory.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "halogen/core/error.hpp"
+
+namespace halogen {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// One process without MPI (metis, random): the program, its libraries and allocator arenas.
+constexpr double kSerialProcess = 15 * kMiB;
+// One MPI rank (ptscotch, lp): the same plus Open MPI's own buffers.
+constexpr double kMpiProcess = 24 * kMiB;
+// What rank 0, the busiest, holds besides its share: the 16 MiB buffer that streams the dataset
+// for the partition id, and the coarsest graph that METIS partitions there (lp).
+constexpr double kRankZeroExtras = 29.6 * kMiB;
+// Held whole on every rank: the assignment, 4 bytes per node.
+constexpr double kPerNodeOnEveryRank = 4.0;
+
+// METIS in one process holds the whole dataset, the graph in METIS's layout with three
+// balance constraints, and its coarsening levels. The levels grow with the graph's depth: on
+// RMAT the hubs keep matchings short, so the bytes per entry grow with log2 of the node count
+// (57 per entry at scale 18 with mean degree 8, 80 at scale 20 with 30).
+constexpr double kMetisPerEntryPerLevel = 3.12;
+constexpr double kMetisPerNode = 308.0;
+constexpr double kMetisPerFeatureByte = 1.08;
+
+// Label propagation, partitioning: the slice, its ghost layer, cluster weights and the
+// contractions (the first is the peak, docs/partition.md), shared by the ranks. As with METIS the
+// levels keep more entries as RMAT graphs grow: 33 bytes per entry at scale 20.
+constexpr double kLpPerEntryPerLevel = 1.65;
+constexpr double kLpPerNode = 28.4;
+
+// Writing the shards (ptscotch and lp share the distributed writer): the rows moving to their
+// part's writer (about twice the slice), the parts' features, and two feature rounds of at most
+// 32 MiB each in flight.
+constexpr double kWriterPerEntry = 11.6;
+constexpr double kWriterPerNode = 112.0;
+constexpr double kFeatureRoundBytes = 32 * kMiB;
+
+// PT-Scotch's own peak on every rank, in bytes per stored entry of the whole graph: it does not
+// fall with the ranks as a share would (measured 53 to 129 at 2 and 4 ranks, RMAT scale 16 to
+// 20), so this is the top of that range.
+constexpr double kPtScotchPerEntryBound = 130.0;
+
+uint64_t bytes(double b) { return static_cast<uint64_t>(std::llround(std::max(0.0, b))); }
+
+struct Phase {
+  std::string name;
+  std::vector<std::pair<std::string, uint64_t>> items;
+  uint64_t total() const {
+    uint64_t t = 0;
+    for (const auto& [what, b] : items) t += b;
+    return t;
+  }
+};
+
+Phase writing(const PartitionCounts& c, int ranks) {
+  const double n = static_cast<double>(c.nodes), m = static_cast<double>(c.stored_entries);
+  const double features = n * static_cast<double>(c.feature_dim) * 4.0 / ranks;
+  return {"writing the shards",
+          {{"process", bytes(kMpiProcess + kRankZeroExtras)},
+           {"rows moving to their parts", bytes((kWriterPerEntry * m + kWriterPerNode * n) / ranks)},
+           {"the parts' features", bytes(features)},
+           {"feature rounds in flight", bytes(2.0 * std::min(kFeatureRoundBytes, features))},
+           {"the assignment (every rank)", bytes(kPerNodeOnEveryRank * n)}}};
+}
+
+}  // namespace
+
+PartitionMemory predict_partition_memory(PartitionMethod method, const PartitionCounts& c, int ranks) {
+  HALOGEN_EXPECTS(c.nodes >= 1 && c.stored_entries >= 0 && c.feature_dim >= 0,
+                  "partition memory: counts must be positive (nodes {}, stored entries {}, features {})", c.nodes,
+                  c.stored_entries, c.feature_dim);
+  HALOGEN_EXPECTS(ranks >= 1, "partition memory: ranks must be at least 1, got {}", ranks);
+  const double n = static_cast<double>(c.nodes), m = static_cast<double>(c.stored_entries);
+  PartitionMemory out;
+  out.method = method;
+  Phase peak;
+  if (method == PartitionMethod::kMetis || method == PartitionMethod::kRandom) {
+    out.ranks = 1;
+    peak = {"partitioning",
+            {{"process", bytes(kSerialProcess)},
+             {"graph and METIS's levels",
+              bytes(kMetisPerEntryPerLevel * m * std::log2(std::max(2.0, n)) + kMetisPerNode * n)},
+             {"features", bytes(kMetisPerFeatureByte * n * static_cast<double>(c.feature_dim) * 4.0)}}};
+  } else {
+    out.ranks = ranks;
+    Phase partitioning;
+    if (method == PartitionMethod::kLabelProp) {
+      partitioning = {"partitioning",
+                      {{"process", bytes(kMpiProcess + kRankZeroExtras)},
+                       {"slice and label propagation",
+                        bytes((kLpPerEntryPerLevel * m * std::log2(std::max(2.0, n)) + kLpPerNode * n) / ranks)},
+                       {"the assignment (every rank)", bytes(kPerNodeOnEveryRank * n)}}};
+    } else {
+      out.upper_bound = true;
+      partitioning = {"partitioning",
+                      {{"process", bytes(kMpiProcess + kRankZeroExtras)},
+                       {"PT-Scotch (bound)", bytes(kPtScotchPerEntryBound * m)},
+                       {"the assignment (every rank)", bytes(kPerNodeOnEveryRank * n)}}};
+    }
+    const Phase written = writing(c, ranks);
+    peak = partitioning.total() >= written.total() ? partitioning : written;
+  }
+  out.phase = peak.name;
+  out.items = peak.items;
+  out.peak_per_rank = peak.total();
+  return out;
+}
+
+}  // namespace halogen

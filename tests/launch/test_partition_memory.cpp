@@ -1,0 +1,116 @@
+// The partition's predicted memory (partition_memory.hpp) and the choice and refusal that
+// `halogen partition` makes from it (partition_memory_check.hpp). The prediction's accuracy
+// against measured peaks is bench/partition_memory.sh's.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "halogen/core/error.hpp"
+#include "halogen/partition/partition_memory.hpp"
+#include "partition_memory_check.hpp"
+
+namespace halogen {
+namespace {
+
+// RMAT scale 20, edge factor 16, 32 features: the graph the coefficients were checked on.
+const PartitionCounts kRmat20{1 << 20, 31400198, 32};
+
+uint64_t peak(PartitionMethod m, const PartitionCounts& c, int ranks) {
+  return predict_partition_memory(m, c, ranks).peak_per_rank;
+}
+
+TEST(PartitionMemory, PhasesSumToThePeak) {
+  for (const PartitionMethod m : {PartitionMethod::kMetis, PartitionMethod::kPtScotch, PartitionMethod::kLabelProp}) {
+    for (const int ranks : {1, 4, 64}) {
+      const PartitionMemory p = predict_partition_memory(m, kRmat20, ranks);
+      uint64_t sum = 0;
+      for (const auto& [what, bytes] : p.items) sum += bytes;
+      EXPECT_EQ(sum, p.peak_per_rank) << to_string(m) << " on " << ranks;
+      EXPECT_FALSE(p.phase.empty());
+    }
+  }
+}
+
+TEST(PartitionMemory, LabelPropagationFallsWithTheRanksAndPtScotchIsABound) {
+  // lp: every doubling of the ranks lowers the busiest rank's peak, and at 64 ranks it is a
+  // small fraction of one process's.
+  uint64_t last = peak(PartitionMethod::kLabelProp, kRmat20, 1);
+  for (const int ranks : {2, 4, 8, 16, 64}) {
+    const uint64_t now = peak(PartitionMethod::kLabelProp, kRmat20, ranks);
+    EXPECT_LT(now, last) << ranks;
+    last = now;
+  }
+  EXPECT_LT(last * 8, peak(PartitionMethod::kLabelProp, kRmat20, 1));
+  // The measured peaks of scale 20 (docs/partition.md): lp 1118, 600, 341 MiB on 1, 2, 4 ranks.
+  const double mib = 1024.0 * 1024.0;
+  EXPECT_NEAR(peak(PartitionMethod::kLabelProp, kRmat20, 1) / mib, 1118.0, 0.15 * 1118.0);
+  EXPECT_NEAR(peak(PartitionMethod::kLabelProp, kRmat20, 4) / mib, 341.0, 0.15 * 341.0);
+  EXPECT_NEAR(peak(PartitionMethod::kMetis, kRmat20, 1) / mib, 2464.0, 0.15 * 2464.0);
+  // METIS runs in one process whatever the ranks; PT-Scotch's figure is flagged as a bound and
+  // does not fall with the ranks.
+  EXPECT_EQ(predict_partition_memory(PartitionMethod::kMetis, kRmat20, 16).ranks, 1);
+  EXPECT_EQ(peak(PartitionMethod::kMetis, kRmat20, 16), peak(PartitionMethod::kMetis, kRmat20, 1));
+  EXPECT_TRUE(predict_partition_memory(PartitionMethod::kPtScotch, kRmat20, 4).upper_bound);
+  EXPECT_FALSE(predict_partition_memory(PartitionMethod::kLabelProp, kRmat20, 4).upper_bound);
+  EXPECT_GE(peak(PartitionMethod::kPtScotch, kRmat20, 64), peak(PartitionMethod::kPtScotch, kRmat20, 2));
+  // More features cost more in every method.
+  PartitionCounts wide = kRmat20;
+  wide.feature_dim = 512;
+  for (const PartitionMethod m : {PartitionMethod::kMetis, PartitionMethod::kLabelProp})
+    EXPECT_GT(peak(m, wide, 4), peak(m, kRmat20, 4)) << to_string(m);
+}
+
+TEST(PartitionMemory, RefusesCountsAndRanksItCannotPredict) {
+  EXPECT_THROW(predict_partition_memory(PartitionMethod::kLabelProp, {0, 10, 4}, 2), Error);
+  EXPECT_THROW(predict_partition_memory(PartitionMethod::kLabelProp, {10, -1, 4}, 2), Error);
+  EXPECT_THROW(predict_partition_memory(PartitionMethod::kLabelProp, kRmat20, 0), Error);
+}
+
+TEST(PartitionMemoryCheck, AutoTakesMetisOrPtScotchWhereTheyFitAndLabelPropagationElsewhere) {
+  using cli::choose_partition_method;
+  const uint64_t metis = peak(PartitionMethod::kMetis, kRmat20, 1);
+  const uint64_t lp1 = peak(PartitionMethod::kLabelProp, kRmat20, 1);
+  const uint64_t pt4 = peak(PartitionMethod::kPtScotch, kRmat20, 4);
+  const uint64_t lp4 = peak(PartitionMethod::kLabelProp, kRmat20, 4);
+  ASSERT_LT(lp1, metis);
+  ASSERT_LT(lp4, pt4);
+  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 1, metis, "test"), PartitionMethod::kMetis);
+  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 1, metis - 1, "test"), PartitionMethod::kLabelProp);
+  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 4, pt4, "test"), PartitionMethod::kPtScotch);
+  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 4, pt4 - 1, "test"), PartitionMethod::kLabelProp);
+  // No check (--memory-limit none): auto is METIS alone and PT-Scotch under mpirun, and an
+  // explicit method is kept.
+  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 1, 0, "test"), PartitionMethod::kMetis);
+  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 4, 0, "test"), PartitionMethod::kPtScotch);
+  EXPECT_EQ(choose_partition_method(PartitionMethod::kMetis, "g", kRmat20, 1, 0, "test"), PartitionMethod::kMetis);
+  // An explicit method that fits is kept even where another would need less.
+  EXPECT_EQ(choose_partition_method(PartitionMethod::kMetis, "g", kRmat20, 1, metis, "test"), PartitionMethod::kMetis);
+}
+
+TEST(PartitionMemoryCheck, ARefusalGivesTheNumbersAndWhatWouldFit) {
+  const uint64_t lp4 = peak(PartitionMethod::kLabelProp, kRmat20, 4);
+  // Explicit METIS with room for lp: the message names the dataset, the counts, the budget
+  // and its source, every method's need, and lp as what fits.
+  try {
+    cli::choose_partition_method(PartitionMethod::kMetis, "rmat20", kRmat20, 4, lp4, "MemAvailable 1 GiB");
+    FAIL() << "METIS does not fit";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    for (const char* part : {"'rmat20'", "1048576 nodes", "31400198 stored entries", "32 features", "--method metis",
+                             "MemAvailable 1 GiB", "--method lp", "(fits)", "--memory-limit none"}) {
+      EXPECT_NE(what.find(part), std::string::npos) << part << " missing from: " << what;
+    }
+  }
+  // Nothing fits on 4 ranks: the message says how many ranks lp would need.
+  try {
+    cli::choose_partition_method(std::nullopt, "rmat20", kRmat20, 4, lp4 / 2, "test");
+    FAIL() << "nothing fits";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--method lp on "), std::string::npos) << what;
+    EXPECT_EQ(what.find("(fits)"), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace halogen
