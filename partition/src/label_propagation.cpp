@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "halogen/core/error.hpp"
+#include "halogen/core/log.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "lp_graph.hpp"
 
@@ -55,6 +56,10 @@ constexpr int64_t kContractionLimitPerPart = 1000;
 // reach the contraction limit.
 constexpr int64_t kClusterWeightDivisor = 160;
 constexpr int kClusterRounds = 5;
+// Each round in this many batches, each ending with an exchange of labels and cluster weights,
+// when there are several ranks (lp_cluster.cpp: without them, coarsening stalls on graphs whose
+// neighbours live on other ranks). One rank sees every move at once and needs none.
+constexpr int kClusterBatches = 8;
 constexpr int kRefineRounds = 8;
 constexpr size_t kMaxLevels = 16;
 // A level that keeps more than this share of the previous level's nodes ends coarsening.
@@ -129,9 +134,13 @@ void coarsen(std::vector<Level>& levels, std::span<const int64_t> max_cluster, c
     if (nodes <= limit) return;
     cur.ghosts = std::make_unique<Ghosts>(*cur.graph, comm);
     const uint64_t seed = options.seed + 0x100 * levels.size();
-    Clustering cl = detail::lp::cluster_level(*cur.graph, *cur.ghosts, max_cluster, kClusterRounds, seed, comm);
+    const int batches = Ranks(comm).size > 1 ? kClusterBatches : 1;
+    Clustering cl =
+        detail::lp::cluster_level(*cur.graph, *cur.ghosts, max_cluster, kClusterRounds, batches, seed, comm);
     Contraction next = detail::lp::contract(*cur.graph, *cur.ghosts, std::move(cl), comm);
     const int64_t coarse_nodes = next.coarse.vtxdist.back();
+    if (Ranks(comm).rank == 0)
+      log::info("label propagation level {}: {} nodes clustered into {}", levels.size(), nodes, coarse_nodes);
     // Every rank sees the same counts, so all stop together.
     if (static_cast<double>(coarse_nodes) > kMinShrink * static_cast<double>(nodes) || coarse_nodes < options.num_parts)
       return;

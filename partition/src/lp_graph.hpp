@@ -83,15 +83,16 @@ std::vector<int64_t> fetch_from_owners(std::span<const NodeId> ids, const std::v
 void push_to_owners(std::span<const NodeId> ids, std::span<const int64_t> deltas, const std::vector<int64_t>& vtxdist,
                     int width, const std::function<void(int64_t, const int64_t*)>& apply, MPI_Comm comm);
 
-/// Size-constrained label propagation clustering (lp_cluster.cpp). Returns the cluster (a
-/// global id of the level) of every row and ghost; `cluster_weights` gets the weights
-/// (rows x ncon) of the clusters this rank owns (cluster c belongs to the owner of node c).
+/// Size-constrained label propagation clustering (lp_cluster.cpp), `rounds` rounds of `batches`
+/// batches each. Returns the cluster (a global id of the level) of every row and ghost;
+/// `cluster_weights` gets the weights (rows x ncon) of the clusters this rank owns (cluster c
+/// belongs to the owner of node c).
 struct Clustering {
   std::vector<NodeId> label;  // rows + ghosts
   std::vector<int64_t> cluster_weights;
 };
 Clustering cluster_level(const LevelGraph& g, const Ghosts& ghosts, std::span<const int64_t> max_weight, int rounds,
-                         uint64_t seed, MPI_Comm comm);
+                         int batches, uint64_t seed, MPI_Comm comm);
 
 /// The coarse graph of a clustering (lp_contract.cpp) and every row's coarse node.
 struct Contraction {
