@@ -31,17 +31,21 @@ std::string describe_partition_memory(const PartitionMemory& m) {
     if (bytes == 0) continue;
     items += fmt::format("{}{} {}", items.empty() ? "" : " + ", what, format_bytes(bytes));
   }
-  return fmt::format("{}{} per rank ({}: {})", m.upper_bound ? "up to " : "", format_bytes(m.peak_per_rank), m.phase,
-                     items);
+  return fmt::format("{}{} per rank ({}: {}){}", m.upper_bound ? "up to " : "", format_bytes(m.peak_per_rank), m.phase,
+                     items, m.refused ? "; refused: METIS holds at most 2^31-1 stored entries" : "");
 }
 
 PartitionMethod choose_partition_method(std::optional<PartitionMethod> requested, const std::string& dataset,
                                         const PartitionCounts& counts, int ranks, uint64_t budget_per_rank,
                                         const std::string& budget_source) {
   const PartitionMethod first_choice = ranks > 1 ? PartitionMethod::kPtScotch : PartitionMethod::kMetis;
-  if (budget_per_rank == 0) return requested.value_or(first_choice);
+  if (budget_per_rank == 0) {
+    if (!requested && predict_partition_memory(first_choice, counts, ranks).refused) return PartitionMethod::kLabelProp;
+    return requested.value_or(first_choice);
+  }
   const auto fits = [&](PartitionMethod m) {
-    return predict_partition_memory(m, counts, ranks).peak_per_rank <= budget_per_rank;
+    const PartitionMemory p = predict_partition_memory(m, counts, ranks);
+    return !p.refused && p.peak_per_rank <= budget_per_rank;
   };
   const std::vector<PartitionMethod> candidates =
       requested ? std::vector<PartitionMethod>{*requested}

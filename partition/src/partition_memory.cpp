@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "halogen/core/error.hpp"
 
@@ -86,6 +87,7 @@ PartitionMemory predict_partition_memory(PartitionMethod method, const Partition
   Phase peak;
   if (method == PartitionMethod::kMetis || method == PartitionMethod::kRandom) {
     out.ranks = 1;
+    out.refused = c.stored_entries > INT32_MAX;
     peak = {"partitioning",
             {{"process", bytes(kSerialProcess)},
              {"graph and METIS's levels",

@@ -88,6 +88,23 @@ TEST(PartitionMemoryCheck, AutoTakesMetisOrPtScotchWhereTheyFitAndLabelPropagati
   EXPECT_EQ(choose_partition_method(PartitionMethod::kMetis, "g", kRmat20, 1, metis, "test"), PartitionMethod::kMetis);
 }
 
+TEST(PartitionMemoryCheck, MetisIsNeverChosenBeyondItsIndexWidth) {
+  // ogbn-papers100M symmetrised: 3.2 G stored entries, more than METIS's 32-bit idx_t holds.
+  const PartitionCounts papers{111059956, 3231371744, 128};
+  EXPECT_TRUE(predict_partition_memory(PartitionMethod::kMetis, papers, 1).refused);
+  EXPECT_FALSE(predict_partition_memory(PartitionMethod::kMetis, kRmat20, 1).refused);
+  const uint64_t plenty = uint64_t{1} << 50;
+  EXPECT_EQ(cli::choose_partition_method(std::nullopt, "papers", papers, 1, plenty, "test"),
+            PartitionMethod::kLabelProp);
+  EXPECT_EQ(cli::choose_partition_method(std::nullopt, "papers", papers, 1, 0, "test"), PartitionMethod::kLabelProp);
+  try {
+    cli::choose_partition_method(PartitionMethod::kMetis, "papers", papers, 1, plenty, "test");
+    FAIL() << "METIS cannot hold the graph";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("2^31-1 stored entries"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PartitionMemoryCheck, ARefusalGivesTheNumbersAndWhatWouldFit) {
   const uint64_t lp4 = peak(PartitionMethod::kLabelProp, kRmat20, 4);
   // Explicit METIS with room for lp: the message names the dataset, the counts, the budget

@@ -33,6 +33,9 @@ struct PartitionMemory {
   /// between 53 and 129 bytes per stored entry of the whole graph on every rank, at 2 and 4
   /// ranks, so its figure is that range's top, an upper bound rather than an estimate.
   bool upper_bound = false;
+  /// METIS (32-bit idx_t) refuses graphs of more than 2^31 - 1 stored entries, whatever the
+  /// memory: such a graph is partitioned by ptscotch or lp.
+  bool refused = false;
 };
 
 /// The prediction for `method` on `ranks` processes (metis and random: one process, `ranks`
