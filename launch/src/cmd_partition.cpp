@@ -1,6 +1,7 @@
 // halogen partition
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "cli.hpp"
 #include "halogen/comm/collective_error.hpp"
@@ -69,92 +70,90 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
       const uint64_t held = static_cast<uint64_t>(std::max(0LL, current_rss_bytes())) * node_local_ranks;
       budget = host_memory_budget(node_local_ranks, held);
     }
-    const PartitionMethod chosen =
+    const PartitionMemory chosen =
         choose_partition_method(requested, dataset, counts, ranks, budget.bytes, budget.source);
-    log::info("partition method {}{}: predicted peak {}", to_string(chosen), requested ? "" : " (--method auto)",
-              describe_partition_memory(predict_partition_memory(chosen, counts, ranks)));
-    return chosen;
+    log::info("partition method {}{}: predicted peak {}", to_string(chosen.method), requested ? "" : " (--method auto)",
+              describe_partition_memory(chosen));
+    return chosen.method;
+  };
+  const auto one_process = [](PartitionMethod m) {
+    return m == PartitionMethod::kMetis || m == PartitionMethod::kRandom;
+  };
+  // METIS and random in this process: load the whole dataset, partition, write.
+  Stopwatch sw;
+  const auto partition_here = [&] {
+    const Dataset ds = load_dataset(dataset);
+    const auto report = write_partition(ds, partition_graph(ds, popt), popt, out, hidden, layers, overwrite);
+    std::cout << format_partition_report(report);
+    std::printf("partitioned with %s in %.2f s -> %s\n", to_string(popt.method).c_str(), sw.seconds(), out.c_str());
   };
 
-  Stopwatch sw;
-  const bool distributed_method = requested == PartitionMethod::kPtScotch || requested == PartitionMethod::kLabelProp;
-  // Started alone, the choice is made before MPI is needed (auto may still choose lp).
-  std::optional<PartitionMethod> chosen_alone;
-  if (!distributed_method && launched_ranks() == 1) chosen_alone = choose_method(1, 1);
-  const bool alone_distributed =
-      chosen_alone == PartitionMethod::kPtScotch || chosen_alone == PartitionMethod::kLabelProp;
-  // ptscotch and lp are distributed: every rank of the mpirun takes part (one process works too).
-  if (distributed_method || launched_ranks() > 1 || alone_distributed) {
-    MpiSession mpi(&argc, &argv);
-    int chosen = static_cast<int>(chosen_alone.value_or(PartitionMethod::kMetis));
-    if (!chosen_alone) {
-      const int node_local_ranks = local_rank_info(MPI_COMM_WORLD).local_size;
-      run_collectively(MPI_COMM_WORLD, "checking the partition's memory", [&] {
-        if (mpi.rank() == 0) chosen = static_cast<int>(choose_method(mpi.size(), node_local_ranks));
-      });
-      MPI_Bcast(&chosen, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    }
+  // MPI only where it is needed: under mpirun, or for a distributed method (one process works
+  // too). Started alone, the choice needs none, and METIS then runs without it.
+  std::optional<MpiSession> mpi;
+  if (launched_ranks() > 1 || (requested && !one_process(*requested))) {
+    mpi.emplace(&argc, &argv);
+    const int node_local_ranks = local_rank_info(MPI_COMM_WORLD).local_size;
+    int chosen = 0;
+    run_collectively(MPI_COMM_WORLD, "checking the partition's memory", [&] {
+      if (mpi->rank() == 0) chosen = static_cast<int>(choose_method(mpi->size(), node_local_ranks));
+    });
+    HALOGEN_CHECK_MPI(MPI_Bcast(&chosen, 1, MPI_INT, 0, MPI_COMM_WORLD));
     popt.method = static_cast<PartitionMethod>(chosen);
-    if (popt.method == PartitionMethod::kMetis || popt.method == PartitionMethod::kRandom) {
-      // A method of one process under mpirun: rank 0 partitions and writes, the others wait.
-      run_collectively(MPI_COMM_WORLD, to_string(popt.method) + " partitioning", [&] {
-        if (mpi.rank() != 0) return;
-        const Dataset ds = load_dataset(dataset);
-        const auto report = write_partition(ds, partition_graph(ds, popt), popt, out, hidden, layers, overwrite);
-        std::cout << format_partition_report(report);
-        std::printf("partitioned with %s in %.2f s -> %s\n", to_string(popt.method).c_str(), sw.seconds(), out.c_str());
-      });
-      return 0;
-    }
-    const bool lp = popt.method == PartitionMethod::kLabelProp;
-    const CollectiveStep collectively = [](const std::string& what, const std::function<void()>& step) {
-      run_collectively(MPI_COMM_WORLD, what, step);
-    };
-    nlohmann::json report;
-    if (is_dataset_dir(dataset) && !single_writer) {
-      // Distributed end to end: every rank reads its slice and writes its parts' shards.
-      report =
-          partition_dataset_distributed(dataset, popt, out, hidden, layers, overwrite, MPI_COMM_WORLD, collectively);
-    } else if (is_dataset_dir(dataset)) {
-      // The assignment from the slices, then rank 0 alone loads everything and writes (the
-      // single writer, kept to compare the distributed writer against).
-      const std::vector<int32_t> part = ptscotch_assignment_from_slices(dataset, popt, MPI_COMM_WORLD, collectively);
-      run_collectively(MPI_COMM_WORLD, "writing the shards", [&] {
-        if (mpi.rank() == 0)
-          report = write_partition(load_dataset(dataset), part, popt, out, hidden, layers, overwrite);
-      });
+  } else {
+    popt.method = choose_method(1, 1);
+  }
+  if (one_process(popt.method)) {
+    if (!mpi) {
+      partition_here();
     } else {
-      // Text input (e.g. the OGB raw layout) has no slices to read: every rank loads it whole.
-      if (mpi.rank() == 0) {
-        log::warn(
-            "'{}' is not a halogen binary dataset: every rank loads it whole; run halogen convert first so that "
-            "each rank reads only its slice",
-            dataset);
-      }
-      Dataset ds;
-      std::vector<int32_t> part;
-      run_collectively(MPI_COMM_WORLD, "loading the dataset", [&] { ds = load_dataset(dataset); });
-      run_collectively(MPI_COMM_WORLD, lp ? "label propagation partitioning" : "PT-Scotch partitioning", [&] {
-        part = lp ? label_propagation_partition(ds, popt, MPI_COMM_WORLD)
-                  : partition_graph_distributed(ds, popt, MPI_COMM_WORLD);
+      // Under mpirun rank 0 partitions and writes; the others wait for its outcome.
+      run_collectively(MPI_COMM_WORLD, to_string(popt.method) + " partitioning", [&] {
+        if (mpi->rank() == 0) partition_here();
       });
-      run_collectively(MPI_COMM_WORLD, "writing the shards", [&] {
-        if (mpi.rank() == 0) report = write_partition(ds, part, popt, out, hidden, layers, overwrite);
-      });
-    }
-    if (mpi.rank() == 0) {
-      std::cout << format_partition_report(report);
-      std::printf("partitioned with %s on %d ranks in %.2f s -> %s\n", to_string(popt.method).c_str(), mpi.size(),
-                  sw.seconds(), out.c_str());
     }
     return 0;
   }
-  popt.method = *chosen_alone;
-  const Dataset ds = load_dataset(dataset);
-  const auto part = partition_graph(ds, popt);
-  const auto report = write_partition(ds, part, popt, out, hidden, layers, overwrite);
-  std::cout << format_partition_report(report);
-  std::printf("partitioned with %s in %.2f s -> %s\n", to_string(popt.method).c_str(), sw.seconds(), out.c_str());
+  if (!mpi) mpi.emplace(&argc, &argv);  // --method auto chose lp on one process
+  const bool lp = popt.method == PartitionMethod::kLabelProp;
+  const CollectiveStep collectively = [](const std::string& what, const std::function<void()>& step) {
+    run_collectively(MPI_COMM_WORLD, what, step);
+  };
+  nlohmann::json report;
+  if (is_dataset_dir(dataset) && !single_writer) {
+    // Distributed end to end: every rank reads its slice and writes its parts' shards.
+    report = partition_dataset_distributed(dataset, popt, out, hidden, layers, overwrite, MPI_COMM_WORLD, collectively);
+  } else if (is_dataset_dir(dataset)) {
+    // The assignment from the slices, then rank 0 alone loads everything and writes (the
+    // single writer, kept to compare the distributed writer against).
+    const std::vector<int32_t> part = ptscotch_assignment_from_slices(dataset, popt, MPI_COMM_WORLD, collectively);
+    run_collectively(MPI_COMM_WORLD, "writing the shards", [&] {
+      if (mpi->rank() == 0) report = write_partition(load_dataset(dataset), part, popt, out, hidden, layers, overwrite);
+    });
+  } else {
+    // Text input (e.g. the OGB raw layout) has no slices to read: every rank loads it whole.
+    if (mpi->rank() == 0) {
+      log::warn(
+          "'{}' is not a halogen binary dataset: every rank loads it whole; run halogen convert first so that "
+          "each rank reads only its slice",
+          dataset);
+    }
+    Dataset ds;
+    std::vector<int32_t> part;
+    run_collectively(MPI_COMM_WORLD, "loading the dataset", [&] { ds = load_dataset(dataset); });
+    run_collectively(MPI_COMM_WORLD, lp ? "label propagation partitioning" : "PT-Scotch partitioning", [&] {
+      part = lp ? label_propagation_partition(ds, popt, MPI_COMM_WORLD)
+                : partition_graph_distributed(ds, popt, MPI_COMM_WORLD);
+    });
+    run_collectively(MPI_COMM_WORLD, "writing the shards", [&] {
+      if (mpi->rank() == 0) report = write_partition(ds, part, popt, out, hidden, layers, overwrite);
+    });
+  }
+  if (mpi->rank() == 0) {
+    std::cout << format_partition_report(report);
+    std::printf("partitioned with %s on %d ranks in %.2f s -> %s\n", to_string(popt.method).c_str(), mpi->size(),
+                sw.seconds(), out.c_str());
+  }
   return 0;
 }
 

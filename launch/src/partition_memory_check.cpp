@@ -35,30 +35,27 @@ std::string describe_partition_memory(const PartitionMemory& m) {
                      items, m.refused ? "; refused: METIS holds at most 2^31-1 stored entries" : "");
 }
 
-PartitionMethod choose_partition_method(std::optional<PartitionMethod> requested, const std::string& dataset,
+PartitionMemory choose_partition_method(std::optional<PartitionMethod> requested, const std::string& dataset,
                                         const PartitionCounts& counts, int ranks, uint64_t budget_per_rank,
                                         const std::string& budget_source) {
   const PartitionMethod first_choice = ranks > 1 ? PartitionMethod::kPtScotch : PartitionMethod::kMetis;
-  if (budget_per_rank == 0) {
-    if (!requested && predict_partition_memory(first_choice, counts, ranks).refused) return PartitionMethod::kLabelProp;
-    return requested.value_or(first_choice);
-  }
-  const auto fits = [&](PartitionMethod m) {
-    const PartitionMemory p = predict_partition_memory(m, counts, ranks);
-    return !p.refused && p.peak_per_rank <= budget_per_rank;
+  const auto fits = [&](const PartitionMemory& p) {
+    return !p.refused && (budget_per_rank == 0 || p.peak_per_rank <= budget_per_rank);
   };
   const std::vector<PartitionMethod> candidates =
       requested ? std::vector<PartitionMethod>{*requested}
                 : std::vector<PartitionMethod>{first_choice, PartitionMethod::kLabelProp};
   for (const PartitionMethod m : candidates) {
-    if (fits(m)) return m;
+    const PartitionMemory p = predict_partition_memory(m, counts, ranks);
+    // Without a check an explicit method is kept; METIS then refuses a graph it cannot index.
+    if (fits(p) || (budget_per_rank == 0 && requested)) return p;
   }
   // Nothing that may be chosen fits: say what each method would need, and what would fit.
   std::string needs;
   for (const PartitionMethod m : {PartitionMethod::kMetis, PartitionMethod::kPtScotch, PartitionMethod::kLabelProp}) {
     const PartitionMemory p = predict_partition_memory(m, counts, ranks);
     needs += fmt::format("\n  --method {:8s} on {} rank(s): {}{}", to_string(m), p.ranks, describe_partition_memory(p),
-                         fits(m) ? " (fits)" : "");
+                         fits(p) ? " (fits)" : "");
   }
   int enough = ranks;
   while (enough < (1 << 20) &&

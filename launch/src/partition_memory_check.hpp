@@ -22,10 +22,11 @@ std::string describe_partition_memory(const PartitionMemory& m);
 /// `requested` empty is --method auto: on one process METIS if it fits, on several PT-Scotch if
 /// its bound fits, otherwise label propagation, which needs the least and falls with the
 /// ranks. An explicit method is only checked. `budget_per_rank` 0 skips the check (auto then
-/// takes METIS or PT-Scotch). Throws halogen::Error naming the dataset, the counts, each
-/// method's need per rank against `budget_per_rank` (`budget_source` says where it came
+/// takes METIS or PT-Scotch, lp beyond METIS's index width). Returns the chosen method's
+/// prediction (`method` is the choice). Throws halogen::Error naming the dataset, the counts,
+/// each method's need per rank against `budget_per_rank` (`budget_source` says where it came
 /// from) and what to do, when nothing that may be chosen fits.
-PartitionMethod choose_partition_method(std::optional<PartitionMethod> requested, const std::string& dataset,
+PartitionMemory choose_partition_method(std::optional<PartitionMethod> requested, const std::string& dataset,
                                         const PartitionCounts& counts, int ranks, uint64_t budget_per_rank,
                                         const std::string& budget_source);
 

@@ -224,10 +224,9 @@ Received redistribute(DatasetSlice& s, std::span<const int32_t> part_of, MPI_Com
 }
 
 // Every part's feature rows, straight into its owned-order buffer: the slice owners read
-// their rows in rounds of at most kFeatureRoundBytes and send each row to its part's writer,
+// their rows in rounds of at most detail::kFeatureRoundBytes and send each row to its part's writer,
 // which knows from `in` which node each arriving row is. Peak: the parts' buffers plus two
 // rounds, never the slice's features as a whole.
-constexpr size_t kFeatureRoundBytes = size_t{32} << 20;
 
 void fetch_features(const fs::path& dir, const DatasetSlice& s, std::span<const int32_t> part_of,
                     std::vector<LocalPart>& parts, const Received& in, MPI_Comm comm,
@@ -243,7 +242,7 @@ void fetch_features(const fs::path& dir, const DatasetSlice& s, std::span<const 
   for (size_t i = 0; i < parts.size(); ++i) index_of_part[static_cast<size_t>(parts[i].part)] = static_cast<int32_t>(i);
   // HALOGEN_FEATURE_ROUND_BYTES overrides the round size (tests make it a few rows).
   const char* round_env = std::getenv("HALOGEN_FEATURE_ROUND_BYTES");
-  const size_t round_bytes = round_env != nullptr ? std::strtoull(round_env, nullptr, 10) : kFeatureRoundBytes;
+  const size_t round_bytes = round_env != nullptr ? std::strtoull(round_env, nullptr, 10) : detail::kFeatureRoundBytes;
   const auto round_rows = static_cast<int64_t>(std::max<size_t>(1, round_bytes / (F * sizeof(float))));
   int64_t rounds = (s.num_rows() + round_rows - 1) / round_rows;
   HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &rounds, 1, MPI_INT64_T, MPI_MAX, comm));

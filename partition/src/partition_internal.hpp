@@ -1,5 +1,6 @@
 // Pieces shared by the single-process partition writer (shard.cpp, report.cpp) and the
-// distributed one (distributed.cpp), so that both write the same bytes.
+// distributed one (distributed.cpp), so that both write the same bytes, and the distributed
+// writer's sizes that its memory prediction (partition_memory.cpp) counts.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,10 @@
 #include "halogen/partition/shard.hpp"
 
 namespace halogen::detail {
+
+/// The distributed writer reads and sends feature rows in rounds of at most this many bytes,
+/// so that no rank holds its slice's features whole.
+inline constexpr size_t kFeatureRoundBytes = size_t{32} << 20;
 
 /// partition_fingerprint, fed piece by piece: the dataset's identity first, then its payloads
 /// in file order (offsets, indices, features, labels, split), then the assignment.

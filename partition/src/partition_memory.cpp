@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "halogen/core/error.hpp"
+#include "partition_internal.hpp"
 
 namespace halogen {
 namespace {
@@ -40,11 +41,10 @@ constexpr double kLpPerEntryPerLevel = 1.65;
 constexpr double kLpPerNode = 28.4;
 
 // Writing the shards (ptscotch and lp share the distributed writer): the rows moving to their
-// part's writer (about twice the slice), the parts' features, and two feature rounds of at most
-// 32 MiB each in flight.
+// part's writer (about twice the slice), the parts' features, and two feature rounds
+// (detail::kFeatureRoundBytes each at most) in flight.
 constexpr double kWriterPerEntry = 11.6;
 constexpr double kWriterPerNode = 112.0;
-constexpr double kFeatureRoundBytes = 32 * kMiB;
 
 // PT-Scotch's own peak on every rank, in bytes per stored entry of the whole graph: it does not
 // fall with the ranks as a share would (measured 53 to 129 at 2 and 4 ranks, RMAT scale 16 to
@@ -66,12 +66,13 @@ struct Phase {
 Phase writing(const PartitionCounts& c, int ranks) {
   const double n = static_cast<double>(c.nodes), m = static_cast<double>(c.stored_entries);
   const double features = n * static_cast<double>(c.feature_dim) * 4.0 / ranks;
-  return {"writing the shards",
-          {{"process", bytes(kMpiProcess + kRankZeroExtras)},
-           {"rows moving to their parts", bytes((kWriterPerEntry * m + kWriterPerNode * n) / ranks)},
-           {"the parts' features", bytes(features)},
-           {"feature rounds in flight", bytes(2.0 * std::min(kFeatureRoundBytes, features))},
-           {"the assignment (every rank)", bytes(kPerNodeOnEveryRank * n)}}};
+  return {
+      "writing the shards",
+      {{"process", bytes(kMpiProcess + kRankZeroExtras)},
+       {"rows moving to their parts", bytes((kWriterPerEntry * m + kWriterPerNode * n) / ranks)},
+       {"the parts' features", bytes(features)},
+       {"feature rounds in flight", bytes(2.0 * std::min(static_cast<double>(detail::kFeatureRoundBytes), features))},
+       {"the assignment (every rank)", bytes(kPerNodeOnEveryRank * n)}}};
 }
 
 }  // namespace
@@ -87,7 +88,7 @@ PartitionMemory predict_partition_memory(PartitionMethod method, const Partition
   Phase peak;
   if (method == PartitionMethod::kMetis || method == PartitionMethod::kRandom) {
     out.ranks = 1;
-    out.refused = c.stored_entries > INT32_MAX;
+    out.refused = c.stored_entries > kMetisMaxStoredEntries;
     peak = {"partitioning",
             {{"process", bytes(kSerialProcess)},
              {"graph and METIS's levels",

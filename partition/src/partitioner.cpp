@@ -85,10 +85,10 @@ std::vector<int32_t> partition_random(int64_t n, int num_parts, uint64_t seed) {
 std::vector<int32_t> partition_metis(const Dataset& ds, const PartitionOptions& options) {
   const CsrGraph& g = ds.graph;
   const int64_t n = g.num_nodes();
-  HALOGEN_EXPECTS(g.num_edges() <= INT32_MAX,
+  HALOGEN_EXPECTS(g.num_edges() <= kMetisMaxStoredEntries,
                   "dataset '{}' has {} stored edges; METIS with 32-bit idx_t holds at most 2^31-1 = {}: partition it "
                   "with --method ptscotch under mpirun (64-bit, each rank reads only its slice)",
-                  ds.name, g.num_edges(), INT32_MAX);
+                  ds.name, g.num_edges(), kMetisMaxStoredEntries);
   HALOGEN_EXPECTS(options.imbalance >= 1.0, "partition imbalance must be >= 1.0 (max/avg), got {}", options.imbalance);
   HALOGEN_EXPECTS(g.is_symmetric(),
                   "dataset '{}': METIS needs a symmetric graph, but some edge (u, v) has no (v, u); symmetrise it "

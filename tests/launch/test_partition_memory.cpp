@@ -75,17 +75,21 @@ TEST(PartitionMemoryCheck, AutoTakesMetisOrPtScotchWhereTheyFitAndLabelPropagati
   const uint64_t lp4 = peak(PartitionMethod::kLabelProp, kRmat20, 4);
   ASSERT_LT(lp1, metis);
   ASSERT_LT(lp4, pt4);
-  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 1, metis, "test"), PartitionMethod::kMetis);
-  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 1, metis - 1, "test"), PartitionMethod::kLabelProp);
-  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 4, pt4, "test"), PartitionMethod::kPtScotch);
-  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 4, pt4 - 1, "test"), PartitionMethod::kLabelProp);
+  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 1, metis, "test").method, PartitionMethod::kMetis);
+  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 1, metis - 1, "test").method,
+            PartitionMethod::kLabelProp);
+  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 4, pt4, "test").method, PartitionMethod::kPtScotch);
+  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 4, pt4 - 1, "test").method,
+            PartitionMethod::kLabelProp);
   // No check (--memory-limit none): auto is METIS alone and PT-Scotch under mpirun, and an
   // explicit method is kept.
-  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 1, 0, "test"), PartitionMethod::kMetis);
-  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 4, 0, "test"), PartitionMethod::kPtScotch);
-  EXPECT_EQ(choose_partition_method(PartitionMethod::kMetis, "g", kRmat20, 1, 0, "test"), PartitionMethod::kMetis);
+  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 1, 0, "test").method, PartitionMethod::kMetis);
+  EXPECT_EQ(choose_partition_method(std::nullopt, "g", kRmat20, 4, 0, "test").method, PartitionMethod::kPtScotch);
+  EXPECT_EQ(choose_partition_method(PartitionMethod::kMetis, "g", kRmat20, 1, 0, "test").method,
+            PartitionMethod::kMetis);
   // An explicit method that fits is kept even where another would need less.
-  EXPECT_EQ(choose_partition_method(PartitionMethod::kMetis, "g", kRmat20, 1, metis, "test"), PartitionMethod::kMetis);
+  EXPECT_EQ(choose_partition_method(PartitionMethod::kMetis, "g", kRmat20, 1, metis, "test").method,
+            PartitionMethod::kMetis);
 }
 
 TEST(PartitionMemoryCheck, MetisIsNeverChosenBeyondItsIndexWidth) {
@@ -94,9 +98,10 @@ TEST(PartitionMemoryCheck, MetisIsNeverChosenBeyondItsIndexWidth) {
   EXPECT_TRUE(predict_partition_memory(PartitionMethod::kMetis, papers, 1).refused);
   EXPECT_FALSE(predict_partition_memory(PartitionMethod::kMetis, kRmat20, 1).refused);
   const uint64_t plenty = uint64_t{1} << 50;
-  EXPECT_EQ(cli::choose_partition_method(std::nullopt, "papers", papers, 1, plenty, "test"),
+  EXPECT_EQ(cli::choose_partition_method(std::nullopt, "papers", papers, 1, plenty, "test").method,
             PartitionMethod::kLabelProp);
-  EXPECT_EQ(cli::choose_partition_method(std::nullopt, "papers", papers, 1, 0, "test"), PartitionMethod::kLabelProp);
+  EXPECT_EQ(cli::choose_partition_method(std::nullopt, "papers", papers, 1, 0, "test").method,
+            PartitionMethod::kLabelProp);
   try {
     cli::choose_partition_method(PartitionMethod::kMetis, "papers", papers, 1, plenty, "test");
     FAIL() << "METIS cannot hold the graph";

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <climits>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -34,6 +35,9 @@ struct PartitionOptions {
   // Order of each shard's owned nodes (reorder.hpp); applied when shards are written.
   NodeOrder node_order = kDefaultNodeOrder;
 };
+
+/// The most stored (directed) entries METIS, built with 32-bit idx_t, can hold.
+inline constexpr int64_t kMetisMaxStoredEntries = INT32_MAX;
 
 /// "metis", "ptscotch" (or "pt-scotch"), "random", "lp" (or "label-prop"); throws otherwise.
 PartitionMethod parse_partition_method(const std::string& s);
