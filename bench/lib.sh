@@ -1,5 +1,13 @@
 # shellcheck shell=bash
-# Shared by the limited-link benchmarks (bench/overlap.sh, bench/grad_overlap.sh): a work
+# Shared by the benchmarks.
+#
+# Peak memory per rank (bench/partition_memory.sh, bench/scale_end_to_end.sh):
+#   peak_run DIR NP CMD...  # CMD as one process (NP 0) or under mpirun -np NP, every process
+#                           # under GNU time: its peak resident set in DIR/peak.RANK, the
+#                           # output in DIR/log, the wall seconds in $peak_seconds
+#   peak_stats DIR          # prints the busiest process's peak and the sum over all, in bytes
+#
+# The limited-link benchmarks (bench/overlap.sh, bench/grad_overlap.sh): a work
 # folder, Open MPI over TCP on the loopback, the loopback limited by a token bucket
 # (tc ... tbf), the limit removed on every exit path, and one training run.
 #
@@ -32,4 +40,33 @@ limited_link_run() {
   shift
   "${mpi[@]}" "$halogen" train --parts "$work/parts" "${train_args[@]}" --timeout 600 -q \
     --metrics "$work/$name.jsonl" "$@" >/dev/null
+}
+
+peak_run() {
+  local dir=$1 np=$2 rc=0 start
+  shift 2
+  [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (GNU time)" >&2; return 2; }
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  start=$(date +%s.%N)
+  if [ "$np" = 0 ]; then
+    /usr/bin/time -f %M -o "$dir/peak.0" "$@" >"$dir/log" 2>&1 || rc=$?
+  else
+    local mpi=(mpirun --oversubscribe)
+    [ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
+    "${mpi[@]}" -np "$np" sh -c "/usr/bin/time -f %M -o $dir/peak.\$OMPI_COMM_WORLD_RANK \"\$0\" \"\$@\"" "$@" \
+      >"$dir/log" 2>&1 || rc=$?
+  fi
+  peak_seconds=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  return $rc
+}
+
+peak_stats() {
+  local max=0 sum=0 kb f
+  for f in "$1"/peak.*; do
+    kb=$(tail -1 "$f")
+    sum=$((sum + kb * 1024))
+    [ $((kb * 1024)) -gt $max ] && max=$((kb * 1024))
+  done
+  echo "$max $sum"
 }

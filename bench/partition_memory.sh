@@ -28,11 +28,9 @@ while [ $# -gt 0 ]; do
 done
 halogen=$build/halogen
 [ -x "$halogen" ] || { echo "no halogen at $halogen (--build DIR)" >&2; exit 2; }
-[ -x /usr/bin/time ] || { echo "needs /usr/bin/time (GNU time)" >&2; exit 2; }
 if [ -z "$work" ]; then work=$(mktemp -d); trap 'rm -rf "$work"' EXIT; fi
 mkdir -p "$work"
-mpi=(mpirun --oversubscribe)
-[ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
+source "$here/lib.sh"
 
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 to_bytes() {  # "129.5 MiB" -> bytes
@@ -56,23 +54,15 @@ print(m['num_nodes'], m['files']['indices']['count'])" "$ds/meta.json")
     for ranks in ${ranks_list//,/ }; do
       [ "$method" = metis ] && [ "$ranks" != 1 ] && continue
       [ "$method" = ptscotch ] && [ "$ranks" = 1 ] && continue
-      run=$work/run; rm -rf "$run"; mkdir -p "$run"
-      start=$(date +%s.%N)
-      if [ "$method" = metis ]; then
-        /usr/bin/time -f %M -o "$run/peak.0" "$halogen" partition "$ds" --parts "$parts" --method metis \
-          --memory-limit none --out "$run/out" >"$run/log" 2>&1
-      else
-        "${mpi[@]}" -np "$ranks" sh -c "/usr/bin/time -f %M -o $run/peak.\$OMPI_COMM_WORLD_RANK $halogen partition \
-$ds --parts $parts --method $method --memory-limit none --out $run/out" >"$run/log" 2>&1
-      fi
-      seconds=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-      max=0; sum=0
-      for f in "$run"/peak.*; do kb=$(tail -1 "$f"); sum=$((sum + kb * 1024)); [ $((kb * 1024)) -gt $max ] && max=$((kb * 1024)); done
+      run=$work/run
+      peak_run "$run" "$([ "$method" = metis ] && echo 0 || echo "$ranks")" "$halogen" partition "$ds" \
+        --parts "$parts" --method "$method" --memory-limit none --out "$run/out" || { tail -20 "$run/log"; exit 1; }
+      read -r max sum < <(peak_stats "$run")
       read -r value unit < <(grep -o 'predicted peak [^(]*' "$run/log" | head -1 | sed 's/predicted peak //; s/up to //' | awk '{print $1, $2}')
       predicted=$(to_bytes "$value" "$unit")
       printf '%-16s %10d %12d %-9s %5d %12s %12s %7.3f %14.1f %8s\n' "${name:0:16}" "$nodes" "$entries" "$method" "$ranks" \
         "$(mib $max)" "$(mib "$predicted")" "$(awk -v p="$predicted" -v m="$max" 'BEGIN { print p / m }')" \
-        "$(awk -v s="$sum" -v e="$entries" 'BEGIN { print s / e }')" "$seconds"
+        "$(awk -v s="$sum" -v e="$entries" 'BEGIN { print s / e }')" "$peak_seconds"
     done
   done
 done

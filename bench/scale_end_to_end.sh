@@ -25,35 +25,23 @@ while [ $# -gt 0 ]; do
 done
 halogen=$build/halogen
 [ -x "$halogen" ] || { echo "no halogen at $halogen (--build DIR)" >&2; exit 2; }
-[ -x /usr/bin/time ] || { echo "needs /usr/bin/time (GNU time)" >&2; exit 2; }
 if [ -z "$work" ]; then work=$(mktemp -d); trap 'rm -rf "$work"' EXIT; fi
 mkdir -p "$work"
-mpi=(mpirun --oversubscribe)
-[ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
+source "$here/lib.sh"
 ds=$work/rmat$scale
 parts=$work/rmat$scale-p$ranks
 
 mib() { awk -v b="$1" 'BEGIN { printf "%.0f", b / 1048576 }'; }
 # stage NAME RANKS CMD...: runs CMD (under mpirun when RANKS > 0) with every rank under
-# /usr/bin/time and prints the stage's row.
+# /usr/bin/time (peak_run, in $work/NAME) and prints the stage's row.
 entries=0
 stage() {
-  local name=$1 np=$2
+  local name=$1 np=$2 max sum
   shift 2
-  local peaks=$work/peaks-$name
-  rm -rf "$peaks"; mkdir -p "$peaks"
-  local start; start=$(date +%s.%N)
-  if [ "$np" = 0 ]; then
-    /usr/bin/time -f %M -o "$peaks/0" "$@" >"$work/$name.log" 2>&1
-  else
-    "${mpi[@]}" -np "$np" sh -c "/usr/bin/time -f %M -o $peaks/\$OMPI_COMM_WORLD_RANK \"\$0\" \"\$@\"" "$@" \
-      >"$work/$name.log" 2>&1
-  fi || { echo "$name failed:"; tail -20 "$work/$name.log"; exit 1; }
-  local seconds max=0 sum=0 kb
-  seconds=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-  for f in "$peaks"/*; do kb=$(tail -1 "$f"); sum=$((sum + kb * 1024)); [ $((kb * 1024)) -gt $max ] && max=$((kb * 1024)); done
+  peak_run "$work/$name" "$np" "$@" || { echo "$name failed:"; tail -20 "$work/$name/log"; exit 1; }
+  read -r max sum < <(peak_stats "$work/$name")
   [ "$entries" -gt 0 ] || entries=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['files']['indices']['count'])" "$ds/meta.json")
-  printf '%-10s %6s %9s %14s %14s %14s\n' "$name" "$([ "$np" = 0 ] && echo 1 || echo "$np")" "$seconds" \
+  printf '%-10s %6s %9s %14s %14s %14s\n' "$name" "$([ "$np" = 0 ] && echo 1 || echo "$np")" "$peak_seconds" \
     "$(mib $max) MiB" "$(mib $sum) MiB" "$(awk -v s="$sum" -v e="$entries" 'BEGIN { printf "%.1f", s / e }')"
 }
 
@@ -64,9 +52,9 @@ printf '%-10s %6s %9s %14s %14s %14s\n' stage ranks seconds "peak per rank" "sum
     --feature-dim "$feature_dim" --out "$ds"
 stage partition "$ranks" "$halogen" partition "$ds" --parts "$ranks" --method lp --hidden "$hidden" --out "$parts" \
   --overwrite
-grep -o "predicted peak [^(]*" "$work/partition.log" | sed 's/^/#   partition /'
+grep -o "predicted peak [^(]*" "$work/partition/log" | sed 's/^/#   partition /'
 "$halogen" plan "$parts" --cluster local-cpu --gflops 1 --hidden "$hidden" --layers 2 2>/dev/null |
   grep "memory per rank (host" | sed 's/^/#   train /'
 stage train "$ranks" "$halogen" train --parts "$parts" --epochs "$epochs" --hidden "$hidden" --eval-every "$epochs" \
   --patience 0 -q --metrics "$work/train.jsonl"
-grep -h "edge cut" "$work/partition.log" | sed 's/^/#   /'
+grep -h "edge cut" "$work/partition/log" | sed 's/^/#   /'
