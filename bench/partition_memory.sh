@@ -11,7 +11,8 @@
 # --datasets adds binary datasets of any kind (halogen generate sbm, halogen convert) to the
 # generated RMAT graphs (--scales "" leaves those out). metis runs on one process only. Prints
 # one row per run: nodes, stored entries, the measured peak of the busiest rank, the prediction
-# and their ratio, and the sum over ranks in bytes per stored entry. About 15 minutes with the
+# and their ratio, the sum over ranks in bytes per stored entry, and the busiest rank's peak when
+# the partitioning itself ended (before the shards are written). About 15 minutes with the
 # defaults on 2 cores.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd); root=$(dirname "$here")
@@ -36,8 +37,8 @@ mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 to_bytes() {  # "129.5 MiB" -> bytes
   awk -v v="$1" -v u="$2" 'BEGIN { m = u == "GiB" ? 2^30 : u == "MiB" ? 2^20 : u == "KiB" ? 2^10 : 1; printf "%.0f", v * m }'
 }
-printf '%-16s %10s %12s %-9s %5s %12s %12s %7s %14s %8s\n' graph nodes entries method ranks "peak MiB" \
-  "predicted" ratio "sum B/entry" seconds
+printf '%-16s %10s %12s %-9s %5s %12s %12s %7s %14s %8s %14s\n' graph nodes entries method ranks "peak MiB" \
+  "predicted" ratio "sum B/entry" seconds "partitioning"
 graphs=()
 for scale in ${scales//,/ }; do
   ds=$work/rmat$scale-e$edge_factor-f$feature_dim
@@ -60,9 +61,12 @@ print(m['num_nodes'], m['files']['indices']['count'])" "$ds/meta.json")
       read -r max sum < <(peak_stats "$run")
       read -r value unit < <(grep -o 'predicted peak [^(]*' "$run/log" | head -1 | sed 's/predicted peak //; s/up to //' | awk '{print $1, $2}')
       predicted=$(to_bytes "$value" "$unit")
-      printf '%-16s %10d %12d %-9s %5d %12s %12s %7.3f %14.1f %8s\n' "${name:0:16}" "$nodes" "$entries" "$method" "$ranks" \
-        "$(mib $max)" "$(mib "$predicted")" "$(awk -v p="$predicted" -v m="$max" 'BEGIN { print p / m }')" \
-        "$(awk -v s="$sum" -v e="$entries" 'BEGIN { print s / e }')" "$peak_seconds"
+      # The busiest rank's peak when partitioning ended, before the writer's phase (the log's own
+      # figure; METIS in one process logs none).
+      partitioning=$(grep -o 'partitioning done: peak resident memory so far [0-9.]*' "$run/log" | awk '{print $NF}')
+      printf '%-16s %10d %12d %-9s %5d %12s %12s %7.3f %14.1f %8s %14s\n' "${name:0:16}" "$nodes" "$entries" "$method" \
+        "$ranks" "$(mib $max)" "$(mib "$predicted")" "$(awk -v p="$predicted" -v m="$max" 'BEGIN { print p / m }')" \
+        "$(awk -v s="$sum" -v e="$entries" 'BEGIN { print s / e }')" "$peak_seconds" "${partitioning:--}"
     done
   done
 done

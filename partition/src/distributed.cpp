@@ -30,6 +30,8 @@
 #include "halogen/core/buffer.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
+#include "halogen/core/log.hpp"
+#include "halogen/core/timer.hpp"
 #include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/partition/shard.hpp"
@@ -122,6 +124,13 @@ std::vector<int32_t> assign_from_slices(const DatasetSlice& s, const PartitionOp
                                                     options, comm)
                  : ptscotch_partition_rows(s.info.name, n, s.offsets.data(), s.indices.data(), options, comm);
     });
+    // The partitioning's own peak, before the writer's phase adds to it: what the memory
+    // prediction of each phase is checked against.
+    long long peak = peak_rss_bytes();
+    HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &peak, 1, MPI_LONG_LONG, MPI_MAX, comm));
+    if (detail::Ranks(comm).rank == 0)
+      log::info("{} partitioning done: peak resident memory so far {:.1f} MiB on the busiest rank",
+                to_string(options.method), static_cast<double>(peak) / 1048576.0);
   }
   return detail::allgather_slice_parts(local, n, comm);
 }

@@ -61,6 +61,11 @@ constexpr int kClusterRounds = 5;
 // neighbours live on other ranks). One rank sees every move at once and needs none.
 constexpr int kClusterBatches = 8;
 constexpr int kRefineRounds = 8;
+// Contraction sends the coarse entries in this many batches by coarse row (lp_contract.cpp):
+// the first coarse graph of an RMAT graph keeps most of the fine entries, and sent at once its
+// 16-byte entries were the partition's peak. With 16, one batch in flight adds about 3 bytes
+// per entry to the coarse graph's 12.
+constexpr int kContractBatches = 16;
 constexpr size_t kMaxLevels = 16;
 // A level that keeps more than this share of the previous level's nodes ends coarsening.
 constexpr double kMinShrink = 0.9;
@@ -137,7 +142,7 @@ void coarsen(std::vector<Level>& levels, std::span<const int64_t> max_cluster, c
     const int batches = Ranks(comm).size > 1 ? kClusterBatches : 1;
     Clustering cl =
         detail::lp::cluster_level(*cur.graph, *cur.ghosts, max_cluster, kClusterRounds, batches, seed, comm);
-    Contraction next = detail::lp::contract(*cur.graph, *cur.ghosts, std::move(cl), comm);
+    Contraction next = detail::lp::contract(*cur.graph, *cur.ghosts, std::move(cl), kContractBatches, comm);
     const int64_t coarse_nodes = next.coarse.vtxdist.back();
     if (Ranks(comm).rank == 0)
       log::info("label propagation level {}: {} nodes clustered into {}", levels.size(), nodes, coarse_nodes);

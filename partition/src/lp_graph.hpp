@@ -94,12 +94,15 @@ struct Clustering {
 Clustering cluster_level(const LevelGraph& g, const Ghosts& ghosts, std::span<const int64_t> max_weight, int rounds,
                          int batches, uint64_t seed, MPI_Comm comm);
 
-/// The coarse graph of a clustering (lp_contract.cpp) and every row's coarse node.
+/// The coarse graph of a clustering (lp_contract.cpp) and every row's coarse node. The coarse
+/// entries travel in `batches` rounds (by coarse row), so that only one batch's entries are in
+/// flight; the result is the same for any batch count. Collective (the same count on every
+/// rank).
 struct Contraction {
   LevelGraph coarse;
   std::vector<NodeId> coarse_of;  // per row of the fine level
 };
-Contraction contract(const LevelGraph& g, const Ghosts& ghosts, Clustering clustering, MPI_Comm comm);
+Contraction contract(const LevelGraph& g, const Ghosts& ghosts, Clustering clustering, int batches, MPI_Comm comm);
 
 /// METIS on the whole (small) graph, gathered on rank 0; returns the part of every row.
 std::vector<int32_t> initial_partition(const LevelGraph& g, const PartitionOptions& options, MPI_Comm comm);

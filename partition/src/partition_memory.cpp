@@ -1,7 +1,7 @@
 // The partition's memory from counts alone. Each method's peak is the larger of two phases of
 // the busiest rank, with per-entry and per-node coefficients fitted to the peak resident
-// memory of `halogen partition` on RMAT graphs of scale 16 to 19 (docs/partition.md,
-// "Predicting the memory", which also gives the check on larger graphs).
+// memory of `halogen partition` on RMAT graphs of scale 16 to 19 (label propagation: 17 to 20)
+// (docs/partition.md, "Predicting the memory", which also gives the check on larger graphs).
 #include "halogen/partition/partition_memory.hpp"
 
 #include <algorithm>
@@ -35,9 +35,12 @@ constexpr double kMetisPerNode = 308.0;
 constexpr double kMetisPerFeatureByte = 1.08;
 
 // Label propagation, partitioning: the slice, its ghost layer, cluster weights and the
-// contractions (the first is the peak, docs/partition.md), shared by the ranks. As with METIS the
-// levels keep more entries as RMAT graphs grow: 33 bytes per entry at scale 20.
-constexpr double kLpPerEntryPerLevel = 1.65;
+// contraction, whose coarse graph (12 bytes per entry, sent in batches) is the peak on RMAT,
+// shared by the ranks; its own process constant (rank 0's coarsest graph included) was fitted
+// with them. As with METIS the levels keep more entries as RMAT graphs grow: 23.7 bytes per
+// entry at scale 20 with mean degree 30.
+constexpr double kLpProcess = 38.3 * kMiB;
+constexpr double kLpPerEntryPerLevel = 1.18;
 constexpr double kLpPerNode = 28.4;
 
 // Writing the shards (ptscotch and lp share the distributed writer): the rows moving to their
@@ -99,7 +102,7 @@ PartitionMemory predict_partition_memory(PartitionMethod method, const Partition
     Phase partitioning;
     if (method == PartitionMethod::kLabelProp) {
       partitioning = {"partitioning",
-                      {{"process", bytes(kMpiProcess + kRankZeroExtras)},
+                      {{"process", bytes(kLpProcess)},
                        {"slice and label propagation",
                         bytes((kLpPerEntryPerLevel * m * std::log2(std::max(2.0, n)) + kLpPerNode * n) / ranks)},
                        {"the assignment (every rank)", bytes(kPerNodeOnEveryRank * n)}}};
