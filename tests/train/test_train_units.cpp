@@ -451,6 +451,33 @@ TEST(MemoryPlan, CountsAloneGiveTheShardsEstimate) {
   }
 }
 
+// The set-up exchanges the layer-0 features kSetupExchangeCols columns at a time on the CPU, so
+// where that exchange is the set-up's peak (a halo far larger than the owned rows) its buffers
+// are those of 16 columns whatever the feature width; a GPU exchanges every column at once.
+// The set-up's peak is the largest of its three steps, never their sum.
+TEST(MemoryPlan, SetUpExchangesSixteenColumnsAtATime) {
+  ShardCounts c;
+  c.owned = 1000;
+  c.halo = 200000;
+  c.sends = 150000;
+  c.local_edges = 20000;
+  c.classes = 4;
+  TrainOptions t;
+  t.model.hidden = 4;
+  const uint64_t sixteen = (2 * 150000 + 200000) * uint64_t{16} * 4;
+  for (const int64_t F : {64, 512}) {
+    c.feature_dim = F;
+    const MemoryEstimate e = estimate_training_memory(c, t);
+    ASSERT_EQ(e.phase, "set-up") << F;
+    EXPECT_EQ(item(e, "exchange buffers"), sixteen) << F;
+    EXPECT_EQ(item(e, "input features (set-up)"), static_cast<uint64_t>((1000 + 200000) * F * 4)) << F;
+    EXPECT_EQ(item(e, "aggregation (set-up)"), 0u) << F;  // a later step, not held with the exchange
+  }
+  t.device.kind = Device::kCuda;
+  c.feature_dim = 64;
+  EXPECT_EQ(item(estimate_training_memory(c, t), "exchange buffers"), (2 * 150000 + 200000) * uint64_t{64} * 4);
+}
+
 TEST(MemoryPlan, ParsesLimits) {
   EXPECT_FALSE(parse_memory_limit("auto").has_value());
   EXPECT_EQ(parse_memory_limit("none").value(), 0u);

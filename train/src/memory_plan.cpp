@@ -225,9 +225,6 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   const bool bf16_inputs = opt.device.input_storage == InputStorage::kBf16;
   const uint64_t gpu_inputs = (needs.aggregated ? act(owned, F) : 0) + (needs.features ? act(owned, F) : 0) +
                               (needs.halo_features ? act(halo, F) : 0);
-  const uint64_t input_matrices =
-      on_gpu ? gpu_inputs
-             : input_matrix_bytes(s, needs.aggregated, needs.features, needs.halo_features, false, bf16_inputs);
   const uint64_t input_matrices_training =
       on_gpu ? gpu_inputs * (opt.model.dropout > 0.0f ? 2 : 1)
              : input_matrix_bytes(s, needs.aggregated, needs.features, needs.halo_features, opt.model.dropout > 0.0f,
@@ -265,29 +262,44 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   if (attention) shard_released += static_cast<uint64_t>(edges) * 4 + static_cast<uint64_t>(local + 1) * 8;
   uint64_t shard_training = shard_bytes - std::min(shard_bytes, shard_released);
   if (on_gpu) shard_training = 0;
-  // The trainer sets up the layer-0 inputs before it allocates the activations: the local
-  // features (received once) are held throughout; with them either their exchange's buffers
-  // (gathered rows, send and receive words), or afterwards their dense aggregation and the
-  // stored input matrices.
+  // The trainer sets up the layer-0 inputs before it allocates the activations, in three steps
+  // (Trainer::prepare_inputs): the local features (owned and halo rows) are filled, from the
+  // shard's copy and then by an exchange of kSetupExchangeCols columns at a time (on the CPU;
+  // all columns at once on a GPU); the
+  // aggregation is computed and the raw features a layer 0 projects itself are stored; the
+  // local features go, and the aggregation is stored. The set-up's peak is the largest step.
   MemoryEstimate setup;
   setup.phase = "set-up";
   setup.device = opt.device.kind;
   setup.items = {{"runtime", runtime},
                  {"shard", shard_training},
                  {"structure", structure + device_arrays},
-                 {"optimizer", optimizer},
-                 {"input features (set-up)", f32(local, F)}};
+                 {"optimizer", optimizer}};
+  const uint64_t local_features = f32(local, F);
   const uint64_t setup_features = on_gpu ? 0 : f32(owned, F);
-  const uint64_t setup_exchange = f32(sends, F) + words_bytes(32, sends, F) + words_bytes(32, halo, F);
+  const int64_t block = on_gpu ? F : std::min<int64_t>(F, train_detail::kSetupExchangeCols);
+  const uint64_t setup_exchange = f32(sends, block) + words_bytes(32, sends, block) + words_bytes(32, halo, block);
   const uint64_t setup_aggregation = needs.aggregated ? f32(owned, F) : 0;
-  if (setup_exchange >= std::max(setup_features, setup_aggregation + input_matrices)) {
-    setup.items.push_back({"exchange buffers", setup_exchange});
-  } else if (setup_features > setup_aggregation + input_matrices) {
-    setup.items.push_back({"shard features (set-up)", setup_features});
-  } else {
-    setup.items.push_back({"input aggregation", input_matrices});
+  const uint64_t stored_raw =
+      on_gpu ? (needs.features ? act(owned, F) : 0) + (needs.halo_features ? act(halo, F) : 0)
+             : input_matrix_bytes(s, false, needs.features, needs.halo_features, false, bf16_inputs);
+  const uint64_t stored_aggregated = on_gpu ? (needs.aggregated ? act(owned, F) : 0)
+                                            : input_matrix_bytes(s, needs.aggregated, false, false, false, bf16_inputs);
+  const uint64_t filling = local_features + std::max(setup_exchange, setup_features);
+  const uint64_t aggregating = local_features + setup_aggregation + stored_raw + setup_chunk_scratch;
+  const uint64_t storing = setup_aggregation + stored_raw + stored_aggregated;
+  if (filling >= std::max(aggregating, storing)) {
+    setup.items.push_back({"input features (set-up)", local_features});
+    setup.items.push_back(setup_exchange >= setup_features ? MemoryItem{"exchange buffers", setup_exchange}
+                                                           : MemoryItem{"shard features (set-up)", setup_features});
+  } else if (aggregating >= storing) {
+    setup.items.push_back({"input features (set-up)", local_features});
     setup.items.push_back({"aggregation (set-up)", setup_aggregation});
+    setup.items.push_back({"input aggregation", stored_raw});
     if (setup_chunk_scratch > 0) setup.items.push_back({"long-row partial sums", setup_chunk_scratch});
+  } else {
+    setup.items.push_back({"aggregation (set-up)", setup_aggregation});
+    setup.items.push_back({"input aggregation", stored_raw + stored_aggregated});
   }
 
   // Training: per-layer activations, the backward work matrices, and the halo exchanges: one

@@ -53,6 +53,10 @@ inline int64_t step_scalars(int layers) { return 2 + 2 * static_cast<int64_t>(la
 /// on every rank and on every device. `params` has nn::num_params(layout) values.
 void init_parameters(const TrainOptions& opt, const std::vector<nn::LayerDecl>& layout, float* params);
 
+/// Columns of the layer-0 features the set-up exchanges at a time on the CPU (a 64-byte line of
+/// each row): its buffers then take 64 bytes per row sent or received, whatever the width.
+inline constexpr int64_t kSetupExchangeCols = 16;
+
 /// The owned nodes' input features (row-normalised when the options say so) in the first
 /// num_owned rows of a rows x feature_dim matrix (rows >= num_owned; the rest zero).
 Matrix<float> input_features(const Shard& s, const TrainOptions& opt, int64_t rows);

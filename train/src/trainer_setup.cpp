@@ -53,7 +53,7 @@ void Trainer::prepare_inputs() {
   // keep the halo rows for a layer 0 that projects them itself every epoch.
   const nn::InputNeeds needs = spec_.inputs();
   const int64_t F = s_.feature_dim;
-  const Matrix<float> host = train_detail::input_features(s_, opt_, graph_.local());
+  Matrix<float> host = train_detail::input_features(s_, opt_, graph_.local());
   release_resident_pages(s_.features.data(), s_.features.size() * sizeof(float));  // copied into `host`
   const TensorView x_host = TensorView::of(host.data(), host.rows(), F);
   Tensor x_device;
@@ -62,22 +62,29 @@ void Trainer::prepare_inputs() {
     x_device.reset(ctx().device, DType::kF32, host.rows(), F);
     copy(ctx(), x_host, x_device);
     x = x_device.view();
+    host = {};
   }
   {
     // A one-off fp32 exchanger: the activations' may hold fp16, and it keeps its buffers for
     // the next exchange, which this one (F columns, fp32) would leave oversized for training.
+    // On the CPU it moves kSetupExchangeCols columns at a time, so that its gathered, send and
+    // receive rows stay a fraction of the features themselves on a graph whose halo outnumbers
+    // its rows. (The device exchanger takes contiguous matrices only: one exchange there.)
     const std::unique_ptr<HaloExchanger> exchange = make_halo_exchanger(s_, comm_, ctx(), DType::kF32);
     const quant::QuantKey key{opt_.seed, 0, 0, quant::Direction::kForward, 0, 0};
-    Exchange pending = exchange->start_forward(x, 32, key, 0);
-    exchange->finish_forward(pending, x);
+    const int64_t width = ctx().device == kDevCpu ? train_detail::kSetupExchangeCols : F;
+    for (int64_t c = 0; c < F; c += width) {
+      const TensorView block = x.col_range(c, std::min(F, c + width));
+      Exchange pending = exchange->start_forward(block, 32, key, 0);
+      exchange->finish_forward(pending, block);
+    }
   }
   const bool bf16 = opt_.device.input_storage == InputStorage::kBf16;
+  Tensor agg;
   if (needs.aggregated) {
-    Tensor agg(ctx().device, DType::kF32, owned(), F);
+    agg.reset(ctx().device, DType::kF32, owned(), F);
     graph_.aggregate(x, agg, /*halo_part=*/false);
     graph_.aggregate(x, agg, /*halo_part=*/true);
-    inputs_.aggregated.assign(ctx(), comm_, agg, act_, bf16);
-    synchronize(ctx());  // agg is freed at scope exit
   }
   // With the halo rows' features at hand, a layer 0 that projects before it aggregates (GAT)
   // computes its halo rows' projections itself: the same keyed dropout and weights as their
@@ -85,7 +92,15 @@ void Trainer::prepare_inputs() {
   // layer-0 weight gradients.
   if (needs.features) inputs_.features.assign(ctx(), comm_, x.row_range(0, owned()), act_, bf16);
   if (needs.halo_features) inputs_.halo_features.assign(ctx(), comm_, x.row_range(owned(), graph_.local()), act_, bf16);
-  synchronize(ctx());  // x is freed at scope exit
+  // The local features go before the aggregation is stored, so that the set-up never holds
+  // them, the aggregation and its stored copy at once.
+  synchronize(ctx());
+  host = {};
+  x_device = {};
+  if (needs.aggregated) {
+    inputs_.aggregated.assign(ctx(), comm_, agg, act_, bf16);
+    synchronize(ctx());  // agg is freed at scope exit
+  }
   halo_->stats().reset();
 }
 
