@@ -19,6 +19,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <bit>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -374,6 +375,7 @@ nlohmann::json write_slices(const fs::path& dataset_dir, DatasetSlice s, std::sp
   HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, split_counts, 3, MPI_INT64_T, MPI_SUM, comm));
 
   Received in = redistribute(s, part_of, comm);
+  s.offsets = {};  // the rows moved; only the slice's bounds are needed from here on
 
   // This rank's parts, their node order and their halo.
   std::vector<LocalPart> parts;
@@ -385,6 +387,13 @@ nlohmann::json write_slices(const fs::path& dataset_dir, DatasetSlice s, std::sp
     std::vector<int32_t> index_of_part(static_cast<size_t>(P), -1);
     for (size_t i = 0; i < parts.size(); ++i)
       index_of_part[static_cast<size_t>(parts[i].part)] = static_cast<int32_t>(i);
+    std::vector<size_t> members(parts.size(), 0);
+    for (size_t k = 0; k < in.ids.size(); ++k)
+      members[static_cast<size_t>(index_of_part[static_cast<size_t>(part_of[static_cast<size_t>(in.ids[k])])])]++;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      parts[i].received.reserve(members[i]);
+      parts[i].members.reserve(members[i]);
+    }
     for (size_t k = 0; k < in.ids.size(); ++k) {
       LocalPart& lp =
           parts[static_cast<size_t>(index_of_part[static_cast<size_t>(part_of[static_cast<size_t>(in.ids[k])])])];
@@ -407,13 +416,24 @@ nlohmann::json write_slices(const fs::path& dataset_dir, DatasetSlice s, std::sp
       for (NodeId u : in.row(lp.received[static_cast<size_t>(i)])) d += (u != lp.members[static_cast<size_t>(i)]);
       lp.degree[static_cast<size_t>(i)] = d;
     }
+    // The distinct neighbours in other parts, ascending: marked in a bitmap of all nodes (n / 8
+    // bytes) rather than collected with repeats (4 bytes per cut entry, most of the entries on a
+    // graph like RMAT) and then sorted.
+    std::vector<uint64_t> is_halo(static_cast<size_t>((n + 63) / 64), 0);
+    int64_t halo = 0;
     for (int32_t i = 0; i < m; ++i) {
       for (NodeId u : in.row(lp.received[static_cast<size_t>(i)])) {
-        if (part_of[static_cast<size_t>(u)] != lp.part) lp.halo_ids.push_back(u);
+        if (part_of[static_cast<size_t>(u)] == lp.part) continue;
+        uint64_t& word = is_halo[static_cast<size_t>(u) / 64];
+        const uint64_t bit = uint64_t{1} << (static_cast<uint64_t>(u) % 64);
+        halo += (word & bit) == 0;
+        word |= bit;
       }
     }
-    std::sort(lp.halo_ids.begin(), lp.halo_ids.end());
-    lp.halo_ids.erase(std::unique(lp.halo_ids.begin(), lp.halo_ids.end()), lp.halo_ids.end());
+    lp.halo_ids.reserve(static_cast<size_t>(halo));
+    for (size_t w = 0; w < is_halo.size(); ++w)
+      for (uint64_t bits = is_halo[w]; bits != 0; bits &= bits - 1)
+        lp.halo_ids.push_back(static_cast<NodeId>(w * 64 + static_cast<size_t>(std::countr_zero(bits))));
   }
   collectively("laying out the parts", [&] {
     for (const LocalPart& lp : parts) {
@@ -547,6 +567,7 @@ nlohmann::json write_slices(const fs::path& dataset_dir, DatasetSlice s, std::sp
         halo_offsets[static_cast<size_t>(part_of[static_cast<size_t>(u)]) + 1]++;
       }
       for (int q = 0; q < P; ++q) halo_offsets[static_cast<size_t>(q) + 1] += halo_offsets[static_cast<size_t>(q)];
+      keyed = {};
       sh.num_owned = num_owned;
       sh.num_halo = num_halo;
       sh.owned_global = to_array(lp.owned);
@@ -586,36 +607,45 @@ nlohmann::json write_slices(const fs::path& dataset_dir, DatasetSlice s, std::sp
                                                      lp.halo_ids.begin())];
         }
       }
+      slot_of = {};
+      // Send lists: row r goes to every other part among its neighbours' (symmetric graph),
+      // in ascending local id; read from the local columns, whose halo ids name their part.
+      std::vector<int32_t> part_of_halo(static_cast<size_t>(num_halo));
+      for (int32_t j = 0; j < num_halo; ++j)
+        part_of_halo[static_cast<size_t>(j)] = part_of[static_cast<size_t>(halo[static_cast<size_t>(j)])];
+      std::vector<int32_t> send_offsets(static_cast<size_t>(P) + 1, 0);
+      std::vector<int32_t> last(static_cast<size_t>(P), -1);
+      const auto for_each_send = [&](const auto& visit) {
+        std::fill(last.begin(), last.end(), -1);
+        for (int32_t r = 0; r < num_owned; ++r) {
+          for (EdgeIdx e = row_offsets[static_cast<size_t>(r)]; e < row_offsets[static_cast<size_t>(r) + 1]; ++e) {
+            const int32_t c = cols[static_cast<size_t>(e)];
+            if (c < num_owned) continue;
+            const int32_t q = part_of_halo[static_cast<size_t>(c - num_owned)];
+            if (last[static_cast<size_t>(q)] != r) {
+              last[static_cast<size_t>(q)] = r;
+              visit(q, r);
+            }
+          }
+        }
+      };
+      for_each_send([&](int32_t q, int32_t) { send_offsets[static_cast<size_t>(q) + 1]++; });
+      for (int q = 0; q < P; ++q) send_offsets[static_cast<size_t>(q) + 1] += send_offsets[static_cast<size_t>(q)];
+      std::vector<int32_t> send_indices(static_cast<size_t>(send_offsets[static_cast<size_t>(P)]));
+      std::vector<int32_t> fill(send_offsets.begin(), send_offsets.end() - 1);
+      for_each_send(
+          [&](int32_t q, int32_t r) { send_indices[static_cast<size_t>(fill[static_cast<size_t>(q)]++)] = r; });
+      part_of_halo = {};
+      // A rank that writes one part needs the received rows no more: they go before the
+      // transpose is built, the writer's peak.
+      if (parts.size() == 1) {
+        in.cols = {};
+        in.offsets = {};
+      }
       sh.row_offsets = ArrayRef<EdgeIdx>(std::move(row_offsets));
       sh.col_indices = ArrayRef<int32_t>(std::move(cols));
       detail::build_transposed(sh);
 
-      // Send lists: row r goes to every other part among its neighbours' (symmetric graph),
-      // in ascending local id.
-      std::vector<int32_t> send_offsets(static_cast<size_t>(P) + 1, 0);
-      std::vector<int32_t> last(static_cast<size_t>(P), -1);
-      for (int32_t r = 0; r < num_owned; ++r) {
-        for (NodeId u : row_of(r)) {
-          const int32_t q = part_of[static_cast<size_t>(u)];
-          if (q != p && last[static_cast<size_t>(q)] != r) {
-            last[static_cast<size_t>(q)] = r;
-            send_offsets[static_cast<size_t>(q) + 1]++;
-          }
-        }
-      }
-      for (int q = 0; q < P; ++q) send_offsets[static_cast<size_t>(q) + 1] += send_offsets[static_cast<size_t>(q)];
-      std::vector<int32_t> send_indices(static_cast<size_t>(send_offsets[static_cast<size_t>(P)]));
-      std::vector<int32_t> fill(send_offsets.begin(), send_offsets.end() - 1);
-      std::fill(last.begin(), last.end(), -1);
-      for (int32_t r = 0; r < num_owned; ++r) {
-        for (NodeId u : row_of(r)) {
-          const int32_t q = part_of[static_cast<size_t>(u)];
-          if (q != p && last[static_cast<size_t>(q)] != r) {
-            last[static_cast<size_t>(q)] = r;
-            send_indices[static_cast<size_t>(fill[static_cast<size_t>(q)]++)] = r;
-          }
-        }
-      }
       sh.send_offsets = to_array(send_offsets);
       sh.send_indices = to_array(send_indices);
 
