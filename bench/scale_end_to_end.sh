@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One RMAT graph through every stage, each stage's wall time and peak resident memory per rank:
-#   1. halogen generate rmat (one process; it writes the binary dataset);
+#   1. mpirun -np R halogen generate rmat (each rank draws a share of the edges and writes its
+#      slice of the binary dataset);
 #   2. mpirun -np R halogen partition --method lp (every rank reads only its slice);
 #   3. mpirun -np R halogen train for a few epochs (GCN, fp32 sync).
 # Before each distributed stage the predicted peak per rank is printed beside the measured one
@@ -48,7 +49,7 @@ stage() {
 echo "# RMAT scale $scale, edge factor $edge_factor, $feature_dim features; $ranks ranks; $(date -u +%F) on $(nproc) cores"
 printf '%-10s %6s %9s %14s %14s %14s\n' stage ranks seconds "peak per rank" "sum of peaks" "B per entry"
 [ -d "$ds" ] && [ -f "$ds/meta.json" ] && echo "generate   (kept from $ds)" ||
-  stage generate 0 "$halogen" generate rmat --scale "$scale" --edge-factor "$edge_factor" \
+  stage generate "$ranks" "$halogen" generate rmat --scale "$scale" --edge-factor "$edge_factor" \
     --feature-dim "$feature_dim" --out "$ds"
 stage partition "$ranks" "$halogen" partition "$ds" --parts "$ranks" --method lp --hidden "$hidden" --out "$parts" \
   --overwrite

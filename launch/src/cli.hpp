@@ -46,7 +46,7 @@ Shard load_rank_shard(const std::string& parts_dir, const std::string& dataset, 
 /// comm_name is "mpi"), MPI otherwise; binds the rank to its node-local GPU first.
 std::unique_ptr<Communicator> make_communicator(Device device, const std::string& comm_name);
 
-int cmd_generate(const std::vector<std::string>& args);
+int cmd_generate(int argc, char** argv, const std::vector<std::string>& args);
 int cmd_convert(const std::vector<std::string>& args);
 int cmd_info(const std::vector<std::string>& args);
 int cmd_partition(int argc, char** argv, const std::vector<std::string>& args);

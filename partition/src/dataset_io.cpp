@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dataset_files.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
 #include "halogen/core/progress.hpp"
@@ -30,12 +31,18 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-constexpr std::string_view kFormatName = "halogen-dataset";
-constexpr int kFormatVersion = 1;
-constexpr std::array<char, 8> kArrayMagic = {'H', 'L', 'G', 'N', 'A', 'R', 'R', '1'};
-constexpr size_t kHeaderBytes = 64;
-
-enum class ElementType : uint32_t { kUInt8 = 1, kInt32 = 2, kInt64 = 3, kFloat32 = 4 };
+constexpr std::string_view kFormatName = detail::kDatasetFormatName;
+constexpr int kFormatVersion = detail::kDatasetFormatVersion;
+using detail::ArrayHeader;
+using detail::ElementType;
+using detail::hex64;
+using detail::kArrayMagic;
+using detail::kArrayNames;
+using detail::sibling_temp;
+using detail::sync_directory;
+using detail::type_name;
+constexpr size_t kHeaderBytes = detail::kArrayHeaderBytes;
+std::string file_name(std::string_view array) { return detail::array_file_name(array); }
 
 template <typename T>
 constexpr ElementType element_type_of();
@@ -54,45 +61,6 @@ constexpr ElementType element_type_of<int64_t>() {
 template <>
 constexpr ElementType element_type_of<float>() {
   return ElementType::kFloat32;
-}
-
-std::string_view type_name(uint32_t code) {
-  switch (static_cast<ElementType>(code)) {
-    case ElementType::kUInt8:
-      return "u8";
-    case ElementType::kInt32:
-      return "i32";
-    case ElementType::kInt64:
-      return "i64";
-    case ElementType::kFloat32:
-      return "f32";
-  }
-  return "unknown";
-}
-
-// The fixed 64-byte header in front of every array payload (little-endian, as in memory).
-struct ArrayHeader {
-  std::array<char, 8> magic;
-  uint32_t version;
-  uint32_t element_type;
-  uint64_t count;
-  uint64_t checksum;  // XXH3-64 of the payload
-  uint32_t element_bytes;
-  uint8_t reserved[28];
-};
-static_assert(sizeof(ArrayHeader) == kHeaderBytes);
-
-// The arrays of a dataset, in file order.
-constexpr std::array<std::string_view, 5> kArrayNames = {"offsets", "indices", "features", "labels", "split"};
-
-std::string file_name(std::string_view array) { return std::string(array) + ".bin"; }
-
-std::string hex64(uint64_t x) { return fmt::format("{:016x}", x); }
-
-// A temporary sibling path ".NAME.TAG.PID.RANDOM" of `dir`.
-fs::path sibling_temp(const fs::path& dir, std::string_view tag) {
-  std::random_device rd;
-  return dir.parent_path() / fmt::format(".{}.{}.{}.{:08x}", dir.filename().string(), tag, ::getpid(), rd());
 }
 
 // Removes a directory tree on scope exit unless released.
@@ -146,15 +114,6 @@ json write_array(const fs::path& dir, std::string_view name, std::span<const T> 
               {"count", header.count},
               {"bytes", kHeaderBytes + payload_bytes},
               {"xxh3", hex64(header.checksum)}};
-}
-
-// fsync a directory so that the names created in it are durable before it is renamed.
-void sync_directory(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
 }
 
 // Reads and checks meta.json: right format and version. Errors name the file.
@@ -338,75 +297,26 @@ void write_dataset(const Dataset& ds, const fs::path& dir, bool overwrite) {
   HALOGEN_EXPECTS(ds.graph.offsets().size() == static_cast<size_t>(ds.num_nodes()) + 1,
                   "dataset '{}' has no CSR offsets (an empty graph still has one offset)", ds.name);
   ds.graph.validate();
-  fs::path target = fs::absolute(dir).lexically_normal();
-  if (target.filename().empty()) target = target.parent_path();  // "out/" names "out"
-  HALOGEN_EXPECTS(!target.filename().empty(), "cannot write a dataset to '{}': no directory name", dir.string());
-  const bool exists = fs::exists(target);
-  if (exists) {
-    // Refuse to replace anything that is not a dataset, even with overwrite, so a mistyped path
-    // never deletes an unrelated directory; checked first so the message says what --overwrite
-    // would not do.
-    HALOGEN_EXPECTS(is_dataset_dir(target),
-                    "'{}' exists and is not a halogen dataset directory; not replacing it (--overwrite replaces only "
-                    "a dataset)",
-                    dir.string());
-    HALOGEN_EXPECTS(overwrite, "'{}' already exists (pass --overwrite to replace it)", dir.string());
-  }
-  std::error_code ec;
-  fs::create_directories(target.parent_path(), ec);
-  HALOGEN_EXPECTS(!ec, "cannot create '{}': {}", target.parent_path().string(), ec.message());
-
-  const fs::path temp = sibling_temp(target, "tmp");
-  fs::create_directory(temp, ec);
-  HALOGEN_EXPECTS(!ec, "cannot create '{}': {}", temp.string(), ec.message());
+  const detail::DatasetTarget target = detail::prepare_dataset_target(dir, overwrite);
+  const fs::path& temp = target.temp;
   RemoveOnExit remove_temp(temp);
 
   const uint64_t total_bytes = ds.graph.offsets().span().size_bytes() + ds.graph.indices().span().size_bytes() +
                                ds.features.span().size_bytes() + ds.labels.span().size_bytes() +
                                ds.split.span().size_bytes();
-  WriteProgress progress{Progress(fmt::format("writing {}", target.filename().string()), total_bytes)};
+  WriteProgress progress{Progress(fmt::format("writing {}", target.target.filename().string()), total_bytes)};
   json files = json::object();
   files["offsets"] = write_array(temp, "offsets", ds.graph.offsets().span(), progress);
   files["indices"] = write_array(temp, "indices", ds.graph.indices().span(), progress);
   files["features"] = write_array(temp, "features", ds.features.span(), progress);
   files["labels"] = write_array(temp, "labels", ds.labels.span(), progress);
   files["split"] = write_array(temp, "split", ds.split.span(), progress);
-  const json meta = {
-      {"format", kFormatName},
-      {"version", kFormatVersion},
-      {"name", ds.name},
-      {"num_nodes", ds.num_nodes()},
-      {"num_edges", ds.graph.num_edges()},
-      {"feature_dim", ds.feature_dim},
-      {"num_classes", ds.num_classes},
-      {"split",
-       {{"train", ds.count(SplitRole::kTrain)},
-        {"valid", ds.count(SplitRole::kValid)},
-        {"test", ds.count(SplitRole::kTest)}}},
-      {"files", files},
-  };
+  const json meta = detail::dataset_meta(
+      ds.name, ds.num_nodes(), ds.graph.num_edges(), ds.feature_dim, ds.num_classes,
+      {ds.count(SplitRole::kTrain), ds.count(SplitRole::kValid), ds.count(SplitRole::kTest)}, files);
   write_file_atomic(temp / "meta.json", meta.dump(2) + "\n");
-  sync_directory(temp);
-
-  if (!exists) {
-    fs::rename(temp, target, ec);
-    HALOGEN_EXPECTS(!ec, "cannot rename '{}' to '{}': {}", temp.string(), target.string(), ec.message());
-  } else {
-    // Move the old dataset aside, move the new one in, then delete the old one. Between the
-    // two renames the name is briefly absent, but never names a partial dataset.
-    const fs::path old = sibling_temp(target, "old");
-    fs::rename(target, old, ec);
-    HALOGEN_EXPECTS(!ec, "cannot move '{}' aside to '{}': {}", target.string(), old.string(), ec.message());
-    fs::rename(temp, target, ec);
-    if (ec) {
-      std::error_code restore_ec;
-      fs::rename(old, target, restore_ec);
-      HALOGEN_FAIL("cannot rename '{}' to '{}': {}", temp.string(), target.string(), ec.message());
-    }
-    fs::remove_all(old, ec);
-  }
+  detail::install_dataset_target(target);
   remove_temp.release();
-  sync_directory(target.parent_path());
   progress.line.finish();
 }
 

@@ -1,10 +1,14 @@
 #include "halogen/partition/generate.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numbers>
 #include <vector>
 
+#include "generate_internal.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/progress.hpp"
 #include "halogen/core/rng.hpp"
@@ -160,7 +164,8 @@ void parallel_slices(int64_t count, Progress& progress, uint64_t phase_begin, ui
     const int64_t end = std::min(count, begin + slice);
 #pragma omp parallel for schedule(static)
     for (int64_t i = begin; i < end; ++i) item(i);
-    progress.update(phase_begin + (phase_end - phase_begin) * static_cast<uint64_t>(end) / static_cast<uint64_t>(count));
+    progress.update(phase_begin +
+                    (phase_end - phase_begin) * static_cast<uint64_t>(end) / static_cast<uint64_t>(count));
   }
 }
 
@@ -173,38 +178,52 @@ void check_fractions(double train, double valid, double test) {
 // Exact-count random split: node v's position in a keyed random order decides its role, so
 // the first round(train * n) positions are training nodes, the next ones validation nodes up
 // to round((train + valid) * n), and so on; the rest get kNone.
-HostBuffer<uint8_t> make_split(int64_t n, double train, double valid, double test, uint64_t seed) {
-  // Boundaries round the cumulative fractions, so the counts never sum past n and each is
-  // within one of fraction * n.
-  const auto boundary = [n](double fraction) { return std::min<int64_t>(n, std::llround(fraction * n)); };
-  const int64_t train_end = boundary(train);
-  const int64_t valid_end = boundary(train + valid);
-  const int64_t test_end = boundary(train + valid + test);
-  const FeistelPermutation order(RngStream::make(seed, RngPurpose::kSplit), kTagSplitOrder, static_cast<uint64_t>(n));
-  HostBuffer<uint8_t> split(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static)
-  for (int64_t v = 0; v < n; ++v) {
-    const auto position = static_cast<int64_t>(order(static_cast<uint64_t>(v)));
+class SplitOrder {
+ public:
+  SplitOrder(int64_t n, double train, double valid, double test, uint64_t seed)
+      : order_(RngStream::make(seed, RngPurpose::kSplit), kTagSplitOrder, static_cast<uint64_t>(n)) {
+    // Boundaries round the cumulative fractions, so the counts never sum past n and each is
+    // within one of fraction * n.
+    const auto boundary = [n](double fraction) { return std::min<int64_t>(n, std::llround(fraction * n)); };
+    train_end_ = boundary(train);
+    valid_end_ = boundary(train + valid);
+    test_end_ = boundary(train + valid + test);
+  }
+  uint8_t role(int64_t v) const {
+    const auto position = static_cast<int64_t>(order_(static_cast<uint64_t>(v)));
     SplitRole role = SplitRole::kNone;
-    if (position < train_end) {
+    if (position < train_end_) {
       role = SplitRole::kTrain;
-    } else if (position < valid_end) {
+    } else if (position < valid_end_) {
       role = SplitRole::kValid;
-    } else if (position < test_end) {
+    } else if (position < test_end_) {
       role = SplitRole::kTest;
     }
-    split[static_cast<size_t>(v)] = static_cast<uint8_t>(role);
+    return static_cast<uint8_t>(role);
   }
+
+ private:
+  FeistelPermutation order_;
+  int64_t train_end_ = 0, valid_end_ = 0, test_end_ = 0;
+};
+
+HostBuffer<uint8_t> make_split(int64_t n, double train, double valid, double test, uint64_t seed) {
+  const SplitOrder order(n, train, valid, test, seed);
+  HostBuffer<uint8_t> split(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static)
+  for (int64_t v = 0; v < n; ++v) split[static_cast<size_t>(v)] = order.role(v);
   return split;
+}
+
+int32_t uniform_label(const RngStream& rng, int64_t v, int32_t num_classes) {
+  const Philox4x32 r = draw(rng, static_cast<uint64_t>(v), kTagLabel, 0);
+  return static_cast<int32_t>(uniform_below(r.v[0], static_cast<uint32_t>(num_classes)));
 }
 
 HostBuffer<int32_t> uniform_labels(const RngStream& rng, int64_t n, int32_t num_classes) {
   HostBuffer<int32_t> labels(static_cast<size_t>(n));
 #pragma omp parallel for schedule(static)
-  for (int64_t v = 0; v < n; ++v) {
-    const Philox4x32 r = draw(rng, static_cast<uint64_t>(v), kTagLabel, 0);
-    labels[static_cast<size_t>(v)] = static_cast<int32_t>(uniform_below(r.v[0], static_cast<uint32_t>(num_classes)));
-  }
+  for (int64_t v = 0; v < n; ++v) labels[static_cast<size_t>(v)] = uniform_label(rng, v, num_classes);
   return labels;
 }
 
@@ -387,7 +406,19 @@ Dataset generate_sbm(const SbmOptions& options) {
   return ds;
 }
 
-Dataset generate_rmat(const RmatOptions& options) {
+namespace detail {
+
+struct RmatDraws::State {
+  RmatOptions options;
+  RngStream rng;
+  int64_t n = 0, draws = 0;
+  int num_blocks = 0;
+  uint32_t q_a = 0, q_ab = 0, q_abc = 0;
+  std::unique_ptr<FeistelPermutation> relabel;
+  std::unique_ptr<SplitOrder> split;
+};
+
+RmatDraws::RmatDraws(const RmatOptions& options) : s_(std::make_unique<State>()) {
   HALOGEN_EXPECTS(options.scale >= 1 && options.scale <= 30, "RMAT scale must be in [1, 30], got {}", options.scale);
   HALOGEN_EXPECTS(options.edge_factor >= 0, "RMAT edge factor must be non-negative, got {}", options.edge_factor);
   const double d = 1.0 - options.a - options.b - options.c;
@@ -397,62 +428,100 @@ Dataset generate_rmat(const RmatOptions& options) {
   HALOGEN_EXPECTS(options.feature_dim >= 0, "RMAT feature dimension must be non-negative, got {}", options.feature_dim);
   HALOGEN_EXPECTS(options.num_classes >= 1, "RMAT needs at least one class, got {}", options.num_classes);
   check_fractions(options.train_fraction, options.valid_fraction, options.test_fraction);
-  const RngStream rng = RngStream::make(options.seed, RngPurpose::kGenerator);
-  const int scale = options.scale;
-  const int64_t n = int64_t{1} << scale;
-  const int64_t num_draws = static_cast<int64_t>(options.edge_factor) * n;
-
+  State& s = *s_;
+  s.options = options;
+  s.rng = RngStream::make(options.seed, RngPurpose::kGenerator);
+  s.n = int64_t{1} << options.scale;
+  s.draws = static_cast<int64_t>(options.edge_factor) * s.n;
+  s.num_blocks = (options.scale + 7) / 8;
   // Quadrant of one recursion level from a 16-bit word q: [0, a) top-left, [a, a+b)
   // top-right (destination bit set), [a+b, a+b+c) bottom-left (source bit set), rest
-  // bottom-right (both set).
+  // bottom-right (both set). Probabilities are resolved to 2^-16, far below any meaningful
+  // difference in a, b, c.
+  const auto threshold16 = [](double p) { return static_cast<uint32_t>(std::min(std::ldexp(p, 16), 65536.0)); };
+  s.q_a = threshold16(options.a);
+  s.q_ab = threshold16(options.a + options.b);
+  s.q_abc = threshold16(options.a + options.b + options.c);
+  if (options.relabel) s.relabel = std::make_unique<FeistelPermutation>(s.rng, kTagRelabel, static_cast<uint64_t>(s.n));
+  s.split = std::make_unique<SplitOrder>(s.n, options.train_fraction, options.valid_fraction, options.test_fraction,
+                                         options.seed);
+}
+
+RmatDraws::~RmatDraws() = default;
+int64_t RmatDraws::nodes() const noexcept { return s_->n; }
+int64_t RmatDraws::draws() const noexcept { return s_->draws; }
+int64_t RmatDraws::groups() const noexcept { return (s_->draws + kLanes - 1) / kLanes; }
+uint32_t RmatDraws::relabel(uint32_t v) const { return s_->relabel ? static_cast<uint32_t>((*s_->relabel)(v)) : v; }
+void RmatDraws::feature_row(int64_t v, float* row) const {
+  gaussian_row(s_->rng, static_cast<uint64_t>(v), kTagFeature, row, s_->options.feature_dim);
+}
+int32_t RmatDraws::label(int64_t v) const { return uniform_label(s_->rng, v, s_->options.num_classes); }
+uint8_t RmatDraws::split(int64_t v) const { return s_->split->role(v); }
+std::string RmatDraws::name() const {
+  return fmt::format("rmat-s{}-e{}-s{}", s_->options.scale, s_->options.edge_factor, s_->options.seed);
+}
+
+// Edge e is a pure function of counter (e, kTagEdge, block): one Philox evaluation gives eight
+// 16-bit words, each deciding one recursion level. Edges are drawn in groups of kLanes so that
+// the compiler evaluates Philox for the group in SIMD lanes.
+int RmatDraws::group(int64_t group, uint32_t* src_out, uint32_t* dst_out) const {
+  const State& s = *s_;
+  const int scale = s.options.scale;
+  const int64_t first_edge = group * kLanes;
+  uint32_t src[kLanes] = {}, dst[kLanes] = {}, edge_low[kLanes], edge_high[kLanes];
+  for (int lane = 0; lane < kLanes; ++lane) {
+    edge_low[lane] = low_word(static_cast<uint64_t>(first_edge + lane));
+    edge_high[lane] = high_word(static_cast<uint64_t>(first_edge + lane));
+  }
+  for (int block = 0; block < s.num_blocks; ++block) {
+    uint32_t words[4][kLanes];
+    philox_lanes<kLanes>(s.rng, edge_low, edge_high, kTagEdge, static_cast<uint32_t>(block), words);
+    const int levels = std::min(scale - block * 8, 8);
+    for (int slot = 0; slot < levels; ++slot) {
+      const int position = scale - 1 - (block * 8 + slot);
+      // Branch-free: the quadrant is random, so branches would mispredict half the time.
+#pragma omp simd
+      for (int lane = 0; lane < kLanes; ++lane) {
+        const uint32_t q = (words[slot / 2][lane] >> (16 * (slot & 1))) & 0xFFFFu;
+        const uint32_t at_least_a = q >= s.q_a, at_least_ab = q >= s.q_ab, at_least_abc = q >= s.q_abc;
+        src[lane] |= at_least_ab << position;
+        dst[lane] |= (at_least_a ^ at_least_ab ^ at_least_abc) << position;
+      }
+    }
+  }
+  const int count = static_cast<int>(std::min<int64_t>(kLanes, s.draws - first_edge));
+  for (int lane = 0; lane < count; ++lane) {
+    src_out[lane] = src[lane];
+    dst_out[lane] = dst[lane];
+  }
+  return count;
+}
+
+}  // namespace detail
+
+Dataset generate_rmat(const RmatOptions& options) {
+  const detail::RmatDraws draws(options);
+  const int64_t n = draws.nodes();
+  const int64_t num_draws = draws.draws();
+  // The permutation as a table: one evaluation per node rather than two per edge.
   std::vector<NodeId> relabel;
   if (options.relabel) {
     relabel.resize(static_cast<size_t>(n));
-    const FeistelPermutation permutation(rng, kTagRelabel, static_cast<uint64_t>(n));
 #pragma omp parallel for schedule(static)
     for (int64_t v = 0; v < n; ++v)
-      relabel[static_cast<size_t>(v)] = static_cast<NodeId>(permutation(static_cast<uint64_t>(v)));
+      relabel[static_cast<size_t>(v)] = static_cast<NodeId>(draws.relabel(static_cast<uint32_t>(v)));
   }
 
   EdgeList edges;
   edges.num_nodes = n;
   edges.src.resize(static_cast<size_t>(num_draws));
   edges.dst.resize(static_cast<size_t>(num_draws));
-  // Edge e is a pure function of counter (e, kTagEdge, block): one Philox evaluation gives
-  // eight 16-bit words, each deciding one recursion level (probabilities are resolved to
-  // 2^-16, far below any meaningful difference in a, b, c). Edges are drawn in groups of
-  // kLanes so that the compiler evaluates Philox for the group in SIMD lanes.
-  constexpr int kLanes = 8;
-  const int num_blocks = (scale + 7) / 8;
-  const auto threshold16 = [](double p) { return static_cast<uint32_t>(std::min(std::ldexp(p, 16), 65536.0)); };
-  const uint32_t q_a = threshold16(options.a), q_ab = threshold16(options.a + options.b),
-                 q_abc = threshold16(options.a + options.b + options.c);
-  const int64_t num_groups = (num_draws + kLanes - 1) / kLanes;
-  Progress progress(fmt::format("generating rmat-s{}", scale), kProgressScale);
-  parallel_slices(num_groups, progress, 0, kEdgesDone, [&](int64_t group) {
-    const int64_t first_edge = group * kLanes;
-    uint32_t src[kLanes] = {}, dst[kLanes] = {}, edge_low[kLanes], edge_high[kLanes];
-    for (int lane = 0; lane < kLanes; ++lane) {
-      edge_low[lane] = low_word(static_cast<uint64_t>(first_edge + lane));
-      edge_high[lane] = high_word(static_cast<uint64_t>(first_edge + lane));
-    }
-    for (int block = 0; block < num_blocks; ++block) {
-      uint32_t words[4][kLanes];
-      philox_lanes<kLanes>(rng, edge_low, edge_high, kTagEdge, static_cast<uint32_t>(block), words);
-      const int levels = std::min(scale - block * 8, 8);
-      for (int slot = 0; slot < levels; ++slot) {
-        const int position = scale - 1 - (block * 8 + slot);
-        // Branch-free: the quadrant is random, so branches would mispredict half the time.
-#pragma omp simd
-        for (int lane = 0; lane < kLanes; ++lane) {
-          const uint32_t q = (words[slot / 2][lane] >> (16 * (slot & 1))) & 0xFFFFu;
-          const uint32_t at_least_a = q >= q_a, at_least_ab = q >= q_ab, at_least_abc = q >= q_abc;
-          src[lane] |= at_least_ab << position;
-          dst[lane] |= (at_least_a ^ at_least_ab ^ at_least_abc) << position;
-        }
-      }
-    }
-    for (int lane = 0; lane < kLanes && first_edge + lane < num_draws; ++lane) {
+  Progress progress(fmt::format("generating rmat-s{}", options.scale), kProgressScale);
+  parallel_slices(draws.groups(), progress, 0, kEdgesDone, [&](int64_t group) {
+    uint32_t src[detail::RmatDraws::kLanes], dst[detail::RmatDraws::kLanes];
+    const int count = draws.group(group, src, dst);
+    const int64_t first_edge = group * detail::RmatDraws::kLanes;
+    for (int lane = 0; lane < count; ++lane) {
       uint32_t s = src[lane], t = dst[lane];
       if (options.relabel) {
         s = static_cast<uint32_t>(relabel[s]);
@@ -465,23 +534,28 @@ Dataset generate_rmat(const RmatOptions& options) {
   relabel = {};
 
   Dataset ds;
-  ds.name = fmt::format("rmat-s{}-e{}-s{}", scale, options.edge_factor, options.seed);
+  ds.name = draws.name();
   ds.graph = build_csr(edges, CsrBuildOptions{.symmetrize = true, .self_loops = SelfLoops::kRemove});
   edges = EdgeList{};
   progress.update(kCsrDone);
 
   const int64_t dim = options.feature_dim;
   HostBuffer<float> features(static_cast<size_t>(n * dim));
-  parallel_slices(n, progress, kCsrDone, kProgressScale, [&](int64_t v) {
-    gaussian_row(rng, static_cast<uint64_t>(v), kTagFeature, features.data() + static_cast<size_t>(v * dim), dim);
-  });
+  parallel_slices(n, progress, kCsrDone, kProgressScale,
+                  [&](int64_t v) { draws.feature_row(v, features.data() + static_cast<size_t>(v * dim)); });
   progress.finish();
   ds.feature_dim = dim;
   ds.features = ArrayRef<float>(std::move(features));
-  ds.labels = ArrayRef<int32_t>(uniform_labels(rng, n, options.num_classes));
+  HostBuffer<int32_t> labels(static_cast<size_t>(n));
+  HostBuffer<uint8_t> split(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static)
+  for (int64_t v = 0; v < n; ++v) {
+    labels[static_cast<size_t>(v)] = draws.label(v);
+    split[static_cast<size_t>(v)] = draws.split(v);
+  }
+  ds.labels = ArrayRef<int32_t>(std::move(labels));
   ds.num_classes = options.num_classes;
-  ds.split = ArrayRef<uint8_t>(
-      make_split(n, options.train_fraction, options.valid_fraction, options.test_fraction, options.seed));
+  ds.split = ArrayRef<uint8_t>(std::move(split));
   return ds;
 }
 

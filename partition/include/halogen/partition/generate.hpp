@@ -1,9 +1,13 @@
 // Synthetic datasets.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstdint>
+#include <filesystem>
 
 #include "halogen/partition/dataset.hpp"
+#include "halogen/partition/partitioner.hpp"
 
 namespace halogen {
 
@@ -84,5 +88,14 @@ struct RmatOptions {
   uint64_t seed = 1;
 };
 Dataset generate_rmat(const RmatOptions& options);
+
+/// generate_rmat by the ranks of `comm`, straight into the dataset directory `out` (as
+/// write_dataset(generate_rmat(options), out, overwrite) writes it, byte for byte): each rank
+/// draws a share of the edges and writes its slice of nodes (slice_bounds), so that no rank
+/// holds the whole graph or all features. Collective: each step that may fail on some ranks
+/// runs through `collectively` (as partition_dataset_distributed's), so an error on any rank is
+/// thrown on all, and nothing is left behind.
+void generate_rmat_distributed(const RmatOptions& options, const std::filesystem::path& out, bool overwrite,
+                               MPI_Comm comm, const CollectiveStep& collectively);
 
 }  // namespace halogen

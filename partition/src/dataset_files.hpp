@@ -1,0 +1,71 @@
+// The binary dataset directory's files (dataset_io.hpp describes the format): the array
+// header, and the steps of writing a directory, shared by write_dataset (one process) and the
+// distributed generator (generate_distributed.cpp), whose ranks each write their slice of every
+// array into files that are then sealed (hashed, headed) and installed the same way.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+namespace halogen::detail {
+
+inline constexpr std::string_view kDatasetFormatName = "halogen-dataset";
+inline constexpr int kDatasetFormatVersion = 1;
+inline constexpr std::array<char, 8> kArrayMagic = {'H', 'L', 'G', 'N', 'A', 'R', 'R', '1'};
+inline constexpr size_t kArrayHeaderBytes = 64;
+
+enum class ElementType : uint32_t { kUInt8 = 1, kInt32 = 2, kInt64 = 3, kFloat32 = 4 };
+
+/// The fixed 64-byte header in front of every array payload (little-endian, as in memory).
+struct ArrayHeader {
+  std::array<char, 8> magic;
+  uint32_t version;
+  uint32_t element_type;
+  uint64_t count;
+  uint64_t checksum;  // XXH3-64 of the payload
+  uint32_t element_bytes;
+  uint8_t reserved[28];
+};
+static_assert(sizeof(ArrayHeader) == kArrayHeaderBytes);
+
+/// The arrays of a dataset, in file order, and the element type each has.
+inline constexpr std::array<std::string_view, 5> kArrayNames = {"offsets", "indices", "features", "labels", "split"};
+ElementType array_element_type(std::string_view array);
+uint32_t element_bytes(ElementType type);
+std::string_view type_name(uint32_t code);
+std::string array_file_name(std::string_view array);  // "offsets.bin"
+std::string hex64(uint64_t x);
+
+/// A temporary sibling path ".NAME.TAG.PID.RANDOM" of `dir`.
+std::filesystem::path sibling_temp(const std::filesystem::path& dir, std::string_view tag);
+/// fsync a directory so that the names created in it are durable before it is renamed.
+void sync_directory(const std::filesystem::path& dir);
+
+/// Where a dataset is written: `target` checked as write_dataset checks it (an existing
+/// directory must be a dataset, and `overwrite` given), and an empty temporary sibling `temp`
+/// created for the files.
+struct DatasetTarget {
+  std::filesystem::path target, temp;
+  bool exists = false;
+};
+DatasetTarget prepare_dataset_target(const std::filesystem::path& dir, bool overwrite);
+/// Renames `temp` into place (moving an existing dataset aside first, then removing it) and
+/// syncs the parent: a reader never sees a partial dataset.
+void install_dataset_target(const DatasetTarget& t);
+
+/// The meta.json entry of an array of `count` elements with this payload checksum.
+nlohmann::json array_entry(std::string_view array, uint64_t count, uint64_t checksum);
+/// For writers of slices: creates DIR/<array>.bin sized for `count` elements, its header zero.
+void create_array_file(const std::filesystem::path& dir, std::string_view array, uint64_t count);
+/// Hashes the payload of DIR/<array>.bin as written, writes its header and fsyncs it; returns
+/// its meta.json entry. Reads the file in 16 MiB blocks.
+nlohmann::json seal_array_file(const std::filesystem::path& dir, std::string_view array, uint64_t count);
+/// meta.json of a dataset; `files` holds the arrays' entries; split = train, valid, test counts.
+nlohmann::json dataset_meta(const std::string& name, int64_t num_nodes, int64_t num_edges, int64_t feature_dim,
+                            int32_t num_classes, const std::array<int64_t, 3>& split, const nlohmann::json& files);
+
+}  // namespace halogen::detail

@@ -1,0 +1,41 @@
+// The RMAT generator's draws as pure functions of an edge's or a node's index
+// (generate.cpp), so that one process or many ranks, each drawing its share, make the same
+// dataset bit for bit (generate_distributed.cpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "halogen/partition/generate.hpp"
+
+namespace halogen::detail {
+
+class RmatDraws {
+ public:
+  /// Checks the options (the errors generate_rmat gives).
+  explicit RmatDraws(const RmatOptions& options);
+  ~RmatDraws();
+  RmatDraws(const RmatDraws&) = delete;
+  RmatDraws& operator=(const RmatDraws&) = delete;
+
+  /// Edges are drawn in groups of kLanes (one SIMD evaluation of Philox per recursion block).
+  static constexpr int kLanes = 8;
+  int64_t nodes() const noexcept;
+  int64_t draws() const noexcept;   // edge_factor x nodes, before symmetrisation
+  int64_t groups() const noexcept;  // ceil(draws / kLanes)
+  /// The draws of `group` before relabelling: src[i], dst[i] for i < the returned count.
+  int group(int64_t group, uint32_t* src, uint32_t* dst) const;
+  /// The random vertex permutation (the identity without `relabel`).
+  uint32_t relabel(uint32_t v) const;
+  void feature_row(int64_t v, float* row) const;  // feature_dim standard normals
+  int32_t label(int64_t v) const;
+  uint8_t split(int64_t v) const;  // a SplitRole
+  std::string name() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace halogen::detail
