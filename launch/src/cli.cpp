@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "halogen/comm/collective_error.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/readers.hpp"
@@ -14,7 +15,7 @@ bool parse(const std::string& command, const std::string& usage, po::options_des
            const po::positional_options_description& positional, const std::vector<std::string>& args,
            po::variables_map& vm) {
   opts.add_options()("help,h", "show this help")("config", po::value<std::string>(),
-                                                  "read options from an INI-style file (key = value per line)");
+                                                 "read options from an INI-style file (key = value per line)");
   po::store(po::command_line_parser(args).options(opts).positional(positional).run(), vm);
   if (vm.count("help")) {
     std::cout << "usage: halogen " << command << " " << usage << "\n\n" << opts << "\n";
@@ -47,11 +48,17 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& opti
     const auto* b = text.data() + start;
     const auto* e = text.data() + end;
     auto [ptr, ec] = std::from_chars(b, e, v);
-    HALOGEN_EXPECTS(ec == std::errc() && ptr == e && b != e, "{}: '{}' is not a comma-separated list of integers", option, text);
+    HALOGEN_EXPECTS(ec == std::errc() && ptr == e && b != e, "{}: '{}' is not a comma-separated list of integers",
+                    option, text);
     out.push_back(v);
     start = end + 1;
   }
   return out;
+}
+
+CollectiveStep world_collective_steps() {
+  return
+      [](const std::string& what, const std::function<void()>& step) { run_collectively(MPI_COMM_WORLD, what, step); };
 }
 
 }  // namespace halogen::cli

@@ -13,6 +13,7 @@
 #include "halogen/comm/communicator.hpp"
 #include "halogen/core/device.hpp"
 #include "halogen/partition/dataset.hpp"
+#include "halogen/partition/partitioner.hpp"
 #include "halogen/partition/shard.hpp"
 
 namespace halogen::cli {
@@ -45,6 +46,10 @@ Shard load_rank_shard(const std::string& parts_dir, const std::string& dataset, 
 /// The communicator of a run on `device`: NCCL on GPUs when built with it (unless
 /// comm_name is "mpi"), MPI otherwise; binds the rank to its node-local GPU first.
 std::unique_ptr<Communicator> make_communicator(Device device, const std::string& comm_name);
+
+/// The partition library's collective steps (CollectiveStep) run over MPI_COMM_WORLD with
+/// run_collectively: a step that fails on any rank throws on every rank.
+CollectiveStep world_collective_steps();
 
 int cmd_generate(int argc, char** argv, const std::vector<std::string>& args);
 int cmd_convert(const std::vector<std::string>& args);

@@ -63,9 +63,7 @@ int cmd_generate(int argc, char** argv, const std::vector<std::string>& args) {
     if (launched_ranks() > 1) {
       // Under mpirun every rank draws a share of the edges and writes its slice of nodes.
       MpiSession mpi(&argc, &argv);
-      const CollectiveStep collectively = [](const std::string& what, const std::function<void()>& step) {
-        run_collectively(MPI_COMM_WORLD, what, step);
-      };
+      const CollectiveStep collectively = world_collective_steps();
       generate_rmat_distributed(rmat, out, overwrite, MPI_COMM_WORLD, collectively);
       if (mpi.rank() == 0) {
         const DatasetInfo info = read_dataset_info(out);

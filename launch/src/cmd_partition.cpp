@@ -116,9 +116,7 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
   }
   if (!mpi) mpi.emplace(&argc, &argv);  // --method auto chose lp on one process
   const bool lp = popt.method == PartitionMethod::kLabelProp;
-  const CollectiveStep collectively = [](const std::string& what, const std::function<void()>& step) {
-    run_collectively(MPI_COMM_WORLD, what, step);
-  };
+  const CollectiveStep collectively = world_collective_steps();
   nlohmann::json report;
   if (is_dataset_dir(dataset) && !single_writer) {
     // Distributed end to end: every rank reads its slice and writes its parts' shards.

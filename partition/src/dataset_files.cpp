@@ -118,6 +118,18 @@ void install_dataset_target(const DatasetTarget& t) {
   sync_directory(t.target.parent_path());
 }
 
+ArrayHeader array_header(std::string_view array, uint64_t count, uint64_t checksum) {
+  const ElementType type = array_element_type(array);
+  ArrayHeader header{};
+  header.magic = kArrayMagic;
+  header.version = kDatasetFormatVersion;
+  header.element_type = static_cast<uint32_t>(type);
+  header.count = count;
+  header.checksum = checksum;
+  header.element_bytes = element_bytes(type);
+  return header;
+}
+
 json array_entry(std::string_view array, uint64_t count, uint64_t checksum) {
   const ElementType type = array_element_type(array);
   return json{{"file", array_file_name(array)},
@@ -138,7 +150,7 @@ void create_array_file(const fs::path& dir, std::string_view array, uint64_t cou
   HALOGEN_EXPECTS(rc == 0, "cannot size '{}' to {} bytes: {}", file.string(), bytes, std::strerror(err));
 }
 
-json seal_array_file(const fs::path& dir, std::string_view array, uint64_t count) {
+uint64_t seal_array_file(const fs::path& dir, std::string_view array, uint64_t count) {
   const fs::path file = dir / array_file_name(array);
   const ElementType type = array_element_type(array);
   const uint64_t payload = count * element_bytes(type);
@@ -160,13 +172,7 @@ json seal_array_file(const fs::path& dir, std::string_view array, uint64_t count
     XXH3_64bits_update(state, block.data(), static_cast<size_t>(got));
     at += static_cast<uint64_t>(got);
   }
-  ArrayHeader header{};
-  header.magic = kArrayMagic;
-  header.version = kDatasetFormatVersion;
-  header.element_type = static_cast<uint32_t>(type);
-  header.count = count;
-  header.checksum = XXH3_64bits_digest(state);
-  header.element_bytes = element_bytes(type);
+  const ArrayHeader header = array_header(array, count, XXH3_64bits_digest(state));
   XXH3_freeState(state);
   if (error.empty() && ::pwrite(fd, &header, sizeof(header), 0) != static_cast<ssize_t>(sizeof(header)))
     error = fmt::format("cannot write the header of '{}': {}", file.string(), std::strerror(errno));
@@ -174,7 +180,7 @@ json seal_array_file(const fs::path& dir, std::string_view array, uint64_t count
     error = fmt::format("fsync of '{}' failed: {}", file.string(), std::strerror(errno));
   ::close(fd);
   HALOGEN_EXPECTS(error.empty(), "{}", error);
-  return array_entry(array, count, header.checksum);
+  return header.checksum;
 }
 
 json dataset_meta(const std::string& name, int64_t num_nodes, int64_t num_edges, int64_t feature_dim,

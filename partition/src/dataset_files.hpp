@@ -57,13 +57,15 @@ DatasetTarget prepare_dataset_target(const std::filesystem::path& dir, bool over
 /// syncs the parent: a reader never sees a partial dataset.
 void install_dataset_target(const DatasetTarget& t);
 
+/// The header of an array of `count` elements with this payload checksum.
+ArrayHeader array_header(std::string_view array, uint64_t count, uint64_t checksum);
 /// The meta.json entry of an array of `count` elements with this payload checksum.
 nlohmann::json array_entry(std::string_view array, uint64_t count, uint64_t checksum);
 /// For writers of slices: creates DIR/<array>.bin sized for `count` elements, its header zero.
 void create_array_file(const std::filesystem::path& dir, std::string_view array, uint64_t count);
-/// Hashes the payload of DIR/<array>.bin as written, writes its header and fsyncs it; returns
-/// its meta.json entry. Reads the file in 16 MiB blocks.
-nlohmann::json seal_array_file(const std::filesystem::path& dir, std::string_view array, uint64_t count);
+/// Hashes the payload of DIR/<array>.bin as written, writes its header and fsyncs the file (so
+/// every rank's writes to it too); returns the checksum. Reads the file in 16 MiB blocks.
+uint64_t seal_array_file(const std::filesystem::path& dir, std::string_view array, uint64_t count);
 /// meta.json of a dataset; `files` holds the arrays' entries; split = train, valid, test counts.
 nlohmann::json dataset_meta(const std::string& name, int64_t num_nodes, int64_t num_edges, int64_t feature_dim,
                             int32_t num_classes, const std::array<int64_t, 3>& split, const nlohmann::json& files);

@@ -91,14 +91,11 @@ constexpr size_t kWriteChunkBytes = size_t{32} << 20;
 
 template <typename T>
 json write_array(const fs::path& dir, std::string_view name, std::span<const T> values, WriteProgress& progress) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 4 || sizeof(T) == 8);
+  HALOGEN_EXPECTS(detail::array_element_type(name) == element_type_of<T>(), "dataset array '{}': wrong element type",
+                  name);
   const size_t payload_bytes = values.size_bytes();
-  ArrayHeader header{};
-  header.magic = kArrayMagic;
-  header.version = kFormatVersion;
-  header.element_type = static_cast<uint32_t>(element_type_of<T>());
-  header.count = values.size();
-  header.checksum = checksum64(values.data(), payload_bytes);
-  header.element_bytes = sizeof(T);
+  const ArrayHeader header = detail::array_header(name, values.size(), checksum64(values.data(), payload_bytes));
   AtomicFileWriter writer(dir / file_name(name));
   writer.write(&header, sizeof(header));
   const auto* bytes = reinterpret_cast<const char*>(values.data());
@@ -109,11 +106,7 @@ json write_array(const fs::path& dir, std::string_view name, std::span<const T> 
     progress.line.update(progress.written);
   }
   writer.commit();
-  return json{{"file", file_name(name)},
-              {"type", type_name(header.element_type)},
-              {"count", header.count},
-              {"bytes", kHeaderBytes + payload_bytes},
-              {"xxh3", hex64(header.checksum)}};
+  return detail::array_entry(name, header.count, header.checksum);
 }
 
 // Reads and checks meta.json: right format and version. Errors name the file.

@@ -234,9 +234,9 @@ Received redistribute(DatasetSlice& s, std::span<const int32_t> part_of, MPI_Com
 }
 
 // Every part's feature rows, straight into its owned-order buffer: the slice owners read
-// their rows in rounds of at most detail::kFeatureRoundBytes and send each row to its part's writer,
-// which knows from `in` which node each arriving row is. Peak: the parts' buffers plus two
-// rounds, never the slice's features as a whole.
+// their rows in rounds of at most detail::kFeatureRoundBytes and send each row to its part's
+// writer, which knows from `in` which node each arriving row is. Peak: the parts' buffers plus
+// three rounds' buffers (read, grouped, arrived), never the slice's features as a whole.
 
 void fetch_features(const fs::path& dir, const DatasetSlice& s, std::span<const int32_t> part_of,
                     std::vector<LocalPart>& parts, const Received& in, MPI_Comm comm,

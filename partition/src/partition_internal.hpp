@@ -17,9 +17,9 @@ namespace halogen::detail {
 
 /// The distributed writer reads and sends feature rows in rounds of at most this many bytes,
 /// so that no rank holds its slice's features whole. Three rounds' buffers are in flight beside
-/// the parts' features (the rows read, the same grouped by destination, and what arrives); at
-/// 32 MiB they were 96 MiB of a 4-rank writer's 258 MiB on a 500 000-node graph with 128
-/// features, while 8 MiB reads still stream the file at its sequential rate.
+/// the parts' features (the rows read, the same grouped by destination, and what arrives), so
+/// at 32 MiB a round they were 96 MiB, a large share of a writer's peak on 4 ranks with wide
+/// features (docs/partition.md).
 inline constexpr size_t kFeatureRoundBytes = size_t{8} << 20;
 
 /// partition_fingerprint, fed piece by piece: the dataset's identity first, then its payloads

@@ -220,13 +220,16 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
       Optimizer::device_bytes(static_cast<int64_t>(nn::num_params(layers)), opt) +
       GradientSync::device_bytes(gradient_layout(layers), opt,
                                  train_detail::step_scalars(static_cast<int>(layers.size())), s.ranks);
-  // The layer-0 inputs the model asks for. On a GPU they are dense, in the activation dtype,
-  // with a dropped copy.
+  // The layer-0 inputs the model asks for, as stored: the raw features a layer 0 projects itself,
+  // and the aggregation. On a GPU they are dense, in the activation dtype, with a dropped copy.
   const bool bf16_inputs = opt.device.input_storage == InputStorage::kBf16;
-  const uint64_t gpu_inputs = (needs.aggregated ? act(owned, F) : 0) + (needs.features ? act(owned, F) : 0) +
-                              (needs.halo_features ? act(halo, F) : 0);
+  const uint64_t stored_raw =
+      on_gpu ? (needs.features ? act(owned, F) : 0) + (needs.halo_features ? act(halo, F) : 0)
+             : input_matrix_bytes(s, false, needs.features, needs.halo_features, false, bf16_inputs);
+  const uint64_t stored_aggregated = on_gpu ? (needs.aggregated ? act(owned, F) : 0)
+                                            : input_matrix_bytes(s, needs.aggregated, false, false, false, bf16_inputs);
   const uint64_t input_matrices_training =
-      on_gpu ? gpu_inputs * (opt.model.dropout > 0.0f ? 2 : 1)
+      on_gpu ? (stored_raw + stored_aggregated) * (opt.model.dropout > 0.0f ? 2 : 1)
              : input_matrix_bytes(s, needs.aggregated, needs.features, needs.halo_features, opt.model.dropout > 0.0f,
                                   bf16_inputs);
 
@@ -265,9 +268,9 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   // The trainer sets up the layer-0 inputs before it allocates the activations, in three steps
   // (Trainer::prepare_inputs): the local features (owned and halo rows) are filled, from the
   // shard's copy and then by an exchange of kSetupExchangeCols columns at a time (on the CPU;
-  // all columns at once on a GPU); the
-  // aggregation is computed and the raw features a layer 0 projects itself are stored; the
-  // local features go, and the aggregation is stored. The set-up's peak is the largest step.
+  // all columns at once on a GPU); the aggregation is computed and the raw features a layer 0
+  // projects itself are stored; the local features go, and the aggregation is stored. The
+  // set-up's peak is the largest step.
   MemoryEstimate setup;
   setup.phase = "set-up";
   setup.device = opt.device.kind;
@@ -280,11 +283,6 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   const int64_t block = on_gpu ? F : std::min<int64_t>(F, train_detail::kSetupExchangeCols);
   const uint64_t setup_exchange = f32(sends, block) + words_bytes(32, sends, block) + words_bytes(32, halo, block);
   const uint64_t setup_aggregation = needs.aggregated ? f32(owned, F) : 0;
-  const uint64_t stored_raw =
-      on_gpu ? (needs.features ? act(owned, F) : 0) + (needs.halo_features ? act(halo, F) : 0)
-             : input_matrix_bytes(s, false, needs.features, needs.halo_features, false, bf16_inputs);
-  const uint64_t stored_aggregated = on_gpu ? (needs.aggregated ? act(owned, F) : 0)
-                                            : input_matrix_bytes(s, needs.aggregated, false, false, false, bf16_inputs);
   const uint64_t filling = local_features + std::max(setup_exchange, setup_features);
   const uint64_t aggregating = local_features + setup_aggregation + stored_raw + setup_chunk_scratch;
   const uint64_t storing = setup_aggregation + stored_raw + stored_aggregated;
