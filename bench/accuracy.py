@@ -18,10 +18,17 @@ Every finished run is appended to OUT/accuracy-runs.csv and reused, so an interr
 continues where it stopped (delete the file to start over). Prints a markdown table and writes
 OUT/accuracy.md.
 
+Runs are taken seed by seed (every dataset and configuration of seed 1, then of seed 2, ...), so
+a sweep cut short still fills every cell with its first seeds. --jobs N runs N of them at once
+(each its own mpirun of --ranks processes): for a host with more cores than the ranks need.
+--train-args adds flags to every run, e.g. "--device cuda --comm mpi" with HALOGEN_DEVICE=0 for
+ranks sharing one GPU; the CPU and GPU paths give the same epochs and accuracies.
+
 usage: bench/accuracy.py [--build build] [--ranks 4] [--seeds 10] [--datasets cora,...]
                          [--configs "gcn fp32 sync,gcn 1-bit stale"] [--out DIR] [--report]
+                         [--jobs 1] [--train-args "--device cuda --comm mpi"]
 """
-import argparse, csv, json, os, statistics, subprocess, sys, tempfile
+import argparse, concurrent.futures, csv, json, os, shlex, statistics, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -102,6 +109,8 @@ def main():
     ap.add_argument("--configs", default="", help="comma-separated config names (default: the default sweep)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--report", action="store_true", help="only print the table of the runs already in OUT")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once, each an mpirun of --ranks processes")
+    ap.add_argument("--train-args", default="", help="flags added to every halogen train run")
     args = ap.parse_args()
     halogen = os.path.join(args.build, "halogen")
     os.makedirs(args.out, exist_ok=True)
@@ -117,33 +126,43 @@ def main():
         writer.writeheader()
     work = tempfile.mkdtemp(prefix="halogen-accuracy-")
     datasets = args.datasets.split(",")
-    for name in datasets:
+    extra = shlex.split(args.train_args)
+    pending = [(name, label, flags, seed) for seed in range(1, args.seeds + 1) for name in datasets
+               for label, flags, only, _ in configs
+               if (only is None or name in only) and (name, label, seed) not in runs and not args.report]
+
+    def parts_of(name):
         parts = os.path.join(work, f"{name}-{args.ranks}")
-        for label, flags, only, _ in configs:
-            if only is not None and name not in only:
-                continue
-            for seed in range(1, args.seeds + 1):
-                if (name, label, seed) in runs or args.report:
-                    continue
-                if not os.path.exists(parts):
-                    subprocess.run([halogen, "partition", os.path.join(args.data, name), "--parts", str(args.ranks),
-                                    "--out", parts], check=True, stdout=subprocess.DEVNULL)
-                metrics = os.path.join(work, "m.jsonl")
-                cmd = ["mpirun", "-np", str(args.ranks), *mpi_flags(), halogen, "train", "--parts", parts,
-                       "--seed", str(seed), "--metrics", metrics, "-q", *flags]
-                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-                records = [json.loads(l) for l in open(metrics)]
-                summary = records[-1]
-                epochs = [r for r in records if "summary" not in r]
-                row = dict(dataset=name, config=label, seed=seed,
-                           test_acc=f"{100.0 * summary['test_acc_at_best_val']:.2f}", best_epoch=summary["best_epoch"],
-                           epochs_run=len(epochs), sync_share=f"{sum(r['sync'] for r in epochs) / len(epochs):.3f}",
-                           seconds=f"{summary['total_s']:.1f}")
-                writer.writerow(row)
-                log.flush()
-                runs[(name, label, seed)] = row
-                print(f"{name:13s} {label:26s} seed {seed:2d}  {row['test_acc']}  (sync epochs {row['sync_share']})",
-                      flush=True)
+        if not os.path.exists(parts):
+            subprocess.run([halogen, "partition", os.path.join(args.data, name), "--parts", str(args.ranks),
+                            "--out", parts], check=True, stdout=subprocess.DEVNULL)
+        return parts
+
+    def train(task):
+        name, label, flags, seed = task
+        metrics = os.path.join(work, f"{name}-{label.replace(' ', '_').replace('/', '_')}-{seed}.jsonl")
+        cmd = ["mpirun", "-np", str(args.ranks), *mpi_flags(), halogen, "train", "--parts", parts_of(name),
+               "--seed", str(seed), "--metrics", metrics, "-q", *flags, *extra]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        records = [json.loads(l) for l in open(metrics)]
+        summary = records[-1]
+        epochs = [r for r in records if "summary" not in r]
+        return dict(dataset=name, config=label, seed=seed,
+                    test_acc=f"{100.0 * summary['test_acc_at_best_val']:.2f}", best_epoch=summary["best_epoch"],
+                    epochs_run=len(epochs), sync_share=f"{sum(r['sync'] for r in epochs) / len(epochs):.3f}",
+                    seconds=f"{summary['total_s']:.1f}")
+
+    for name in {t[0] for t in pending}:  # partitions first: concurrent runs share them
+        parts_of(name)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        # Each finished run is written at once, so a sweep cut short keeps every run it finished.
+        for done in concurrent.futures.as_completed([pool.submit(train, t) for t in pending]):
+            row = done.result()
+            writer.writerow(row)
+            log.flush()
+            runs[(row["dataset"], row["config"], row["seed"])] = row
+            print(f"{row['dataset']:13s} {row['config']:26s} seed {row['seed']:2d}  {row['test_acc']}  "
+                  f"(sync epochs {row['sync_share']})", flush=True)
     log.close()
 
     # The table: mean ± sd (min), sync share for stale rows, and the targets.
