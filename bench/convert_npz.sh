@@ -5,7 +5,7 @@
 # same dataset byte for byte.
 # The graph: `halogen generate rmat --scale S --edge-factor EF --feature-dim 100`, exported
 # with python/halogen_npz.py --from-halogen (every stored CSR entry one edge_index column) and
-# as CSV by the exporter below (the same edges; features printed with 9 significant digits,
+# as CSV by bench/export_inputs.py (the same edges; features printed with 9 significant digits,
 # which read back to the same float32).
 # usage: bench/convert_npz.sh [--scale 20] [--edge-factor 16] [--build build] [--out DIR]
 #                             [--repeat 1]
@@ -54,39 +54,7 @@ fi
 if [ ! -f "$out/csv/$name/raw/num-edge-list.csv" ]; then
   echo "# exporting $name as OGB CSV (gzip)" >&2
   rm -rf "$out/csv/$name"
-  PYTHONPATH="$root/python" "$py" - "$gen" "$out/csv/$name" <<'PY'
-import gzip, os, sys
-import numpy as np
-import halogen_npz
-
-ds = halogen_npz.open_halogen_dataset(sys.argv[1])
-d = sys.argv[2]
-os.makedirs(f"{d}/raw")
-os.makedirs(f"{d}/split/rmat")
-offsets, indices, features = ds["offsets"], ds["indices"], ds["features"]
-n, e = features.shape[0], indices.shape[0]
-with open(f"{d}/raw/num-node-list.csv", "w") as f:
-    f.write(f"{n}\n")
-with open(f"{d}/raw/num-edge-list.csv", "w") as f:
-    f.write(f"{e}\n")
-step = 1 << 20
-with gzip.open(f"{d}/raw/edge.csv.gz", "wt", compresslevel=6) as f:
-    for e0 in range(0, e, step):  # entry u in CSR row v: the edge u -> v
-        src = indices[e0:e0 + step].tolist()
-        dst = halogen_npz.csr_destinations(offsets, e0, min(e, e0 + step)).tolist()
-        f.write("".join(f"{u},{v}\n" for u, v in zip(src, dst)))
-if features.shape[1]:
-    fmt = ",".join(["%.9g"] * features.shape[1]) + "\n"
-    with gzip.open(f"{d}/raw/node-feat.csv.gz", "wt", compresslevel=6) as f:
-        for r0 in range(0, n, 1 << 14):
-            f.write("".join(fmt % tuple(row) for row in np.asarray(features[r0:r0 + (1 << 14)]).tolist()))
-with gzip.open(f"{d}/raw/node-label.csv.gz", "wt", compresslevel=6) as f:
-    f.write("".join(f"{v}\n" for v in np.asarray(ds["labels"]).tolist()))
-split = np.asarray(ds["split"])
-for file, role in (("train", halogen_npz.SPLIT_TRAIN), ("valid", halogen_npz.SPLIT_VALID), ("test", halogen_npz.SPLIT_TEST)):
-    with gzip.open(f"{d}/split/rmat/{file}.csv.gz", "wt", compresslevel=6) as f:
-        f.write("".join(f"{v}\n" for v in np.flatnonzero(split == role).tolist()))
-PY
+  "$py" "$here/export_inputs.py" "$gen" "$out/csv/$name"
 fi
 
 # measure FORMAT INPUT LABEL: converts REPEAT times; prints one row.

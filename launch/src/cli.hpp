@@ -52,7 +52,7 @@ std::unique_ptr<Communicator> make_communicator(Device device, const std::string
 CollectiveStep world_collective_steps();
 
 int cmd_generate(int argc, char** argv, const std::vector<std::string>& args);
-int cmd_convert(const std::vector<std::string>& args);
+int cmd_convert(int argc, char** argv, const std::vector<std::string>& args);
 int cmd_info(const std::vector<std::string>& args);
 int cmd_partition(int argc, char** argv, const std::vector<std::string>& args);
 int cmd_train(int argc, char** argv, const std::vector<std::string>& args);

@@ -8,6 +8,7 @@
 #include "halogen/core/error.hpp"
 #include "halogen/core/mpi.hpp"
 #include "halogen/core/timer.hpp"
+#include "halogen/partition/convert.hpp"
 #include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/generate.hpp"
 #include "halogen/partition/readers.hpp"
@@ -87,7 +88,7 @@ int cmd_generate(int argc, char** argv, const std::vector<std::string>& args) {
   return 0;
 }
 
-int cmd_convert(const std::vector<std::string>& args) {
+int cmd_convert(int argc, char** argv, const std::vector<std::string>& args) {
   po::options_description opts("convert options");
   std::string format, input, out, split;
   int64_t num_nodes = 0;
@@ -104,6 +105,20 @@ int cmd_convert(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse("convert", "--format ogb|edgelist|mtx|metis|npz INPUT --out DIR", opts, pos, args, vm)) return 0;
   Stopwatch sw;
+  if (launched_ranks() > 1) {
+    // Under mpirun every rank keeps the entries and rows of its slice of nodes.
+    MpiSession mpi(&argc, &argv);
+    const CollectiveStep collectively = world_collective_steps();
+    convert_distributed(input, ConvertOptions{.format = format, .split_scheme = split, .num_nodes = num_nodes}, out,
+                        overwrite, MPI_COMM_WORLD, collectively);
+    if (mpi.rank() == 0) {
+      const DatasetInfo info = read_dataset_info(out);
+      std::printf("converted %s (%s) on %d ranks: %lld nodes, %lld edges (stored directed) -> %s (%.2f s)\n",
+                  input.c_str(), format.c_str(), mpi.size(), static_cast<long long>(info.num_nodes),
+                  static_cast<long long>(info.num_edges), out.c_str(), sw.seconds());
+    }
+    return 0;
+  }
   Dataset ds;
   if (format == "ogb") {
     ds = read_ogb_dataset(input, split);

@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 2, argv + argc);
   try {
     if (command == "generate") return halogen::cli::cmd_generate(argc, argv, args);
-    if (command == "convert") return halogen::cli::cmd_convert(args);
+    if (command == "convert") return halogen::cli::cmd_convert(argc, argv, args);
     if (command == "info") return halogen::cli::cmd_info(args);
     if (command == "partition") return halogen::cli::cmd_partition(argc, argv, args);
     if (command == "train") return halogen::cli::cmd_train(argc, argv, args);

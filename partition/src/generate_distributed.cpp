@@ -5,25 +5,16 @@
 //     and sends (u, v) to the owner of u and (v, u) to the owner of v (the slices of
 //     slice_bounds); self loops are dropped, as build_csr drops them;
 //  2. each rank sorts its received pairs, removes repeats and has its rows' CSR;
-//  3. rank 0 creates the array files at their full size in a temporary sibling directory;
-//     every rank writes its rows' offsets, indices, features, labels and split at their
-//     place; then rank k seals (hashes and heads) the k-th array, and rank 0 writes meta.json
-//     and renames the directory into place.
+//  3. the ranks write their slices into one dataset directory (dataset_slices.hpp).
 // A rank holds its share of the pairs (8 bytes per stored entry, its rows' columns compacted in
 // place), one batch in flight and its rows' offsets, never the whole graph; features go to the
 // file in rounds.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <vector>
 
-#include "dataset_files.hpp"
+#include "dataset_slices.hpp"
 #include "generate_internal.hpp"
 #include "halogen/core/error.hpp"
-#include "halogen/core/io.hpp"
 #include "halogen/partition/generate.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "mpi_exchange.hpp"
@@ -37,38 +28,6 @@ namespace fs = std::filesystem;
 // Edge draws per rank and batch: the pairs of one batch (two per draw, 8 bytes each) are held
 // three times (drawn, grouped by destination, received), about 200 MiB in all.
 constexpr int64_t kDrawsPerBatch = int64_t{4} << 20;
-// Node rows of features written at a time.
-constexpr size_t kFeatureRoundBytes = size_t{8} << 20;
-
-// pwrite of all `bytes`, or an error naming the file.
-void write_at(const fs::path& file, uint64_t offset, const void* data, size_t bytes) {
-  if (bytes == 0) return;
-  const int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
-  HALOGEN_EXPECTS(fd >= 0, "cannot open '{}': {}", file.string(), std::strerror(errno));
-  const char* p = static_cast<const char*>(data);
-  std::string error;
-  while (bytes > 0) {
-    const ssize_t n = ::pwrite(fd, p, std::min<size_t>(bytes, size_t{1} << 30), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error = fmt::format("write to '{}' at byte {} failed: {}", file.string(), offset, std::strerror(errno));
-      break;
-    }
-    p += n;
-    offset += static_cast<uint64_t>(n);
-    bytes -= static_cast<size_t>(n);
-  }
-  // No fsync here: the rank that seals the file fsyncs it once, with every rank's writes.
-  ::close(fd);
-  HALOGEN_EXPECTS(error.empty(), "{}", error);
-}
-
-template <typename T>
-void write_elements(const fs::path& dir, std::string_view array, int64_t first, const T* data, size_t count) {
-  write_at(dir / detail::array_file_name(array), detail::kArrayHeaderBytes + static_cast<uint64_t>(first) * sizeof(T),
-           data, count * sizeof(T));
-}
-
 // This rank's rows [begin, end) as pairs (row - begin) << 32 | column, sorted and unique.
 std::vector<uint64_t> draw_my_rows(const detail::RmatDraws& draws, const std::vector<int64_t>& bounds, MPI_Comm comm) {
   const detail::Ranks ranks(comm);
@@ -133,124 +92,29 @@ void generate_rmat_distributed(const RmatOptions& options, const fs::path& out, 
   collectively("checking the RMAT options", [&] { draws = std::make_unique<detail::RmatDraws>(options); });
   const int64_t n = draws->nodes();
   const std::vector<int64_t> bounds = slice_bounds(n, ranks.size);
-  const int64_t begin = bounds[static_cast<size_t>(ranks.rank)], end = bounds[static_cast<size_t>(ranks.rank) + 1];
-  const int64_t rows = end - begin;
+  detail::SlicedDatasetWriter writer(out, overwrite, comm, collectively);
 
-  // Rank 0 checks the target and makes the temporary directory before anything is drawn, so a
-  // refusal comes at once; from then on a failed step on any rank removes it (rank 0 made it,
-  // rank 0 removes it).
-  detail::DatasetTarget target;
-  const auto step = [&](const std::string& what, const std::function<void()>& body) {
-    try {
-      collectively(what, body);
-    } catch (...) {
-      if (ranks.rank == 0 && !target.temp.empty()) {
-        std::error_code ec;
-        fs::remove_all(target.temp, ec);
-      }
-      throw;
-    }
-  };
-  collectively("checking the output directory", [&] {
-    if (ranks.rank == 0) target = detail::prepare_dataset_target(out, overwrite);
-  });
-
-  std::vector<uint64_t> pairs;
-  try {
-    pairs = draw_my_rows(*draws, bounds, comm);  // collective inside: not a step of its own
-  } catch (...) {
-    if (ranks.rank == 0) {
-      std::error_code ec;
-      fs::remove_all(target.temp, ec);
-    }
-    throw;
-  }
-  const auto entries = static_cast<int64_t>(pairs.size());
-  int64_t before = 0, total = 0;
-  HALOGEN_CHECK_MPI(MPI_Exscan(&entries, &before, 1, MPI_INT64_T, MPI_SUM, comm));
-  if (ranks.rank == 0) before = 0;
-  HALOGEN_CHECK_MPI(MPI_Allreduce(&entries, &total, 1, MPI_INT64_T, MPI_SUM, comm));
-  // The rows' offsets, and their columns compacted in place into the front of `pairs` (4 bytes
-  // written at 4k, below the 8 bytes at 8k read before), so the indices never sit beside a
-  // second copy of the pairs.
-  HostBuffer<int64_t> offsets(static_cast<size_t>(rows) + 1);
-  char* const columns = reinterpret_cast<char*>(pairs.data());
-  {
-    size_t k = 0;
-    for (int64_t i = 0; i < rows; ++i) {
-      offsets[static_cast<size_t>(i)] = before + static_cast<int64_t>(k);
-      while (k < pairs.size() && static_cast<int64_t>(pairs[k] >> 32) == i) {
-        const auto column = static_cast<int32_t>(pairs[k] & 0xffffffffu);
-        std::memcpy(columns + k * sizeof(int32_t), &column, sizeof(column));
-        ++k;
-      }
-    }
-    offsets[static_cast<size_t>(rows)] = before + entries;
-  }
-
-  std::string temp = target.temp.string();
-  int length = static_cast<int>(temp.size());
-  HALOGEN_CHECK_MPI(MPI_Bcast(&length, 1, MPI_INT, 0, comm));
-  temp.resize(static_cast<size_t>(length));
-  HALOGEN_CHECK_MPI(MPI_Bcast(temp.data(), length, MPI_CHAR, 0, comm));
-  const fs::path dir = temp;
-  const int64_t F = options.feature_dim;
-  const uint64_t counts[5] = {static_cast<uint64_t>(n) + 1, static_cast<uint64_t>(total), static_cast<uint64_t>(n * F),
-                              static_cast<uint64_t>(n), static_cast<uint64_t>(n)};
-  step("creating the dataset's files", [&] {
-    if (ranks.rank != 0) return;
-    for (size_t a = 0; a < detail::kArrayNames.size(); ++a)
-      detail::create_array_file(target.temp, detail::kArrayNames[a], counts[a]);
-  });
-
-  std::array<int64_t, 3> split_counts{};
-  step("writing the dataset's slices", [&] {
-    // The last rank's offsets include the final one (the total).
-    write_elements(dir, "offsets", begin, offsets.data(), static_cast<size_t>(rows) + (end == n ? 1 : 0));
-    write_at(dir / detail::array_file_name("indices"),
-             detail::kArrayHeaderBytes + static_cast<uint64_t>(offsets[0]) * sizeof(int32_t), columns,
-             static_cast<size_t>(entries) * sizeof(int32_t));
-    const int64_t round_rows =
-        std::max<int64_t>(1, static_cast<int64_t>(kFeatureRoundBytes / sizeof(float)) / std::max<int64_t>(F, 1));
-    HostBuffer<float> features(static_cast<size_t>(std::min(rows, round_rows) * F));
-    for (int64_t v0 = begin; v0 < end && F > 0; v0 += round_rows) {
-      const int64_t v1 = std::min(end, v0 + round_rows);
+  detail::DatasetSlice slice;
+  slice.name = draws->name();
+  slice.num_nodes = n;
+  slice.begin = bounds[static_cast<size_t>(ranks.rank)];
+  slice.end = bounds[static_cast<size_t>(ranks.rank) + 1];
+  slice.pairs = draw_my_rows(*draws, bounds, comm);  // collective inside: not a step of its own
+  slice.feature_dim = options.feature_dim;
+  slice.features = [&](int64_t v0, int64_t v1, float* rows) {
+    const int64_t F = options.feature_dim;
 #pragma omp parallel for schedule(static)
-      for (int64_t v = v0; v < v1; ++v) draws->feature_row(v, features.data() + static_cast<size_t>((v - v0) * F));
-      write_elements(dir, "features", v0 * F, features.data(), static_cast<size_t>((v1 - v0) * F));
-    }
-    HostBuffer<int32_t> labels(static_cast<size_t>(rows));
-    HostBuffer<uint8_t> split(static_cast<size_t>(rows));
-    for (int64_t v = begin; v < end; ++v) {
-      labels[static_cast<size_t>(v - begin)] = draws->label(v);
-      split[static_cast<size_t>(v - begin)] = draws->split(v);
-      const uint8_t role = split[static_cast<size_t>(v - begin)];
-      if (role >= 1 && role <= 3) split_counts[role - 1]++;
-    }
-    write_elements(dir, "labels", begin, labels.data(), labels.size());
-    write_elements(dir, "split", begin, split.data(), split.size());
-  });
-  pairs = {};
-  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, split_counts.data(), 3, MPI_INT64_T, MPI_SUM, comm));
-
-  // Every array sealed by one rank (each reads its file once), the checksums gathered on all.
-  std::array<uint64_t, 5> checksums{};
-  step("sealing the dataset's arrays", [&] {
-    for (size_t a = 0; a < detail::kArrayNames.size(); ++a)
-      if (static_cast<int>(a) % ranks.size == ranks.rank)
-        checksums[a] = detail::seal_array_file(dir, detail::kArrayNames[a], counts[a]);
-  });
-  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, checksums.data(), 5, MPI_UINT64_T, MPI_BOR, comm));
-  step("installing the dataset", [&] {
-    if (ranks.rank != 0) return;
-    nlohmann::json files = nlohmann::json::object();
-    for (size_t a = 0; a < detail::kArrayNames.size(); ++a)
-      files[std::string(detail::kArrayNames[a])] = detail::array_entry(detail::kArrayNames[a], counts[a], checksums[a]);
-    const nlohmann::json meta =
-        detail::dataset_meta(draws->name(), n, total, F, options.num_classes, split_counts, files);
-    write_file_atomic(dir / "meta.json", meta.dump(2) + "\n");
-    detail::install_dataset_target(target);
-  });
+    for (int64_t v = v0; v < v1; ++v) draws->feature_row(v, rows + static_cast<size_t>((v - v0) * F));
+  };
+  const auto rows = static_cast<size_t>(slice.end - slice.begin);
+  slice.labels = HostBuffer<int32_t>(rows);
+  slice.split = HostBuffer<uint8_t>(rows);
+  for (int64_t v = slice.begin; v < slice.end; ++v) {
+    slice.labels[static_cast<size_t>(v - slice.begin)] = draws->label(v);
+    slice.split[static_cast<size_t>(v - slice.begin)] = draws->split(v);
+  }
+  slice.num_classes = options.num_classes;
+  writer.write(slice);
 }
 
 }  // namespace halogen
