@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Partition and train within a per-rank memory cap that the kernel enforces, derived from the
-# predictions: every rank runs in its own cgroup (v1 memory controller, memory.limit_in_bytes)
-# capped at 1.3x what `halogen plan` predicts for it plus 64 MiB for the page cache of the files
-# it reads and writes: `mpirun -np 2 halogen partition --method lp` (the partition's prediction)
-# and `mpirun -np 2 halogen train` (the training estimate) must succeed there. At half the
+# Convert, partition and train within a per-rank memory cap that the kernel enforces, derived
+# from the predictions: every rank runs in its own cgroup (v1 memory controller,
+# memory.limit_in_bytes) capped at 1.3x what is predicted for it plus 64 MiB for the page cache
+# of the files it reads and writes: `mpirun -np 2 halogen convert --format npz` (the working set
+# of docs/data.md), `mpirun -np 2 halogen partition --method lp` (the partition's prediction,
+# from `halogen plan`) and `mpirun -np 2 halogen train` (the training estimate) must succeed
+# there. At half the
 # prediction the same partition must fail, which shows that the cap bites. Skipped (exit 77)
 # where this process cannot create memory cgroups (not root, or no v1 memory controller).
 # Usage: memory_cap_test.sh HALOGEN MPIEXEC [mpiexec flags...]
@@ -43,6 +45,25 @@ json_value() { python3 -c "import json,sys; print(eval(sys.argv[2], {'j': json.l
 "$halogen" generate rmat --scale 16 --feature-dim 32 --out "$work/g" >/dev/null || { echo "FAILED: generate"; exit 1; }
 nodes=$(json_value "$work/g/meta.json" "j['num_nodes']")
 entries=$(json_value "$work/g/meta.json" "j['files']['indices']['count']")
+
+# convert: 48 MiB + (10 B per stored entry + 13 B per node + the rows of x) per rank.
+py=""
+for candidate in /usr/bin/python3 python3; do
+  if "$candidate" -c 'import numpy' 2>/dev/null; then py=$candidate; break; fi
+done
+if [ -n "$py" ] && "$py" "$(dirname "$0")/../../python/halogen_npz.py" --from-halogen "$work/g" "$work/g.npz" >/dev/null; then
+  ws=$(((48 << 20) + (10 * entries + (13 + 4 * 32) * nodes) / 2))
+  cap=$((ws * 13 / 10 + (64 << 20)))
+  if capped "$cap" convert "convert" --format npz "$work/g.npz" --out "$work/c" >"$work/log" 2>&1 &&
+      cmp -s "$work/g/indices.bin" "$work/c/indices.bin" && cmp -s "$work/g/features.bin" "$work/c/features.bin"; then
+    pass "convert on 2 ranks within $((cap >> 20)) MiB per rank (1.3x the working set of $((ws >> 20)) MiB + 64 MiB)"
+  else
+    fail "convert under the cap"; tail -20 "$work/log"
+  fi
+else
+  fail "no python3 with NumPy to write the archive (scripts/setup.sh installs python3-numpy)"
+fi
+
 "$halogen" plan --nodes "$nodes" --edges $((entries / 2)) --parts 2 --halo-ratio 1 --features 32 --classes 16 \
   --hidden 16 --layers 2 --cluster local-cpu --gflops 1 --json "$work/plan.json" >/dev/null ||
   { echo "FAILED: plan"; exit 1; }
