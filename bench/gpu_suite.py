@@ -21,8 +21,13 @@ Sections (each prints its rows as it finishes; the summary table comes last):
           the deep models that exchange at every layer (--halo-models gcn,gcnii:16,appnp).
   profile per-kernel device time of one GCN training run in fp32 and in fp16 (Nsight Compute,
           one metric: gpu__time_duration), when ncu is on the PATH.
+  accuracy bench/accuracy.py's rows on the GPU (only when named): --ranks ranks sharing the
+          GPU over MPI staging per run, --accuracy-jobs runs at once, seed by seed, for
+          --accuracy-configs on --accuracy-datasets, until --accuracy-seconds; OUT/accuracy
+          keeps the runs (accuracy-runs.csv) and the table. The deep models' rows on the larger
+          graphs take hours per configuration on a 2-core machine and minutes here.
 
-usage: gpu_suite.py [--bin DIR] [--work DIR] [--out DIR] [--sections tests,train,spmm,gat,halos]
+usage: gpu_suite.py [--bin DIR] [--work DIR] [--out DIR] [--sections tests,train,spmm,gat,halos,accuracy]
                     [--shared-data DIR]
                     [--scale 21] [--edge-factor 30] [--small-scale 20] [--epochs 8] [--rounds 1]
                     [--device cuda|cpu]
@@ -242,6 +247,25 @@ class Suite:
                 self.row("gat", f"GAT {precision} peak memory vs PyG {precision}", f"{hm / MIB:.0f} MiB",
                          f"{pm / MIB:.0f} MiB", hm / pm, 1.0, higher_is_better=False)
 
+    def accuracy(self):
+        out = os.path.join(self.a.out, "accuracy")
+        data = self.a.shared_data or os.environ.get("HALOGEN_SHARED_DATA") or \
+            os.path.join(os.path.dirname(HERE), "..", "shared", "data")
+        env = dict(os.environ, HALOGEN_DEVICE="0", OMP_NUM_THREADS="1")
+        log(f"\n# accuracy: {self.a.accuracy_configs} on {self.a.accuracy_datasets}, {self.a.ranks} ranks "
+            f"sharing the GPU per run, {self.a.accuracy_jobs} runs at once, at most {self.a.accuracy_seconds:.0f} s")
+        cmd = [sys.executable, os.path.join(HERE, "accuracy.py"), "--build", self.a.bin, "--data", data,
+               "--ranks", str(self.a.ranks), "--seeds", str(self.a.accuracy_seeds), "--jobs",
+               str(self.a.accuracy_jobs), "--datasets", self.a.accuracy_datasets, "--configs",
+               self.a.accuracy_configs, "--out", out, "--train-args", f"--device {self.a.device} --comm mpi"]
+        try:
+            log(run(cmd, env=env, timeout=self.a.accuracy_seconds))
+        except subprocess.TimeoutExpired:
+            # The finished runs are in accuracy-runs.csv; the table of those runs:
+            subprocess.run(["pkill", "-f", "halogen train"], check=False)
+            log(f"# accuracy: stopped after {self.a.accuracy_seconds:.0f} s; the runs that finished:")
+            log(run(cmd + ["--report"], env=env))
+
     def halos(self):
         d = self.dataset(f"rmat{self.a.small_scale}", self.a.small_scale, 16)
         p = self.parts(d, 4)
@@ -420,6 +444,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--budget", type=float, default=480, help="seconds; later sections are skipped past it")
+    ap.add_argument("--ranks", type=int, default=4, help="accuracy: ranks per run")
+    ap.add_argument("--accuracy-configs", default="gcnii fp32 sync,gcnii 1-bit stale",
+                    help="accuracy: bench/accuracy.py configurations")
+    ap.add_argument("--accuracy-datasets", default="amazon-photo,coauthor-cs")
+    ap.add_argument("--accuracy-seeds", type=int, default=10)
+    ap.add_argument("--accuracy-jobs", type=int, default=4, help="accuracy: runs at once")
+    ap.add_argument("--accuracy-seconds", type=float, default=300, help="accuracy: stop after this long")
     args = ap.parse_args()
     args.out = args.out or os.path.join(args.work, "out")
     suite = Suite(args)
