@@ -103,7 +103,11 @@ int cmd_convert(int argc, char** argv, const std::vector<std::string>& args) {
   po::positional_options_description pos;
   pos.add("input", 1);
   po::variables_map vm;
-  if (!parse("convert", "--format ogb|edgelist|mtx|metis|npz INPUT --out DIR", opts, pos, args, vm)) return 0;
+  if (!parse("convert",
+             "--format ogb|edgelist|mtx|metis|npz INPUT --out DIR\n"
+             "       mpirun -np R halogen convert ...   (each rank keeps its slice of nodes; the same bytes)",
+             opts, pos, args, vm))
+    return 0;
   Stopwatch sw;
   if (launched_ranks() > 1) {
     // Under mpirun every rank keeps the entries and rows of its slice of nodes.
