@@ -1,6 +1,6 @@
-// The RMAT generator's draws as pure functions of an edge's or a node's index
-// (generate.cpp), so that one process or many ranks, each drawing its share, make the same
-// dataset bit for bit (generate_distributed.cpp).
+// The generators' draws as pure functions of an edge's or a node's index (generate.cpp), so
+// that one process or many ranks, each drawing its share, make the same dataset bit for bit
+// (generate_distributed.cpp).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "halogen/partition/generate.hpp"
+#include "halogen/partition/graph.hpp"
 
 namespace halogen::detail {
 
@@ -29,6 +30,29 @@ class RmatDraws {
   /// The random vertex permutation (the identity without `relabel`).
   uint32_t relabel(uint32_t v) const;
   void feature_row(int64_t v, float* row) const;  // feature_dim standard normals
+  int32_t label(int64_t v) const;
+  uint8_t split(int64_t v) const;  // a SplitRole
+  std::string name() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+/// The SBM's draws over per-node tables that every rank builds (labels, the classes' members
+/// and alias tables: about 28 bytes per node while built, 20 after).
+class SbmDraws {
+ public:
+  /// Checks the options (the errors generate_sbm gives).
+  explicit SbmDraws(const SbmOptions& options);
+  ~SbmDraws();
+  SbmDraws(const SbmDraws&) = delete;
+  SbmDraws& operator=(const SbmDraws&) = delete;
+
+  int64_t nodes() const noexcept;
+  int64_t draws() const noexcept;  // n x avg_degree / 2, before symmetrisation
+  void edge(int64_t e, NodeId& src, NodeId& dst) const;
+  void feature_row(int64_t v, float* row) const;  // the class mean plus standard normals
   int32_t label(int64_t v) const;
   uint8_t split(int64_t v) const;  // a SplitRole
   std::string name() const;

@@ -98,4 +98,10 @@ Dataset generate_rmat(const RmatOptions& options);
 void generate_rmat_distributed(const RmatOptions& options, const std::filesystem::path& out, bool overwrite,
                                MPI_Comm comm, const CollectiveStep& collectively);
 
+/// generate_sbm by the ranks of `comm` in the same way, byte for byte. Every rank also holds the
+/// SBM's per-node tables (labels, the classes' members and alias tables), about 28 bytes per
+/// node while they are built.
+void generate_sbm_distributed(const SbmOptions& options, const std::filesystem::path& out, bool overwrite,
+                              MPI_Comm comm, const CollectiveStep& collectively);
+
 }  // namespace halogen
