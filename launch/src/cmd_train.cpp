@@ -48,6 +48,8 @@ std::function<GradCompression(double)> auto_grad_compression(const std::string& 
   const int bits = t.exchange.bits_fwd.front(), grad_bits = t.optim.grad_bits, eval_every = t.optim.eval_every;
   const std::string mode = to_string(t.exchange.mode);
   return [=](double compute_s) {
+    // An epoch too short to time leaves nothing to calibrate with: exact gradients cost least.
+    if (compute_s <= 0.0) return GradCompression::kNone;
     const plan::GradCompressionChoice c =
         plan::choose_grad_compression(report, *shape, cluster, compute_s, bits, mode, grad_bits, eval_every);
     log::debug(

@@ -212,8 +212,17 @@ bool EpochLog::add_accuracy(nlohmann::json& rec, int epoch, const EvalCounts& ev
 
 void EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
   // Time is the slowest rank's, bytes the sum over ranks.
-  std::vector<double> mx = {f.epoch_s,    f.comm_s,     f.quant_s, f.wait_s, static_cast<double>(f.max_staleness),
-                            f.transfer_s, f.grad_wait_s};
+  // compute_s is each rank's epoch less its own communication and coding, then the slowest
+  // rank's: the slowest epoch less the largest waits, taken from different ranks, can be
+  // negative on a loaded machine.
+  std::vector<double> mx = {f.epoch_s,
+                            f.comm_s,
+                            f.quant_s,
+                            f.wait_s,
+                            static_cast<double>(f.max_staleness),
+                            f.transfer_s,
+                            f.grad_wait_s,
+                            std::max(0.0, f.epoch_s - f.comm_s - f.quant_s)};
   std::vector<int64_t> bytes = {static_cast<int64_t>(f.bytes_sent), static_cast<int64_t>(f.grad_bytes)};
   comm_.allreduce_max(mx.data(), mx.size());
   comm_.allreduce_sum(std::span<int64_t>(bytes));
@@ -221,7 +230,7 @@ void EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
   rec["comm_s"] = mx[1];
   rec["quant_s"] = mx[2];
   rec["comm_wait_s"] = mx[3];
-  rec["compute_s"] = std::max(0.0, mx[0] - mx[1] - mx[2]);
+  rec["compute_s"] = mx[7];
   rec["bytes_sent"] = bytes[0];
   // Halo exchange and weight gradients apart, so a user sees which one dominates.
   rec["halo_wait_s"] = mx[3];
