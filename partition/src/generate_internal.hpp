@@ -1,7 +1,6 @@
-// The generators' draws as pure functions of an edge's or a node's index (generate.cpp for RMAT,
-// generate_sbm.cpp for the SBM), so
-// that one process or many ranks, each drawing its share, make the same dataset bit for bit
-// (generate_distributed.cpp).
+// The generators' draws as pure functions of an edge's or a node's index (generate.cpp for
+// RMAT, generate_sbm.cpp for the SBM), so that one process or many ranks, each drawing its
+// share, make the same dataset bit for bit (generate_distributed.cpp).
 #pragma once
 
 #include <cstdint>
