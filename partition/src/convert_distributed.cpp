@@ -36,10 +36,11 @@ class RowSliceSink final : public detail::EdgeSink {
     if (edges < 0) edges = expected_adds_;
     if (edges > 0 && num_nodes > 0) {
       // Each add() keeps at most two entries. Reserved pages are not resident until written,
-      // so the bound costs nothing beyond what is kept.
+      // so the bound costs nothing beyond what is kept; it is capped so that a corrupt count
+      // (found when the edges run out) cannot ask for more than 8 GiB of address space.
       const double share = static_cast<double>(end_ - begin_) / static_cast<double>(num_nodes);
-      const auto expected = static_cast<size_t>(static_cast<double>(edges) * share * 1.1) + 1024;
-      pairs_.reserve(2 * expected);
+      const auto expected = static_cast<size_t>(std::min(static_cast<double>(edges) * share * 1.1, 0x1p30)) + 1024;
+      pairs_.reserve(std::min(2 * expected, kMaxReserve));
       compact_at_ = std::max(expected, kMinCompaction);
     }
   }
@@ -64,6 +65,7 @@ class RowSliceSink final : public detail::EdgeSink {
 
  private:
   static constexpr size_t kMinCompaction = size_t{1} << 20;
+  static constexpr size_t kMaxReserve = size_t{1} << 30;
 
   void keep(NodeId row, NodeId column) {
     if (row < begin_ || row >= end_) return;
