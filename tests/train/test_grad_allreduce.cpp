@@ -164,7 +164,8 @@ TEST_P(GradAllreduceRuns, QuantizedGradientsResumeBitForBit) {
 }
 
 // --grad-compression auto: exact gradients until epoch 1 has been timed, then the chooser's
-// pick, which the summary reports. The same chooser result on every rank.
+// pick, which the summary reports. The chooser sees the slowest rank's own compute time: at
+// least the record's compute_s (the slowest epoch less the largest waits), at most the epoch.
 TEST_P(GradAllreduceRuns, AutoAsksTheChooserOnceAfterEpochOne) {
   auto t = options();
   t.model.hidden = 128;
@@ -180,7 +181,9 @@ TEST_P(GradAllreduceRuns, AutoAsksTheChooserOnceAfterEpochOne) {
   };
   const auto chosen = run(t);
   EXPECT_EQ(calls, 1);
-  EXPECT_DOUBLE_EQ(seen, chosen.epochs[1]["compute_s"].get<double>());
+  EXPECT_GT(seen, 0.0);
+  EXPECT_GE(seen, chosen.epochs[1]["compute_s"].get<double>());
+  EXPECT_LE(seen, chosen.epochs[1]["epoch_s"].get<double>());
   expect_same_losses(chosen, exact, 0, 2);  // the exact epochs
   const bool codes = test::world_size() > 1;
   EXPECT_EQ(chosen.summary["grad_compression_chosen"].get<std::string>(), codes ? "quantized" : "none");

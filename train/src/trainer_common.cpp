@@ -210,7 +210,7 @@ bool EpochLog::add_accuracy(nlohmann::json& rec, int epoch, const EvalCounts& ev
   return true;
 }
 
-void EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
+double EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
   // Time is the slowest rank's, bytes the sum over ranks.
   // compute_s is each rank's epoch less its own communication and coding, then the slowest
   // rank's: the slowest epoch less the largest waits, taken from different ranks, can be
@@ -231,7 +231,7 @@ void EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
   rec["quant_s"] = mx[2];
   rec["comm_wait_s"] = mx[3];
   // The slowest epoch less the largest waits, so that compute, coding and waits add up to the
-  // epoch (the sweep's split); taken from different ranks, it can reach 0 on a loaded machine.
+  // epoch (the sweep's split).
   rec["compute_s"] = std::max(0.0, mx[0] - mx[1] - mx[2]);
   rec["bytes_sent"] = bytes[0];
   // Halo exchange and weight gradients apart, so a user sees which one dominates.
@@ -254,6 +254,7 @@ void EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
     }
     std::fflush(stdout);
   }
+  return mx[7];
 }
 
 nlohmann::json EpochLog::summary(const std::string& device, double total_s, int start_epoch, int epochs_run) const {

@@ -110,8 +110,11 @@ class EpochLog {
     return opt_.optim.patience > 0 && improved_epoch >= 0 && epoch - improved_epoch >= opt_.optim.patience;
   }
   /// Adds the figures (time: slowest rank; bytes: sum over ranks) to `rec`, writes it and
-  /// prints the progress line.
-  void finish(nlohmann::json& rec, const EpochFigures& figures);
+  /// prints the progress line. Returns the slowest rank's own compute time (its epoch less
+  /// its communication and coding): the record's compute_s is the slowest epoch less the
+  /// largest waits, so that the split adds up to the epoch, and those maxima come from
+  /// different ranks, so it can read 0 on a loaded machine.
+  double finish(nlohmann::json& rec, const EpochFigures& figures);
   /// The summary's common fields; the trainer adds its memory figures, then write_summary.
   nlohmann::json summary(const std::string& device, double total_s, int start_epoch, int epochs_run) const;
   void write_summary(const nlohmann::json& summary) { metrics_.write(summary); }

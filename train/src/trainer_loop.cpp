@@ -214,14 +214,13 @@ TrainResult Trainer::run_epochs() {
     if (halo_->drift_enabled()) rec["drift"] = decision.max_drift;
     if (halo_->adaptive()) rec["stale_error"] = decision.estimated_error;
     const auto& st = halo_->stats();
-    log_.finish(rec,
-                train_detail::EpochFigures{
-                    epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s, st.transfer_s,
-                    halo_->max_staleness(), st.bytes_sent,
-                    opt_.optim.grad_allreduce == GradAllreduce::kPacked ? allreduce_s_ : grad_sync_->wait_seconds(),
-                    grad_sync_->bytes()});
-    if (epoch == 1 && opt_.optim.grad_compression == GradCompression::kAuto)
-      choose_grad_compression(rec.at("compute_s").get<double>());
+    const double compute_s = log_.finish(
+        rec, train_detail::EpochFigures{
+                 epoch_sw.seconds(), st.wait_s + allreduce_s_, st.quant_s, st.wait_s, st.transfer_s,
+                 halo_->max_staleness(), st.bytes_sent,
+                 opt_.optim.grad_allreduce == GradAllreduce::kPacked ? allreduce_s_ : grad_sync_->wait_seconds(),
+                 grad_sync_->bytes()});
+    if (epoch == 1 && opt_.optim.grad_compression == GradCompression::kAuto) choose_grad_compression(compute_s);
     result.epochs.push_back(std::move(rec));
     epochs_run = epoch + 1;
     if (train_detail::checkpoint_due(opt_, epoch, last)) save_checkpoint(epoch);
