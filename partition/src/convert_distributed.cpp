@@ -40,7 +40,7 @@ class RowSliceSink final : public detail::EdgeSink {
       // (found when the edges run out) cannot ask for more than 8 GiB of address space.
       const double share = static_cast<double>(end_ - begin_) / static_cast<double>(num_nodes);
       const auto expected = static_cast<size_t>(std::min(static_cast<double>(edges) * share * 1.1, 0x1p30)) + 1024;
-      pairs_.reserve(std::min(2 * expected, kMaxReserve));
+      pairs_.reserve(std::min(2 * expected, kMaxReservedPairs));
       compact_at_ = std::max(expected, kMinCompaction);
     }
   }
@@ -65,7 +65,7 @@ class RowSliceSink final : public detail::EdgeSink {
 
  private:
   static constexpr size_t kMinCompaction = size_t{1} << 20;
-  static constexpr size_t kMaxReserve = size_t{1} << 30;
+  static constexpr size_t kMaxReservedPairs = size_t{1} << 30;
 
   void keep(NodeId row, NodeId column) {
     if (row < begin_ || row >= end_) return;
@@ -160,13 +160,11 @@ void convert_distributed(const fs::path& input, const ConvertOptions& options, c
     if (npz) {
       slice.labels = npz->labels(slice.begin, slice.end);
       slice.split = npz->split(slice.begin, slice.end);
-      for (int32_t l : slice.labels) max_label = std::max(max_label, l);
       if (npz->has_features()) npz_features = npz->features(slice.begin, slice.end);
       npz->finish();
     } else if (ogb) {
       slice.labels = detail::read_ogb_labels(*ogb, slice.begin, slice.end);
       slice.split = detail::read_ogb_split(*ogb, slice.begin, slice.end);
-      for (int32_t l : slice.labels) max_label = std::max(max_label, l);
       // Skips to this rank's first row of features (read while the slices are written).
       feature_rows = std::make_unique<detail::OgbFeatureRows>(*ogb, slice.begin, slice.end);
     } else {
@@ -175,6 +173,7 @@ void convert_distributed(const fs::path& input, const ConvertOptions& options, c
       slice.split.zero();
     }
   });
+  for (int32_t l : slice.labels) max_label = std::max(max_label, l);
   HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &max_label, 1, MPI_INT32_T, MPI_MAX, comm));
   slice.num_classes = max_label + 1;
   if (feature_rows != nullptr) {

@@ -108,6 +108,9 @@ void parse_feature_row(const TextInput& in, std::string_view line, int64_t width
   }
 }
 
+// The roles of a split scheme's files, in the order OgbLayout::split_files lists them.
+constexpr std::array<SplitRole, 3> kSplitRoles = {SplitRole::kTrain, SplitRole::kValid, SplitRole::kTest};
+
 const char* role_name(SplitRole role) {
   switch (role) {
     case SplitRole::kTrain:
@@ -160,10 +163,8 @@ OgbLayout open_ogb_layout(const std::filesystem::path& dir, const std::string& s
   ogb.feature_file = find_csv(raw, "node-feat");
   ogb.label_file = find_csv(raw, "node-label");
   // Fail on a bad split choice before the expensive reads.
-  ogb.scheme_dir = choose_split_scheme(dir, split_scheme);
-  if (ogb.scheme_dir) {
-    for (SplitRole role : {SplitRole::kTrain, SplitRole::kValid, SplitRole::kTest})
-      require_csv(*ogb.scheme_dir, role_name(role));
+  if (const auto scheme_dir = choose_split_scheme(dir, split_scheme)) {
+    for (SplitRole role : kSplitRoles) ogb.split_files.push_back(require_csv(*scheme_dir, role_name(role)));
   }
   auto norm = std::filesystem::absolute(dir).lexically_normal();
   if (!norm.has_filename()) norm = norm.parent_path();
@@ -270,9 +271,9 @@ HostBuffer<int32_t> read_ogb_labels(const OgbLayout& ogb, int64_t begin, int64_t
 HostBuffer<uint8_t> read_ogb_split(const OgbLayout& ogb, int64_t begin, int64_t end) {
   HostBuffer<uint8_t> split(static_cast<size_t>(end - begin));
   split.zero();
-  if (!ogb.scheme_dir) return split;
-  for (SplitRole role : {SplitRole::kTrain, SplitRole::kValid, SplitRole::kTest}) {
-    TextInput in(require_csv(*ogb.scheme_dir, role_name(role)));
+  for (size_t r = 0; r < ogb.split_files.size(); ++r) {
+    const SplitRole role = kSplitRoles[r];
+    TextInput in(ogb.split_files[r]);
     std::string_view line;
     std::array<std::string_view, 1> f;
     while (in.next_line(line)) {

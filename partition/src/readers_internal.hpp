@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "halogen/core/buffer.hpp"
 #include "halogen/partition/graph.hpp"
@@ -52,7 +53,9 @@ int64_t read_metis_graph(const std::filesystem::path& file, EdgeSink& sink);
 struct OgbLayout {
   std::string name;  // the directory's name
   std::filesystem::path node_count_file, edge_count_file, edge_file;
-  std::optional<std::filesystem::path> feature_file, label_file, scheme_dir;
+  std::optional<std::filesystem::path> feature_file, label_file;
+  /// The train, valid and test files of the split scheme; empty without one.
+  std::vector<std::filesystem::path> split_files;
   int64_t num_nodes = 0, num_edges = 0;
 };
 OgbLayout open_ogb_layout(const std::filesystem::path& dir, const std::string& split_scheme);
