@@ -87,30 +87,37 @@ std::vector<uint64_t> draw_my_rows(int64_t units, int64_t per_batch, int64_t dra
   return mine;
 }
 
-// The dataset of `draws` (RmatDraws or SbmDraws) from this rank's pairs and the draws' nodes.
-template <typename Draws>
-void write_generated(const Draws& draws, int64_t feature_dim, int32_t num_classes, std::vector<uint64_t> pairs,
-                     const std::vector<int64_t>& bounds, detail::SlicedDatasetWriter& writer, MPI_Comm comm) {
+// The dataset of Draws (RmatDraws or SbmDraws) made from `options` by the ranks of `comm`:
+// the options checked and the target prepared before anything is drawn, then this rank's pairs
+// from draw_rows(draws, bounds) and the draws' nodes of its slice.
+template <typename Draws, typename Options, typename DrawRows>
+void generate_on_ranks(const std::string& checking, const Options& options, const fs::path& out, bool overwrite,
+                       MPI_Comm comm, const CollectiveStep& collectively, DrawRows&& draw_rows) {
   const detail::Ranks ranks(comm);
+  std::unique_ptr<Draws> draws;
+  collectively(checking, [&] { draws = std::make_unique<Draws>(options); });
+  const std::vector<int64_t> bounds = slice_bounds(draws->nodes(), ranks.size);
+  detail::SlicedDatasetWriter writer(out, overwrite, comm, collectively);
   detail::DatasetSlice slice;
-  slice.name = draws.name();
-  slice.num_nodes = draws.nodes();
+  slice.pairs = draw_rows(*draws, bounds);  // collective inside: not a step of its own
+  slice.name = draws->name();
+  slice.num_nodes = draws->nodes();
   slice.begin = bounds[static_cast<size_t>(ranks.rank)];
   slice.end = bounds[static_cast<size_t>(ranks.rank) + 1];
-  slice.pairs = std::move(pairs);
-  slice.feature_dim = feature_dim;
+  const int64_t F = options.feature_dim;
+  slice.feature_dim = F;
   slice.features = [&](int64_t v0, int64_t v1, float* rows) {
 #pragma omp parallel for schedule(static)
-    for (int64_t v = v0; v < v1; ++v) draws.feature_row(v, rows + static_cast<size_t>((v - v0) * feature_dim));
+    for (int64_t v = v0; v < v1; ++v) draws->feature_row(v, rows + static_cast<size_t>((v - v0) * F));
   };
   const auto rows = static_cast<size_t>(slice.end - slice.begin);
   slice.labels = HostBuffer<int32_t>(rows);
   slice.split = HostBuffer<uint8_t>(rows);
   for (int64_t v = slice.begin; v < slice.end; ++v) {
-    slice.labels[static_cast<size_t>(v - slice.begin)] = draws.label(v);
-    slice.split[static_cast<size_t>(v - slice.begin)] = draws.split(v);
+    slice.labels[static_cast<size_t>(v - slice.begin)] = draws->label(v);
+    slice.split[static_cast<size_t>(v - slice.begin)] = draws->split(v);
   }
-  slice.num_classes = num_classes;
+  slice.num_classes = options.num_classes;
   writer.write(slice);
 }
 
@@ -118,38 +125,36 @@ void write_generated(const Draws& draws, int64_t feature_dim, int32_t num_classe
 
 void generate_rmat_distributed(const RmatOptions& options, const fs::path& out, bool overwrite, MPI_Comm comm,
                                const CollectiveStep& collectively) {
-  std::unique_ptr<detail::RmatDraws> draws;
-  collectively("checking the RMAT options", [&] { draws = std::make_unique<detail::RmatDraws>(options); });
-  const std::vector<int64_t> bounds = slice_bounds(draws->nodes(), detail::Ranks(comm).size);
-  detail::SlicedDatasetWriter writer(out, overwrite, comm, collectively);
-  // Collective inside: not a step of its own.
-  std::vector<uint64_t> pairs =
-      draw_my_rows(draws->groups(), std::max<int64_t>(1, kDrawsPerBatch / detail::RmatDraws::kLanes), draws->draws(),
-                   bounds, comm, [&](int64_t g0, int64_t g1, const auto& emit) {
-                     for (int64_t g = g0; g < g1; ++g) {
-                       uint32_t src[detail::RmatDraws::kLanes], dst[detail::RmatDraws::kLanes];
-                       const int count = draws->group(g, src, dst);
-                       for (int k = 0; k < count; ++k) emit(draws->relabel(src[k]), draws->relabel(dst[k]));
-                     }
-                   });
-  write_generated(*draws, options.feature_dim, options.num_classes, std::move(pairs), bounds, writer, comm);
+  using detail::RmatDraws;
+  generate_on_ranks<RmatDraws>("checking the RMAT options", options, out, overwrite, comm, collectively,
+                               [&](const RmatDraws& draws, const std::vector<int64_t>& bounds) {
+                                 return draw_my_rows(
+                                     draws.groups(), std::max<int64_t>(1, kDrawsPerBatch / RmatDraws::kLanes),
+                                     draws.draws(), bounds, comm, [&](int64_t g0, int64_t g1, const auto& emit) {
+                                       for (int64_t g = g0; g < g1; ++g) {
+                                         uint32_t src[RmatDraws::kLanes], dst[RmatDraws::kLanes];
+                                         const int count = draws.group(g, src, dst);
+                                         for (int k = 0; k < count; ++k)
+                                           emit(draws.relabel(src[k]), draws.relabel(dst[k]));
+                                       }
+                                     });
+                               });
 }
 
 void generate_sbm_distributed(const SbmOptions& options, const fs::path& out, bool overwrite, MPI_Comm comm,
                               const CollectiveStep& collectively) {
-  std::unique_ptr<detail::SbmDraws> draws;
-  collectively("checking the SBM options", [&] { draws = std::make_unique<detail::SbmDraws>(options); });
-  const std::vector<int64_t> bounds = slice_bounds(draws->nodes(), detail::Ranks(comm).size);
-  detail::SlicedDatasetWriter writer(out, overwrite, comm, collectively);
-  std::vector<uint64_t> pairs = draw_my_rows(draws->draws(), kDrawsPerBatch, draws->draws(), bounds, comm,
-                                             [&](int64_t e0, int64_t e1, const auto& emit) {
-                                               for (int64_t e = e0; e < e1; ++e) {
-                                                 NodeId u = 0, v = 0;
-                                                 draws->edge(e, u, v);
-                                                 emit(static_cast<uint32_t>(u), static_cast<uint32_t>(v));
-                                               }
-                                             });
-  write_generated(*draws, options.feature_dim, options.num_classes, std::move(pairs), bounds, writer, comm);
+  using detail::SbmDraws;
+  generate_on_ranks<SbmDraws>("checking the SBM options", options, out, overwrite, comm, collectively,
+                              [&](const SbmDraws& draws, const std::vector<int64_t>& bounds) {
+                                return draw_my_rows(draws.draws(), kDrawsPerBatch, draws.draws(), bounds, comm,
+                                                    [&](int64_t e0, int64_t e1, const auto& emit) {
+                                                      for (int64_t e = e0; e < e1; ++e) {
+                                                        NodeId u = 0, v = 0;
+                                                        draws.edge(e, u, v);
+                                                        emit(static_cast<uint32_t>(u), static_cast<uint32_t>(v));
+                                                      }
+                                                    });
+                              });
 }
 
 }  // namespace halogen
