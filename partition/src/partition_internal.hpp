@@ -1,6 +1,6 @@
-// Pieces shared by the single-process partition writer (shard.cpp, report.cpp) and the
-// distributed one (distributed.cpp), so that both write the same bytes, and the distributed
-// writer's sizes that its memory prediction (partition_memory.cpp) counts.
+// Pieces shared by the single-process partition writer (shard_build.cpp, partition_dir.cpp,
+// report.cpp) and the distributed one (distributed.cpp), so that both write the same bytes,
+// and the distributed writer's sizes that its memory prediction (partition_memory.cpp) counts.
 #pragma once
 
 #include <cstdint>

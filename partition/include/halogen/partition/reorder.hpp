@@ -3,8 +3,9 @@
 // Aggregation reads, for every stored entry, the source node's row of a node-major matrix.
 // When neighbours sit far apart in that matrix every read is a cache miss; an order that puts
 // frequently read rows together (or neighbours next to each other) keeps them in cache.
-// Shards apply one of these orders to their owned nodes when they are written (shard.cpp);
-// the order is invisible to users: global ids, aggregation order and results are unchanged.
+// Shards apply one of these orders to their owned nodes when they are built
+// (partition/src/shard_build.cpp); the order is invisible to users: global ids, aggregation
+// order and results are unchanged.
 #pragma once
 
 #include <cstdint>
