@@ -144,8 +144,14 @@ void coarsen(std::vector<Level>& levels, std::span<const int64_t> max_cluster, c
         detail::lp::cluster_level(*cur.graph, *cur.ghosts, max_cluster, kClusterRounds, batches, seed, comm);
     Contraction next = detail::lp::contract(*cur.graph, *cur.ghosts, std::move(cl), kContractBatches, comm);
     const int64_t coarse_nodes = next.coarse.vtxdist.back();
+    // Entries of both levels, for the log: the coarsest graph's entries, not its nodes, set what
+    // METIS needs on rank 0.
+    auto local_entries = [](const LevelGraph& g) { return g.rows() > 0 ? g.row_end(g.rows() - 1) : EdgeIdx{0}; };
+    int64_t entries[2] = {local_entries(*cur.graph), local_entries(next.coarse)};
+    HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, entries, 2, MPI_INT64_T, MPI_SUM, comm));
     if (Ranks(comm).rank == 0)
-      log::info("label propagation level {}: {} nodes clustered into {}", levels.size(), nodes, coarse_nodes);
+      log::info("label propagation level {}: {} nodes ({} entries) clustered into {} ({} entries)", levels.size(),
+                nodes, entries[0], coarse_nodes, entries[1]);
     // Every rank sees the same counts, so all stop together.
     if (static_cast<double>(coarse_nodes) > kMinShrink * static_cast<double>(nodes) || coarse_nodes < options.num_parts)
       return;

@@ -8,6 +8,8 @@
 // `batches` contiguous batches; each batch starts from the weights as last synced (fetched for
 // clusters other ranks own) plus this rank's own moves, and ends by sending the weight deltas
 // of foreign clusters to their owners and the new labels of rows other ranks see as ghosts.
+// After the rounds, nodes left alone are grouped two hops apart when too few merged
+// (group_two_hop), and nodes without neighbours per rank (group_isolated).
 //
 // Concurrent moves: ranks move nodes into one cluster in the same batch without seeing each
 // other's moves, so a cluster can end a batch heavier than max_weight: each rank adds at most
@@ -27,6 +29,10 @@
 namespace halogen::detail::lp {
 
 namespace {
+
+// A level whose clustering keeps more than this share of its nodes as clusters gets two-hop
+// grouping (below); KaMinPar uses the same threshold.
+constexpr double kTwoHopShare = 0.5;
 
 // The weights (ncon values) of the clusters this rank's nodes belong to or may join, for one
 // round: owned clusters in place, foreign ones as fetched, with the deltas to send back.
@@ -165,6 +171,75 @@ void group_isolated(const LevelGraph& g, const Ghosts& ghosts, std::vector<NodeI
   }
 }
 
+// Two-hop clustering (KaMinPar's remedy for power-law graphs): on RMAT-like graphs the hubs'
+// clusters fill up, and the many nodes whose neighbours all sit in full clusters stay alone,
+// so the level hardly shrinks and coarsening stops far above its limit. Such a node joins
+// another node of this rank that is also alone and is most connected to the same cluster: the
+// two are not neighbours, but they are two hops apart through it. Only nodes of this rank pair
+// up, so the clusters stay owned here and their weights exact. Returns how many nodes joined.
+int64_t group_two_hop(const LevelGraph& g, const Ghosts& ghosts, std::vector<NodeId>& label,
+                      std::vector<int64_t>& owned, std::span<const int64_t> max_weight, uint64_t seed) {
+  const int ncon = g.ncon;
+  auto alone = [&](int64_t i) {
+    if (label[static_cast<size_t>(i)] != g.begin + i) return false;
+    const int64_t* cw = owned.data() + i * ncon;
+    const int64_t* w = g.node_weight(i);
+    return std::equal(cw, cw + ncon, w);
+  };
+  // (favoured cluster, row) of every node left alone, grouped by the cluster.
+  std::vector<std::pair<NodeId, int64_t>> favoured;
+  std::vector<std::pair<NodeId, int64_t>> rating;
+  for (int64_t i = 0; i < g.rows(); ++i) {
+    if (!alone(i)) continue;
+    rating.clear();
+    for (EdgeIdx e = g.row_begin(i); e < g.row_end(i); ++e) {
+      const int32_t s = ghosts.slot(e);
+      if (s != i) rating.emplace_back(label[static_cast<size_t>(s)], g.weight(e));
+    }
+    if (rating.empty()) continue;  // isolated: group_isolated's
+    std::sort(rating.begin(), rating.end());
+    const int64_t id = g.begin + i;
+    NodeId best = -1;
+    int64_t best_conn = 0;
+    uint64_t best_key = 0;
+    for (size_t k = 0; k < rating.size();) {
+      const NodeId l = rating[k].first;
+      int64_t conn = 0;
+      for (; k < rating.size() && rating[k].first == l; ++k) conn += rating[k].second;
+      const uint64_t key = tie_key(seed, id, l);
+      if (best < 0 || conn > best_conn || (conn == best_conn && key > best_key)) {
+        best = l;
+        best_conn = conn;
+        best_key = key;
+      }
+    }
+    favoured.emplace_back(best, i);
+  }
+  std::sort(favoured.begin(), favoured.end());
+  int64_t joined = 0;
+  for (size_t k = 0; k < favoured.size();) {
+    const NodeId cluster = favoured[k].first;
+    int64_t leader = favoured[k].second;
+    for (++k; k < favoured.size() && favoured[k].first == cluster; ++k) {
+      const int64_t i = favoured[k].second;
+      int64_t* lw = owned.data() + leader * ncon;
+      const int64_t* w = g.node_weight(i);
+      if (!fits(lw, w, max_weight)) {
+        leader = i;
+        continue;
+      }
+      int64_t* own = owned.data() + i * ncon;
+      for (int c = 0; c < ncon; ++c) {
+        lw[c] += w[c];
+        own[c] -= w[c];
+      }
+      label[static_cast<size_t>(i)] = static_cast<NodeId>(g.begin + leader);
+      ++joined;
+    }
+  }
+  return joined;
+}
+
 }  // namespace
 
 Clustering cluster_level(const LevelGraph& g, const Ghosts& ghosts, std::span<const int64_t> max_weight, int rounds,
@@ -186,6 +261,19 @@ Clustering cluster_level(const LevelGraph& g, const Ghosts& ghosts, std::span<co
     }
     HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &moved, 1, MPI_INT64_T, MPI_SUM, comm));
     if (moved == 0) break;
+  }
+  // Two-hop grouping only where label propagation alone would leave the level too little
+  // smaller (more than kTwoHopShare of its nodes still clusters), so that levels that shrink
+  // well keep label propagation's clusters.
+  int64_t counts[2] = {rows, 0};  // nodes, clusters
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t* cw = c.cluster_weights.data() + i * g.ncon;
+    counts[1] += std::any_of(cw, cw + g.ncon, [](int64_t w) { return w != 0; }) ? 1 : 0;
+  }
+  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_INT64_T, MPI_SUM, comm));
+  if (static_cast<double>(counts[1]) > kTwoHopShare * static_cast<double>(counts[0])) {
+    group_two_hop(g, ghosts, c.label, c.cluster_weights, max_weight, seed + static_cast<uint64_t>(rounds));
+    ghosts.update(c.label.data(), comm);
   }
   group_isolated(g, ghosts, c.label, c.cluster_weights, max_weight);
   return c;

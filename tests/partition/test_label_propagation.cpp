@@ -173,6 +173,64 @@ TEST(LabelPropagation, ContractionIsTheSameInAnyNumberOfBatches) {
   }
 }
 
+// Stars whose leaves touch only their hub: once a hub's cluster is full, label propagation
+// leaves the rest of its leaves alone, and the level would hardly shrink (coarsening stalls
+// this way on RMAT graphs, whose hubs fill first). Two-hop grouping puts the leaves of one hub
+// together. 8 stars of 400 leaves, hubs in a ring, clusters of at most 20 nodes.
+TEST(LabelPropagation, LeavesOfAFullHubAreGroupedTwoHops) {
+  constexpr int64_t kStars = 8, kLeaves = 400, kMaxCluster = 20;
+  const int64_t n = kStars * (kLeaves + 1);
+  std::vector<std::vector<NodeId>> adj(static_cast<size_t>(n));
+  auto link = [&](int64_t a, int64_t b) {
+    adj[static_cast<size_t>(a)].push_back(static_cast<NodeId>(b));
+    adj[static_cast<size_t>(b)].push_back(static_cast<NodeId>(a));
+  };
+  for (int64_t s = 0; s < kStars; ++s) {
+    const int64_t hub = s * (kLeaves + 1);
+    for (int64_t l = 1; l <= kLeaves; ++l) link(hub, hub + l);
+    link(hub, ((s + 1) % kStars) * (kLeaves + 1));
+  }
+  std::vector<EdgeIdx> offsets(1, 0);
+  std::vector<NodeId> cols;
+  for (auto& row : adj) {
+    std::sort(row.begin(), row.end());
+    cols.insert(cols.end(), row.begin(), row.end());
+    offsets.push_back(static_cast<EdgeIdx>(cols.size()));
+  }
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  detail::lp::LevelGraph g;
+  g.vtxdist = slice_bounds(n, ranks);
+  g.begin = g.vtxdist[static_cast<size_t>(comm_rank())];
+  g.end = g.vtxdist[static_cast<size_t>(comm_rank()) + 1];
+  g.offsets = offsets.data() + g.begin;
+  g.cols = cols.data() + offsets[static_cast<size_t>(g.begin)];
+  g.node_weights.assign(static_cast<size_t>(g.rows()), 1);
+  const detail::lp::Ghosts ghosts(g, MPI_COMM_WORLD);
+  const std::vector<int64_t> max_weight = {kMaxCluster};
+  const detail::lp::Clustering c =
+      detail::lp::cluster_level(g, ghosts, max_weight, 5, ranks > 1 ? 8 : 1, 3, MPI_COMM_WORLD);
+  // Every cluster this rank owns: its weight, and the rows that name it are the only members
+  // (clusters of leaves are owned where their leaves are; a hub's may take leaves of other
+  // ranks, at most the ranks' count times the limit).
+  int64_t counts[3] = {0, 0, 0};  // clusters, summed weight, overweight clusters
+  for (int64_t i = 0; i < g.rows(); ++i) {
+    const int64_t w = c.cluster_weights[static_cast<size_t>(i)];
+    counts[0] += w > 0;
+    counts[1] += w;
+    counts[2] += w > kMaxCluster * ranks;
+    const NodeId label = c.label[static_cast<size_t>(i)];
+    EXPECT_TRUE(label >= 0 && label < n) << "row " << g.begin + i << " labelled " << label;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, counts, 3, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(counts[1], n);
+  EXPECT_EQ(counts[2], 0);
+  // Label propagation alone leaves about 95% of the nodes alone; grouped, a cluster holds about
+  // kMaxCluster leaves.
+  EXPECT_LT(counts[0], n / 8) << counts[0] << " clusters of " << n << " nodes on " << ranks << " ranks";
+  if (comm_rank() == 0) std::printf("%ld nodes clustered into %ld\n", n, counts[0]);
+}
+
 TEST(LabelPropagation, NodeBalanceOnlyAndTightImbalance) {
   const Dataset& ds = sbm();
   PartitionOptions o = lp_options(4);
