@@ -8,8 +8,8 @@
 // `batches` contiguous batches; each batch starts from the weights as last synced (fetched for
 // clusters other ranks own) plus this rank's own moves, and ends by sending the weight deltas
 // of foreign clusters to their owners and the new labels of rows other ranks see as ghosts.
-// After the rounds, nodes left alone are grouped two hops apart when too few merged
-// (group_two_hop), and nodes without neighbours per rank (group_isolated).
+// After the rounds, nodes without neighbours are grouped per rank (group_isolated), and nodes
+// left alone two hops apart when too few merged (group_two_hop).
 //
 // Concurrent moves: ranks move nodes into one cluster in the same batch without seeing each
 // other's moves, so a cluster can end a batch heavier than max_weight: each rank adds at most
@@ -99,36 +99,44 @@ bool fits(const int64_t* cluster, const int64_t* node, std::span<const int64_t> 
   return true;
 }
 
+// The clusters of row i's neighbours, each with the summed weight of i's entries into it,
+// ascending by cluster (self loops left out).
+void rate_clusters(const LevelGraph& g, const Ghosts& ghosts, const std::vector<NodeId>& label, int64_t i,
+                   std::vector<std::pair<NodeId, int64_t>>& rating) {
+  rating.clear();
+  for (EdgeIdx e = g.row_begin(i); e < g.row_end(i); ++e) {
+    const int32_t s = ghosts.slot(e);
+    if (s != i) rating.emplace_back(label[static_cast<size_t>(s)], g.weight(e));
+  }
+  std::sort(rating.begin(), rating.end());
+  size_t out = 0;
+  for (size_t k = 0; k < rating.size(); ++out) {
+    const NodeId l = rating[k].first;
+    int64_t conn = 0;
+    for (; k < rating.size() && rating[k].first == l; ++k) conn += rating[k].second;
+    rating[out] = {l, conn};
+  }
+  rating.resize(out);
+}
+
 // One batch of a round: this rank's rows [first, last); returns how many moved.
 int64_t move_batch(const LevelGraph& g, const Ghosts& ghosts, std::vector<NodeId>& label, ClusterWeights& weights,
                    std::span<const int64_t> max_weight, uint64_t seed, int64_t first, int64_t last) {
   std::vector<std::pair<NodeId, int64_t>> rating;
   int64_t moved = 0;
   for (int64_t i = first; i < last; ++i) {
-    rating.clear();
-    for (EdgeIdx e = g.row_begin(i); e < g.row_end(i); ++e) {
-      const int32_t s = ghosts.slot(e);
-      if (s != i) rating.emplace_back(label[static_cast<size_t>(s)], g.weight(e));
-    }
+    rate_clusters(g, ghosts, label, i, rating);
     if (rating.empty()) continue;
-    std::sort(rating.begin(), rating.end());
     const NodeId current = label[static_cast<size_t>(i)];
     const int64_t id = g.begin + i;
     NodeId best = current;
     int64_t best_conn = 0;
-    for (size_t k = 0; k < rating.size();) {
-      size_t j = k;
-      int64_t conn = 0;
-      for (; j < rating.size() && rating[j].first == rating[k].first; ++j) conn += rating[j].second;
-      if (rating[k].first == current) best_conn = conn;
-      k = j;
+    for (const auto& [l, conn] : rating) {
+      if (l == current) best_conn = conn;
     }
     uint64_t best_key = tie_key(seed, id, current);
     const int64_t* w = g.node_weight(i);
-    for (size_t k = 0; k < rating.size();) {
-      const NodeId l = rating[k].first;
-      int64_t conn = 0;
-      for (; k < rating.size() && rating[k].first == l; ++k) conn += rating[k].second;
+    for (const auto& [l, conn] : rating) {
       if (l == current || conn < best_conn) continue;
       const uint64_t key = tie_key(seed, id, l);
       if (conn == best_conn && key <= best_key) continue;
@@ -176,9 +184,9 @@ void group_isolated(const LevelGraph& g, const Ghosts& ghosts, std::vector<NodeI
 // so the level hardly shrinks and coarsening stops far above its limit. Such a node joins
 // another node of this rank that is also alone and is most connected to the same cluster: the
 // two are not neighbours, but they are two hops apart through it. Only nodes of this rank pair
-// up, so the clusters stay owned here and their weights exact. Returns how many nodes joined.
-int64_t group_two_hop(const LevelGraph& g, const Ghosts& ghosts, std::vector<NodeId>& label,
-                      std::vector<int64_t>& owned, std::span<const int64_t> max_weight, uint64_t seed) {
+// up, so the clusters stay owned here and their weights exact.
+void group_two_hop(const LevelGraph& g, const Ghosts& ghosts, std::vector<NodeId>& label, std::vector<int64_t>& owned,
+                   std::span<const int64_t> max_weight, uint64_t seed) {
   const int ncon = g.ncon;
   auto alone = [&](int64_t i) {
     if (label[static_cast<size_t>(i)] != g.begin + i) return false;
@@ -191,23 +199,14 @@ int64_t group_two_hop(const LevelGraph& g, const Ghosts& ghosts, std::vector<Nod
   std::vector<std::pair<NodeId, int64_t>> rating;
   for (int64_t i = 0; i < g.rows(); ++i) {
     if (!alone(i)) continue;
-    rating.clear();
-    for (EdgeIdx e = g.row_begin(i); e < g.row_end(i); ++e) {
-      const int32_t s = ghosts.slot(e);
-      if (s != i) rating.emplace_back(label[static_cast<size_t>(s)], g.weight(e));
-    }
+    rate_clusters(g, ghosts, label, i, rating);
     if (rating.empty()) continue;  // isolated: group_isolated's
-    std::sort(rating.begin(), rating.end());
     const int64_t id = g.begin + i;
-    NodeId best = -1;
-    int64_t best_conn = 0;
-    uint64_t best_key = 0;
-    for (size_t k = 0; k < rating.size();) {
-      const NodeId l = rating[k].first;
-      int64_t conn = 0;
-      for (; k < rating.size() && rating[k].first == l; ++k) conn += rating[k].second;
+    auto [best, best_conn] = rating.front();
+    uint64_t best_key = tie_key(seed, id, best);
+    for (const auto& [l, conn] : rating) {
       const uint64_t key = tie_key(seed, id, l);
-      if (best < 0 || conn > best_conn || (conn == best_conn && key > best_key)) {
+      if (conn > best_conn || (conn == best_conn && key > best_key)) {
         best = l;
         best_conn = conn;
         best_key = key;
@@ -216,7 +215,6 @@ int64_t group_two_hop(const LevelGraph& g, const Ghosts& ghosts, std::vector<Nod
     favoured.emplace_back(best, i);
   }
   std::sort(favoured.begin(), favoured.end());
-  int64_t joined = 0;
   for (size_t k = 0; k < favoured.size();) {
     const NodeId cluster = favoured[k].first;
     int64_t leader = favoured[k].second;
@@ -234,10 +232,8 @@ int64_t group_two_hop(const LevelGraph& g, const Ghosts& ghosts, std::vector<Nod
         own[c] -= w[c];
       }
       label[static_cast<size_t>(i)] = static_cast<NodeId>(g.begin + leader);
-      ++joined;
     }
   }
-  return joined;
 }
 
 }  // namespace
@@ -262,9 +258,10 @@ Clustering cluster_level(const LevelGraph& g, const Ghosts& ghosts, std::span<co
     HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &moved, 1, MPI_INT64_T, MPI_SUM, comm));
     if (moved == 0) break;
   }
+  group_isolated(g, ghosts, c.label, c.cluster_weights, max_weight);
   // Two-hop grouping only where label propagation alone would leave the level too little
-  // smaller (more than kTwoHopShare of its nodes still clusters), so that levels that shrink
-  // well keep label propagation's clusters.
+  // smaller (more than kTwoHopShare of its nodes still clusters, isolated nodes grouped), so
+  // that levels that shrink well keep label propagation's clusters.
   int64_t counts[2] = {rows, 0};  // nodes, clusters
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t* cw = c.cluster_weights.data() + i * g.ncon;
@@ -275,7 +272,6 @@ Clustering cluster_level(const LevelGraph& g, const Ghosts& ghosts, std::span<co
     group_two_hop(g, ghosts, c.label, c.cluster_weights, max_weight, seed + static_cast<uint64_t>(rounds));
     ghosts.update(c.label.data(), comm);
   }
-  group_isolated(g, ghosts, c.label, c.cluster_weights, max_weight);
   return c;
 }
 
