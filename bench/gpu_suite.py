@@ -21,11 +21,14 @@ Sections (each prints its rows as it finishes; the summary table comes last):
           the deep models that exchange at every layer (--halo-models gcn,gcnii:16,appnp).
   profile per-kernel device time of one GCN training run in fp32 and in fp16 (Nsight Compute,
           one metric: gpu__time_duration), when ncu is on the PATH.
-  accuracy bench/accuracy.py's rows on the GPU (only when named): --ranks ranks sharing the
-          GPU over MPI staging per run, --accuracy-jobs runs at once, seed by seed, for
-          --accuracy-configs on --accuracy-datasets, until --accuracy-seconds; OUT/accuracy
-          keeps the runs (accuracy-runs.csv) and the table. The deep models' rows on the larger
-          graphs take hours per configuration on a 2-core machine and minutes here.
+  accuracy bench/accuracy.py's rows on the GPU (only when named): --ranks ranks per run
+          (default 1), --accuracy-jobs runs at once, seed by seed, for --accuracy-configs on
+          --accuracy-datasets, until --accuracy-seconds; OUT/accuracy keeps the runs
+          (accuracy-runs.csv) and the table. fp32 sync trains the same model at any rank count
+          (the exactness suites), so its rows need one rank. Ranks sharing one GPU get
+          time slices of it, one context each: 64-layer GCNII at 4 ranks x 4 runs computed
+          0.87 s an epoch, and no run finished in 6 minutes; at 1 rank x 4 runs a run took
+          2.5 minutes. Stale rows need their ranks, so a GPU each (or MPS).
 
 usage: gpu_suite.py [--bin DIR] [--work DIR] [--out DIR] [--sections tests,train,spmm,gat,halos,accuracy]
                     [--shared-data DIR]
@@ -444,8 +447,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--budget", type=float, default=480, help="seconds; later sections are skipped past it")
-    ap.add_argument("--ranks", type=int, default=4, help="accuracy: ranks per run")
-    ap.add_argument("--accuracy-configs", default="gcnii fp32 sync,gcnii 1-bit stale",
+    ap.add_argument("--ranks", type=int, default=1, help="accuracy: ranks per run")
+    ap.add_argument("--accuracy-configs", default="gcnii fp32 sync",
                     help="accuracy: bench/accuracy.py configurations")
     ap.add_argument("--accuracy-datasets", default="amazon-photo,coauthor-cs")
     ap.add_argument("--accuracy-seeds", type=int, default=10)
