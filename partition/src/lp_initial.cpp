@@ -1,12 +1,16 @@
 // The initial partition of the coarsest level (lp_graph.hpp): the graph is gathered on rank 0,
 // which runs METIS k-way with the options' constraints, imbalance, objective and seed, and
-// scatters the parts back. The coarsest graph holds at most a few hundred nodes per part (see
-// label_propagation.cpp), so gathering it costs little.
+// scatters the parts back. The coarsest graph holds at most about a thousand nodes per part
+// (label_propagation.cpp), but coarse graphs are dense: rank 0 holds each of its entries
+// only once in halogen's arrays (the column and its METIS weight, 8 bytes) besides METIS's own
+// levels, and every rank scales its edge weights to METIS's range before the gather.
 #include <metis.h>
 
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "halogen/core/error.hpp"
 #include "halogen/core/log.hpp"
@@ -15,10 +19,6 @@
 namespace halogen::detail::lp {
 
 namespace {
-
-struct Gathered {
-  std::vector<idx_t> xadj, adjncy, adjwgt, vwgt;
-};
 
 // MPI counts and displacements of `per_rank` values (checked to fit an int).
 void int_layout(const std::vector<int64_t>& per_rank, std::vector<int>& counts, std::vector<int>& displs) {
@@ -51,27 +51,29 @@ std::vector<T> gather(const T* mine, int64_t count, MPI_Datatype type, MPI_Comm 
 }
 
 // Weights scaled down by a common divisor (rounding up, so none becomes 0) when their total
-// would come near idx_t's range: METIS sums them in idx_t.
+// would come near idx_t's range: METIS sums them in idx_t. The divisor of a total over ranks.
+int64_t weight_divisor(int64_t total) { return total / (INT32_MAX / 2) + 1; }
+idx_t scaled(int64_t w, int64_t divisor) { return static_cast<idx_t>((w + divisor - 1) / divisor); }
+
 std::vector<idx_t> to_idx(const std::vector<int64_t>& w, int stride) {
   std::vector<idx_t> out(w.size());
   for (int c = 0; c < stride; ++c) {
     int64_t total = 0;
     for (size_t k = static_cast<size_t>(c); k < w.size(); k += static_cast<size_t>(stride)) total += w[k];
-    const int64_t divisor = total / (INT32_MAX / 2) + 1;
+    const int64_t divisor = weight_divisor(total);
     for (size_t k = static_cast<size_t>(c); k < w.size(); k += static_cast<size_t>(stride))
-      out[k] = static_cast<idx_t>((w[k] + divisor - 1) / divisor);
+      out[k] = scaled(w[k], divisor);
   }
   return out;
 }
 
-std::vector<idx_t> metis_parts(const LevelGraph& g, const std::vector<int64_t>& degrees,
-                               const std::vector<NodeId>& cols, const std::vector<int64_t>& edge_weights,
-                               const std::vector<int64_t>& node_weights, const PartitionOptions& options) {
+// adjncy and adjwgt are the gathered columns and scaled edge weights (idx_t is NodeId's type).
+std::vector<idx_t> metis_parts(const LevelGraph& g, const std::vector<int64_t>& degrees, std::vector<idx_t> adjncy,
+                               std::vector<idx_t> adjwgt, const std::vector<int64_t>& node_weights,
+                               const PartitionOptions& options) {
   const auto n = static_cast<idx_t>(degrees.size());
   std::vector<idx_t> xadj(degrees.size() + 1, 0);
   for (size_t v = 0; v < degrees.size(); ++v) xadj[v + 1] = xadj[v] + static_cast<idx_t>(degrees[v]);
-  std::vector<idx_t> adjncy(cols.begin(), cols.end());
-  const std::vector<idx_t> adjwgt = to_idx(edge_weights, 1);
   const std::vector<idx_t> full = to_idx(node_weights, g.ncon);
   idx_t metis_options[METIS_NOPTIONS];
   METIS_SetDefaultOptions(metis_options);
@@ -92,8 +94,8 @@ std::vector<idx_t> metis_parts(const LevelGraph& g, const std::vector<int64_t>& 
       std::copy_n(full.data() + static_cast<size_t>(v) * g.ncon, ncon, vwgt.data() + static_cast<size_t>(v) * ncon);
     std::vector<real_t> ubvec(static_cast<size_t>(ncon), ub);
     status = METIS_PartGraphKway(&nvtxs, &ncon, xadj.data(), adjncy.data(), vwgt.data(), nullptr,
-                                 adjwgt.empty() ? nullptr : const_cast<idx_t*>(adjwgt.data()), &nparts, nullptr,
-                                 ubvec.data(), metis_options, &objval, part.data());
+                                 adjwgt.empty() ? nullptr : adjwgt.data(), &nparts, nullptr, ubvec.data(),
+                                 metis_options, &objval, part.data());
     if (status == METIS_OK || status == METIS_ERROR_MEMORY) break;
     if (ncon > 1)
       log::warn("METIS k-way with {} constraints failed on the coarsest graph; retrying with {}", ncon, ncon - 1);
@@ -108,24 +110,34 @@ std::vector<idx_t> metis_parts(const LevelGraph& g, const std::vector<int64_t>& 
 
 std::vector<int32_t> initial_partition(const LevelGraph& g, const PartitionOptions& options, MPI_Comm comm) {
   const Ranks ranks(comm);
+  static_assert(std::is_same_v<idx_t, NodeId>, "halogen expects METIS built with 32-bit idx_t");
   const int64_t rows = g.rows();
+  // METIS rejects self loops; the weights' divisor comes from the total over every rank.
   std::vector<int64_t> degree(static_cast<size_t>(rows));
-  std::vector<NodeId> cols;
-  std::vector<int64_t> weights;
-  for (int64_t i = 0; i < rows; ++i) {
-    int64_t d = 0;
-    for (EdgeIdx e = g.row_begin(i); e < g.row_end(i); ++e) {
-      if (g.cols[e] == g.begin + i) continue;  // METIS rejects self loops
-      cols.push_back(g.cols[e]);
-      weights.push_back(g.weight(e));
-      ++d;
-    }
-    degree[static_cast<size_t>(i)] = d;
+  int64_t total_weight = 0;
+  for (int64_t i = 0; i < rows; ++i)
+    for (EdgeIdx e = g.row_begin(i); e < g.row_end(i); ++e)
+      if (g.cols[e] != g.begin + i) {
+        ++degree[static_cast<size_t>(i)];
+        total_weight += g.weight(e);
+      }
+  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &total_weight, 1, MPI_INT64_T, MPI_SUM, comm));
+  const int64_t divisor = weight_divisor(total_weight);
+  std::vector<idx_t> all_cols, all_weights;
+  {
+    std::vector<idx_t> cols, weights;
+    cols.reserve(static_cast<size_t>(g.row_begin(rows)));
+    weights.reserve(cols.capacity());
+    for (int64_t i = 0; i < rows; ++i)
+      for (EdgeIdx e = g.row_begin(i); e < g.row_end(i); ++e)
+        if (g.cols[e] != g.begin + i) {
+          cols.push_back(g.cols[e]);
+          weights.push_back(scaled(g.weight(e), divisor));
+        }
+    all_cols = gather(cols.data(), static_cast<int64_t>(cols.size()), MPI_INT32_T, comm);
+    all_weights = gather(weights.data(), static_cast<int64_t>(weights.size()), MPI_INT32_T, comm);
   }
   const std::vector<int64_t> all_degrees = gather(degree.data(), rows, MPI_INT64_T, comm);
-  const std::vector<NodeId> all_cols = gather(cols.data(), static_cast<int64_t>(cols.size()), MPI_INT32_T, comm);
-  const std::vector<int64_t> all_weights =
-      gather(weights.data(), static_cast<int64_t>(weights.size()), MPI_INT64_T, comm);
   const std::vector<int64_t> all_node_weights =
       gather(g.node_weights.data(), static_cast<int64_t>(g.node_weights.size()), MPI_INT64_T, comm);
   int ok = 1;
@@ -133,7 +145,7 @@ std::vector<int32_t> initial_partition(const LevelGraph& g, const PartitionOptio
   std::vector<idx_t> parts;
   if (ranks.rank == 0) {
     try {
-      parts = metis_parts(g, all_degrees, all_cols, all_weights, all_node_weights, options);
+      parts = metis_parts(g, all_degrees, std::move(all_cols), std::move(all_weights), all_node_weights, options);
     } catch (const std::exception& e) {
       ok = 0;
       error = e.what();
@@ -147,7 +159,6 @@ std::vector<int32_t> initial_partition(const LevelGraph& g, const PartitionOptio
   std::vector<int> counts, displs;
   int_layout(per_rank, counts, displs);
   std::vector<int32_t> mine(static_cast<size_t>(rows));
-  static_assert(sizeof(idx_t) == sizeof(int32_t), "halogen expects METIS built with 32-bit idx_t");
   HALOGEN_CHECK_MPI(MPI_Scatterv(parts.data(), counts.data(), displs.data(), MPI_INT32_T, mine.data(),
                                  static_cast<int>(rows), MPI_INT32_T, 0, comm));
   return mine;
