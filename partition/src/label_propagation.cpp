@@ -3,7 +3,8 @@
 // row and per entry, never the whole graph.
 //  1. Coarsening: size-constrained label propagation clustering (lp_cluster.cpp), contracted
 //     into a coarse graph distributed over the ranks (lp_contract.cpp), repeated until the
-//     graph has at most kContractionLimitPerPart x parts nodes or stops shrinking.
+//     graph has at most kContractionLimitPerPart x parts nodes and kCoarsestEntriesPerNode
+//     times as many entries (lp_graph.hpp), or stops shrinking.
 //  2. Initial partition: the coarsest graph gathered on rank 0 and partitioned by METIS with
 //     the same constraints, imbalance, objective and seed as `--method metis` (lp_initial.cpp).
 //  3. Uncoarsening: each level's parts projected onto the next finer level (part(u) =
@@ -43,13 +44,11 @@ using detail::Ranks;
 using detail::lp::Clustering;
 using detail::lp::Contraction;
 using detail::lp::Ghosts;
+using detail::lp::kCoarsestEntriesPerNode;
+using detail::lp::kContractionLimitPerPart;
 using detail::lp::LevelGraph;
+using detail::lp::LevelSize;
 
-// Coarsening stops at this many nodes per part: METIS then partitions a graph of at most
-// 1000 x parts nodes on rank 0 (KaMinPar's contraction limits range over 160..2000 per part).
-// Graphs this small cost METIS little, and METIS, not label propagation, then decides the
-// coarse structure of graphs of a few thousand nodes.
-constexpr int64_t kContractionLimitPerPart = 1000;
 // Maximum cluster weight per constraint: total / (160 x parts), so that a full cluster holds
 // 1/160 of a part's average load (the coarsest graph stays fine-grained enough for METIS to
 // balance within a few percent), while clusters filled to a sixth of it on average already
@@ -129,14 +128,20 @@ std::vector<int64_t> constraint_totals(const LevelGraph& g, MPI_Comm comm) {
   return totals;
 }
 
-// Coarsens until the contraction limit; levels.front() is the finest.
+// Coarsens until the contraction limit; levels.front() is the finest. Each kept level's size
+// goes to `sizes` when it is not null.
 void coarsen(std::vector<Level>& levels, std::span<const int64_t> max_cluster, const PartitionOptions& options,
-             MPI_Comm comm) {
+             MPI_Comm comm, std::vector<LevelSize>* sizes) {
   const int64_t limit = kContractionLimitPerPart * options.num_parts;
+  const int64_t entry_limit = limit * kCoarsestEntriesPerNode;
+  auto local_entries = [](const LevelGraph& g) { return g.rows() > 0 ? g.row_end(g.rows() - 1) : EdgeIdx{0}; };
+  int64_t level_entries = local_entries(*levels.back().graph);
+  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &level_entries, 1, MPI_INT64_T, MPI_SUM, comm));
+  if (sizes != nullptr) sizes->push_back({levels.back().graph->vtxdist.back(), level_entries});
   while (levels.size() < kMaxLevels) {
     Level& cur = levels.back();
     const int64_t nodes = cur.graph->vtxdist.back();
-    if (nodes <= limit) return;
+    if (nodes <= limit && level_entries <= entry_limit) return;
     cur.ghosts = std::make_unique<Ghosts>(*cur.graph, comm);
     const uint64_t seed = options.seed + 0x100 * levels.size();
     const int batches = Ranks(comm).size > 1 ? kClusterBatches : 1;
@@ -144,19 +149,18 @@ void coarsen(std::vector<Level>& levels, std::span<const int64_t> max_cluster, c
         detail::lp::cluster_level(*cur.graph, *cur.ghosts, max_cluster, kClusterRounds, batches, seed, comm);
     Contraction next = detail::lp::contract(*cur.graph, *cur.ghosts, std::move(cl), kContractBatches, comm);
     const int64_t coarse_nodes = next.coarse.vtxdist.back();
-    // Entries of both levels, for the log: the coarsest graph's entries, not its nodes, set what
-    // METIS needs on rank 0.
-    auto local_entries = [](const LevelGraph& g) { return g.rows() > 0 ? g.row_end(g.rows() - 1) : EdgeIdx{0}; };
-    int64_t entries[2] = {local_entries(*cur.graph), local_entries(next.coarse)};
-    HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, entries, 2, MPI_INT64_T, MPI_SUM, comm));
+    int64_t coarse_entries = local_entries(next.coarse);
+    HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &coarse_entries, 1, MPI_INT64_T, MPI_SUM, comm));
     if (Ranks(comm).rank == 0)
       log::info("label propagation level {}: {} nodes ({} entries) clustered into {} ({} entries)", levels.size(),
-                nodes, entries[0], coarse_nodes, entries[1]);
+                nodes, level_entries, coarse_nodes, coarse_entries);
     // Every rank sees the same counts, so all stop together.
     if (static_cast<double>(coarse_nodes) > kMinShrink * static_cast<double>(nodes) || coarse_nodes < options.num_parts)
       return;
     cur.coarse_of = std::move(next.coarse_of);
     levels.push_back({std::make_unique<LevelGraph>(std::move(next.coarse)), nullptr, {}});
+    level_entries = coarse_entries;
+    if (sizes != nullptr) sizes->push_back({coarse_nodes, coarse_entries});
   }
 }
 
@@ -182,10 +186,11 @@ std::vector<int32_t> project(const Level& fine, const LevelGraph& coarse, const 
 
 }  // namespace
 
-std::vector<int32_t> label_propagation_partition_rows(const std::string& name, int64_t num_nodes,
-                                                      const EdgeIdx* offsets, const NodeId* indices,
-                                                      std::span<const uint8_t> split, const PartitionOptions& options,
-                                                      MPI_Comm comm) {
+namespace detail::lp {
+
+std::vector<int32_t> partition_rows(const std::string& name, int64_t num_nodes, const EdgeIdx* offsets,
+                                    const NodeId* indices, std::span<const uint8_t> split,
+                                    const PartitionOptions& options, MPI_Comm comm, std::vector<LevelSize>* sizes) {
   check_options(name, num_nodes, options);
   const Ranks ranks(comm);
   const std::vector<int64_t> bounds = slice_bounds(num_nodes, ranks.size);
@@ -203,7 +208,7 @@ std::vector<int32_t> label_propagation_partition_rows(const std::string& name, i
         (totals[c] + parts - 1) / parts,
         static_cast<int64_t>(options.imbalance * static_cast<double>(totals[c]) / static_cast<double>(parts)));
   }
-  coarsen(levels, max_cluster, options, comm);
+  coarsen(levels, max_cluster, options, comm, sizes);
 
   std::vector<int32_t> part = detail::lp::initial_partition(*levels.back().graph, options, comm);
   for (size_t l = levels.size() - 1; l-- > 0;) {
@@ -214,6 +219,15 @@ std::vector<int32_t> label_propagation_partition_rows(const std::string& name, i
   }
   part.resize(static_cast<size_t>(rows));
   return part;
+}
+
+}  // namespace detail::lp
+
+std::vector<int32_t> label_propagation_partition_rows(const std::string& name, int64_t num_nodes,
+                                                      const EdgeIdx* offsets, const NodeId* indices,
+                                                      std::span<const uint8_t> split, const PartitionOptions& options,
+                                                      MPI_Comm comm) {
+  return detail::lp::partition_rows(name, num_nodes, offsets, indices, split, options, comm, nullptr);
 }
 
 std::vector<int32_t> label_propagation_partition(const Dataset& ds, const PartitionOptions& options, MPI_Comm comm) {

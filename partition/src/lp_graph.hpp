@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "halogen/core/buffer.hpp"
@@ -103,6 +104,29 @@ struct Contraction {
   std::vector<NodeId> coarse_of;  // per row of the fine level
 };
 Contraction contract(const LevelGraph& g, const Ghosts& ghosts, Clustering clustering, int batches, MPI_Comm comm);
+
+// Coarsening stops at this many nodes per part: METIS then partitions a graph of at most
+// 1000 x parts nodes on rank 0 (KaMinPar's contraction limits range over 160..2000 per part).
+// Graphs this small cost METIS little, and METIS, not label propagation, then decides the
+// coarse structure of graphs of a few thousand nodes.
+constexpr int64_t kContractionLimitPerPart = 1000;
+// ...and at this many entries per node of that limit. Coarse graphs are dense: one level of
+// RMAT keeps about half the entries in a few thousand nodes, and METIS on them made rank 0's
+// peak nearly twice the other ranks' on small graphs. Coarsening on to this bound (or until
+// the graph stops shrinking) keeps rank 0's share of the coarsest graph a few MiB per part.
+constexpr int64_t kCoarsestEntriesPerNode = 64;
+
+/// The size of one level of coarsening, summed over ranks.
+struct LevelSize {
+  int64_t nodes = 0, entries = 0;
+};
+
+/// label_propagation_partition_rows (partitioner.hpp), which calls it with `sizes` null; when
+/// not null, the size of every level it partitions or projects onto goes there, finest first
+/// and the one METIS partitions last, on every rank.
+std::vector<int32_t> partition_rows(const std::string& name, int64_t num_nodes, const EdgeIdx* offsets,
+                                    const NodeId* indices, std::span<const uint8_t> split,
+                                    const PartitionOptions& options, MPI_Comm comm, std::vector<LevelSize>* sizes);
 
 /// METIS on the whole (small) graph, gathered on rank 0; returns the part of every row.
 std::vector<int32_t> initial_partition(const LevelGraph& g, const PartitionOptions& options, MPI_Comm comm);

@@ -231,6 +231,41 @@ TEST(LabelPropagation, LeavesOfAFullHubAreGroupedTwoHops) {
   if (comm_rank() == 0) std::printf("%ld nodes clustered into %ld\n", n, counts[0]);
 }
 
+// RMAT's first level reaches the node limit of 2 parts (2 000) but keeps most of the entries
+// (about 1 150 nodes with 180 000 entries): coarsening goes on until the coarsest graph, the
+// one rank 0 gathers for METIS, is within the entry limit too, or stops shrinking.
+TEST(LabelPropagation, DenseCoarseGraphIsCoarsenedBelowTheEntryLimit) {
+  RmatOptions r;
+  r.scale = 14;
+  r.edge_factor = 16;
+  r.feature_dim = 2;
+  r.num_classes = 2;
+  r.seed = 1;
+  const Dataset ds = generate_rmat(r);
+  const PartitionOptions o = lp_options(2);
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const std::vector<int64_t> bounds = slice_bounds(ds.num_nodes(), ranks);
+  const int64_t begin = bounds[static_cast<size_t>(comm_rank())], end = bounds[static_cast<size_t>(comm_rank()) + 1];
+  const CsrGraph& g = ds.graph;
+  std::vector<detail::lp::LevelSize> sizes;
+  const std::vector<int32_t> local = detail::lp::partition_rows(
+      ds.name, ds.num_nodes(), g.offsets().data() + begin, g.indices().data() + g.offsets()[static_cast<size_t>(begin)],
+      std::span<const uint8_t>(ds.split.data() + begin, static_cast<size_t>(end - begin)), o, MPI_COMM_WORLD, &sizes);
+  expect_valid_and_balanced(ds, detail::allgather_slice_parts(local, ds.num_nodes(), MPI_COMM_WORLD), o);
+  const int64_t node_limit = detail::lp::kContractionLimitPerPart * o.num_parts;
+  const int64_t entry_limit = node_limit * detail::lp::kCoarsestEntriesPerNode;
+  ASSERT_GE(sizes.size(), 3u) << "coarsening stopped after " << sizes.size() - 1 << " level(s)";
+  // The first coarse level is what the node limit alone would have handed METIS.
+  EXPECT_LE(sizes[1].nodes, node_limit);
+  EXPECT_GT(sizes[1].entries, entry_limit);
+  const detail::lp::LevelSize& coarsest = sizes.back();
+  EXPECT_LE(coarsest.entries, entry_limit) << coarsest.nodes << " nodes";
+  EXPECT_LE(coarsest.nodes, node_limit);
+  if (comm_rank() == 0)
+    for (const auto& s : sizes) std::printf("level: %ld nodes, %ld entries\n", s.nodes, s.entries);
+}
+
 TEST(LabelPropagation, NodeBalanceOnlyAndTightImbalance) {
   const Dataset& ds = sbm();
   PartitionOptions o = lp_options(4);
