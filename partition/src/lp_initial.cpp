@@ -126,7 +126,7 @@ std::vector<int32_t> initial_partition(const LevelGraph& g, const PartitionOptio
   std::vector<idx_t> all_cols, all_weights;
   {
     std::vector<idx_t> cols, weights;
-    cols.reserve(static_cast<size_t>(g.row_begin(rows)));
+    cols.reserve(static_cast<size_t>(rows > 0 ? g.row_end(rows - 1) : 0));
     weights.reserve(cols.capacity());
     for (int64_t i = 0; i < rows; ++i)
       for (EdgeIdx e = g.row_begin(i); e < g.row_end(i); ++e)
