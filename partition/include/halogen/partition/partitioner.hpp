@@ -72,8 +72,8 @@ std::vector<int32_t> ptscotch_partition_rows(const std::string& name, int64_t nu
 /// Multilevel label propagation on rows that only this rank holds, with the same input as
 /// ptscotch_partition_rows plus `split`, the split roles of this rank's rows (empty: no
 /// training-node constraint). Coarsens by size-constrained label propagation clustering until
-/// at most 1000 x num_parts nodes with at most 64 entries each on average remain (or the graph
-/// stops shrinking), partitions that graph with METIS on rank 0 (the same
+/// at most 1000 x num_parts nodes and 64 000 x num_parts entries remain (or a level stops
+/// shrinking), partitions that graph with METIS on rank 0 (the same
 /// constraints, imbalance, objective and seed as partition_graph's metis) and refines every
 /// level on the way back by balance-constrained label propagation. Per rank it holds its
 /// slice and about 33 more bytes per entry at its peak (RMAT, docs/partition.md). Any
