@@ -55,6 +55,18 @@ const Dataset& sbm() {
   return ds;
 }
 
+// An RMAT graph (hubs, isolated nodes) with 2 features and 2 classes; every rank generates
+// the same one.
+Dataset rmat(int scale, int edge_factor, uint64_t seed) {
+  RmatOptions r;
+  r.scale = scale;
+  r.edge_factor = edge_factor;
+  r.feature_dim = 2;
+  r.num_classes = 2;
+  r.seed = seed;
+  return generate_rmat(r);
+}
+
 PartitionOptions lp_options(int parts) {
   PartitionOptions o;
   o.method = PartitionMethod::kLabelProp;
@@ -235,13 +247,7 @@ TEST(LabelPropagation, LeavesOfAFullHubAreGroupedTwoHops) {
 // (about 1 150 nodes with 180 000 entries): coarsening goes on until the coarsest graph, the
 // one rank 0 gathers for METIS, is within the entry limit too, or stops shrinking.
 TEST(LabelPropagation, DenseCoarseGraphIsCoarsenedBelowTheEntryLimit) {
-  RmatOptions r;
-  r.scale = 14;
-  r.edge_factor = 16;
-  r.feature_dim = 2;
-  r.num_classes = 2;
-  r.seed = 1;
-  const Dataset ds = generate_rmat(r);
+  const Dataset ds = rmat(14, 16, 1);
   const PartitionOptions o = lp_options(2);
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
@@ -278,13 +284,7 @@ TEST(LabelPropagation, NodeBalanceOnlyAndTightImbalance) {
 TEST(LabelPropagation, PowerLawGraphWithIsolatedNodes) {
   // RMAT leaves many nodes without edges and has hubs: isolated nodes are grouped, hubs stay
   // in clusters of their own.
-  RmatOptions r;
-  r.scale = 13;
-  r.edge_factor = 8;
-  r.feature_dim = 2;
-  r.num_classes = 2;
-  r.seed = 11;
-  const Dataset ds = generate_rmat(r);
+  const Dataset ds = rmat(13, 8, 11);
   const PartitionOptions o = lp_options(4);
   expect_valid_and_balanced(ds, label_propagation_partition(ds, o, MPI_COMM_WORLD), o);
 }
