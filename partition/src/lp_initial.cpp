@@ -113,14 +113,17 @@ std::vector<int32_t> initial_partition(const LevelGraph& g, const PartitionOptio
   static_assert(std::is_same_v<idx_t, NodeId>, "halogen expects METIS built with 32-bit idx_t");
   const int64_t rows = g.rows();
   // METIS rejects self loops; the weights' divisor comes from the total over every rank.
+  auto for_each_entry = [&g, rows](auto&& f) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (EdgeIdx e = g.row_begin(i); e < g.row_end(i); ++e)
+        if (g.cols[e] != g.begin + i) f(i, e);
+  };
   std::vector<int64_t> degree(static_cast<size_t>(rows));
   int64_t total_weight = 0;
-  for (int64_t i = 0; i < rows; ++i)
-    for (EdgeIdx e = g.row_begin(i); e < g.row_end(i); ++e)
-      if (g.cols[e] != g.begin + i) {
-        ++degree[static_cast<size_t>(i)];
-        total_weight += g.weight(e);
-      }
+  for_each_entry([&](int64_t i, EdgeIdx e) {
+    ++degree[static_cast<size_t>(i)];
+    total_weight += g.weight(e);
+  });
   HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &total_weight, 1, MPI_INT64_T, MPI_SUM, comm));
   const int64_t divisor = weight_divisor(total_weight);
   std::vector<idx_t> all_cols, all_weights;
@@ -128,12 +131,10 @@ std::vector<int32_t> initial_partition(const LevelGraph& g, const PartitionOptio
     std::vector<idx_t> cols, weights;
     cols.reserve(static_cast<size_t>(rows > 0 ? g.row_end(rows - 1) : 0));
     weights.reserve(cols.capacity());
-    for (int64_t i = 0; i < rows; ++i)
-      for (EdgeIdx e = g.row_begin(i); e < g.row_end(i); ++e)
-        if (g.cols[e] != g.begin + i) {
-          cols.push_back(g.cols[e]);
-          weights.push_back(scaled(g.weight(e), divisor));
-        }
+    for_each_entry([&](int64_t, EdgeIdx e) {
+      cols.push_back(g.cols[e]);
+      weights.push_back(scaled(g.weight(e), divisor));
+    });
     all_cols = gather(cols.data(), static_cast<int64_t>(cols.size()), MPI_INT32_T, comm);
     all_weights = gather(weights.data(), static_cast<int64_t>(weights.size()), MPI_INT32_T, comm);
   }
