@@ -133,6 +133,10 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "stale mode: force a synchronous epoch every k epochs (0 = never)")(
       "drift-threshold", po::value<double>(),
       "stale mode: force a synchronous epoch when the senders' relative embedding drift exceeds this")(
+      "halo-error-feedback", po::value<std::string>()->default_value("auto"),
+      "halo gradients below 16 bits: on (each rank adds what the codes of its last sent rows left out to the next, "
+      "and codes them deterministically) | off | auto (on where more than 16 layers send 1-bit gradients back, "
+      "whose noise would compound down the layers)")(
       "stale-smoothing", number(&t.exchange.staleness.smoothing, 0.0f),
       "stale mode: use g * previous + (1 - g) * received for halo rows and gradients (0 = off; 0.9 steadies deep "
       "models)")("feature-norm", po::value<std::string>()->default_value("l2"),
@@ -202,6 +206,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     t.exchange.bits_fwd = parse_int_list(bits_fwd, "--bits-fwd");
     t.exchange.bits_bwd = parse_int_list(bits_bwd, "--bits-bwd");
     t.exchange.mode = parse_exchange_mode(mode);
+    t.exchange.error_feedback = parse_halo_error_feedback(vm["halo-error-feedback"].as<std::string>());
     t.output.metrics_path = metrics;
     const std::string nonfinite = vm["on-nonfinite"].as<std::string>();
     HALOGEN_EXPECTS(nonfinite == "stop" || nonfinite == "skip-step",

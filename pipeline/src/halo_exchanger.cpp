@@ -354,6 +354,18 @@ void HostHaloExchanger::finish_backward(Exchange& exchange, const TensorView& lo
                   average.data == nullptr ? nullptr : host_floats(average, "average"));
 }
 
+void HostHaloExchanger::dequantize_sent(Exchange& exchange, const TensorView& out) {
+  PendingExchange& p = host_exchange(exchange);
+  HALOGEN_EXPECTS(p.active() && p.backward_, "dequantize_sent without a pending backward exchange");
+  float* dst = host_floats(out, "out");
+  for (int q = 0; q < shard_.num_parts; ++q) {
+    const int64_t rows = shard_.halo_count_from(q);
+    if (rows == 0) continue;
+    quant::dequantize_rows<kDevCpu>(p.send_words_.data() + p.send_offsets_[q], rows, p.cols_, p.bits_,
+                                    dst + static_cast<int64_t>(shard_.halo_offsets[q]) * out.ld, out.ld, false);
+  }
+}
+
 std::string HostHaloExchanger::save(Exchange& exchange) {
   PendingExchange& p = host_exchange(exchange);
   complete(p);

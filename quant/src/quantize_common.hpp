@@ -299,4 +299,59 @@ HALOGEN_HD int code_bits(int bits, int64_t cols) {
   return width;
 }
 
+// ---- deterministic codes (Rounding::kDeterministic) ----------------------------------------
+
+/// Scaled value y (|y| < 2^15) in 2^-16 fixed point, truncated: exact and order-free to sum.
+HALOGEN_HD int64_t fixed16(float y) { return static_cast<int64_t>(mul_rn(y, 65536.0f)); }
+
+/// The mean of `n` > 0 fixed16 values summing to `sum`, as a float in scaled units.
+HALOGEN_HD float fixed16_mean(int64_t sum, int64_t n) {
+  return mul_rn(div_rn(static_cast<float>(sum), static_cast<float>(n)), 1.0f / 65536.0f);
+}
+
+/// One row's metadata word and codes (`width`-bit codes, row_out[1..]) with deterministic
+/// rounding (quantize.hpp): two levels split at the mean for 1-bit codes, nearest grid point
+/// for wider ones. Scaled values are x * unit_inv (finite, |.| < 2^15). One thread per row on
+/// the GPU, so every sum runs in the same order on both backends (fixed point makes it exact anyway).
+HALOGEN_HD void code_row_deterministic(const float* x, int64_t cols, float unit_inv, int width, uint32_t* row_out) {
+  uint32_t* codes = row_out + 1;
+  for (int64_t w = 0; w < code_words(width, cols); ++w) codes[w] = 0;
+  row_out[0] = 0;
+  if (cols == 0) return;
+  if (width == 1) {
+    int64_t sum = 0;
+    for (int64_t j = 0; j < cols; ++j) sum += fixed16(mul_rn(x[j], unit_inv));
+    int64_t sum_hi = 0, n_hi = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t v = fixed16(mul_rn(x[j], unit_inv));
+      if (v * cols >= sum) {  // |v| < 2^31 and cols <= 2^25: no overflow
+        sum_hi += v;
+        ++n_hi;
+        codes[j / 32] |= 1u << (j % 32);
+      }
+    }
+    // n_hi >= 1: the largest value is at least the mean.
+    const float hi = fixed16_mean(sum_hi, n_hi);
+    const float lo = n_hi < cols ? fixed16_mean(sum - sum_hi, cols - n_hi) : hi;
+    const uint16_t min_h = float_to_half(lo, HalfRounding::kNearestEven);
+    const float gap = sub_rn(hi, half_to_float(min_h));
+    const uint16_t scale_h = gap > 0.0f ? float_to_half(gap, HalfRounding::kNearestEven) : uint16_t{0};
+    row_out[0] = static_cast<uint32_t>(min_h) | (static_cast<uint32_t>(scale_h) << 16);
+    return;
+  }
+  float lo = mul_rn(x[0], unit_inv), hi = lo;
+  for (int64_t j = 1; j < cols; ++j) {
+    const float y = mul_rn(x[j], unit_inv);
+    lo = y < lo ? y : lo;
+    hi = y > hi ? y : hi;
+  }
+  const uint32_t qmax = max_code(width);
+  const RowCoding coding = row_coding(lo, hi, qmax);
+  row_out[0] = coding.meta;
+  for (int64_t j = 0; j < cols; ++j) {
+    const uint32_t q = stochastic_code(mul_rn(x[j], unit_inv), coding.min, coding.scale, qmax, 0.5f);
+    codes[(j * width) / 32] |= q << ((j * width) % 32);
+  }
+}
+
 }  // namespace halogen::quant::detail

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "devices.hpp"
 #include "halogen/comm/communicator.hpp"
@@ -326,7 +327,9 @@ TEST_P(StaleRuns, ResumeWithNothingToSmooth) {
 
 // Every registered model resumes bit for bit in 1-bit stale mode on several ranks: a run
 // checkpointed after epoch 2 and resumed gives the uninterrupted run's losses, so every piece
-// of state (halo caches, exchanges in flight, smoothed gradients, Adam) is in the checkpoint.
+// of state (halo caches, exchanges in flight, smoothed gradients, the halo gradients' carried
+// errors, Adam) is in the checkpoint. With error feedback on, the gradients sent differ, and
+// so do the losses on several ranks.
 class StaleRunsEveryModel : public testing::TestWithParam<test::DeviceAndModel> {
  protected:
   void SetUp() override { HALOGEN_USE_DEVICE(std::get<0>(GetParam())); }
@@ -349,19 +352,29 @@ TEST_P(StaleRunsEveryModel, ResumesBitForBitInOneBitStaleMode) {
   t.exchange.mode = ExchangeMode::kStale;
   t.exchange.staleness.policy = StalePolicy::kFixed;
   t.exchange.staleness.smoothing = 0.5f;
-  const auto whole = s.run(t);
-  auto first = t;
-  first.optim.epochs = 3;
-  first.reliability.checkpoint_dir = dir.path() / "ck";
-  s.run(first);
-  auto rest = t;
-  rest.reliability.resume_dir = first.reliability.checkpoint_dir;
-  const auto resumed = s.run(rest);
-  ASSERT_EQ(resumed.epochs.size(), 4u);
-  for (size_t e = 0; e < resumed.epochs.size(); ++e)
-    EXPECT_EQ(resumed.epochs[e]["loss"].get<double>(), whole.epochs[e + 3]["loss"].get<double>()) << "epoch " << e + 3;
+  std::vector<double> last_loss;
+  for (const HaloErrorFeedback feedback : {HaloErrorFeedback::kOff, HaloErrorFeedback::kOn}) {
+    const std::string what = "feedback " + to_string(feedback);
+    t.exchange.error_feedback = feedback;
+    const auto whole = s.run(t);
+    auto first = t;
+    first.optim.epochs = 3;
+    first.reliability.checkpoint_dir = dir.path() / ("ck-" + to_string(feedback));
+    s.run(first);
+    auto rest = t;
+    rest.reliability.resume_dir = first.reliability.checkpoint_dir;
+    const auto resumed = s.run(rest);
+    ASSERT_EQ(resumed.epochs.size(), 4u) << what;
+    for (size_t e = 0; e < resumed.epochs.size(); ++e)
+      EXPECT_EQ(resumed.epochs[e]["loss"].get<double>(), whole.epochs[e + 3]["loss"].get<double>())
+          << what << ", epoch " << e + 3;
+    if (s.size > 1) {
+      EXPECT_GT(whole.epochs.back()["bytes_sent"].get<int64_t>(), 0) << what;
+    }
+    last_loss.push_back(whole.epochs.back()["loss"].get<double>());
+  }
   if (s.size > 1) {
-    EXPECT_GT(whole.epochs.back()["bytes_sent"].get<int64_t>(), 0);
+    EXPECT_NE(last_loss[0], last_loss[1]) << "error feedback changed nothing";
   }
 }
 

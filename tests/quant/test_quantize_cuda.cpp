@@ -7,6 +7,7 @@
 #if HALOGEN_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -85,8 +86,11 @@ TEST_F(QuantCuda, PackedWordsAndDequantizedValuesMatchCpu) {
     for (const float magnitude : {1e-9f, 1.0f, 1e6f}) {
       const auto x = test_matrix(s.rows, s.cols, s.ld, magnitude, 7 + static_cast<uint64_t>(s.cols));
       DeviceArray<float> x_dev(x);
-      for (int bits : {1, 2, 4, 8, 16, 32}) {
+      for (int case_index = 0; case_index < 10; ++case_index) {
+        // Both roundings at every coded width (deterministic codes: one thread per row).
+        const int bits = std::array{1, 2, 4, 8, 16, 32, 1, 2, 4, 8}[case_index];
         QuantKey key;
+        key.rounding = case_index >= 6 ? Rounding::kDeterministic : Rounding::kStochastic;
         key.seed = 42;
         key.epoch = 5;
         key.layer = 1;
@@ -105,8 +109,9 @@ TEST_F(QuantCuda, PackedWordsAndDequantizedValuesMatchCpu) {
           if (cpu[i] != gpu[i]) first_mismatch = i;
         }
         ASSERT_EQ(first_mismatch, words) << s.rows << "x" << s.cols << " magnitude " << magnitude << " " << bits
-                                         << " bits: word " << first_mismatch << " cpu " << std::hex
-                                         << cpu[first_mismatch] << " gpu " << gpu[first_mismatch];
+                                         << " bits, rounding " << static_cast<int>(key.rounding) << ": word "
+                                         << first_mismatch << " cpu " << std::hex << cpu[first_mismatch] << " gpu "
+                                         << gpu[first_mismatch];
 
         // Dequantize on both, plain and accumulating onto a non-zero output with stride.
         const int64_t ld_out = s.cols + 3;

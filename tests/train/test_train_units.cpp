@@ -304,105 +304,6 @@ TEST(Drift, ReferenceIsAColumnRange) {
       }
 }
 
-// The bytes of one item of an estimate (0 when it has none).
-uint64_t item(const MemoryEstimate& e, const std::string& what) {
-  for (const auto& i : e.items)
-    if (i.what == what) return i.bytes;
-  return 0;
-}
-
-// One memory model with the device as a parameter: a GPU run's estimate counts the device's
-// tensors (no host runtime or shard), and fp16 activations take half the bytes of fp32 ones.
-TEST(MemoryPlan, DeviceIsAParameter) {
-  const auto shards = test::sbm_shards(3000, 64, 3, 2);
-  TrainOptions t;
-  t.model.layers = 3;
-  t.model.hidden = 256;
-  const MemoryEstimate cpu = estimate_training_memory(shards[0], t);
-  t.device.kind = Device::kCuda;
-  const MemoryEstimate gpu32 = estimate_training_memory(shards[0], t);
-  t.device.precision = Precision::kFp16;
-  const MemoryEstimate gpu16 = estimate_training_memory(shards[0], t);
-  EXPECT_EQ(cpu.device, Device::kCpu);
-  EXPECT_EQ(gpu32.device, Device::kCuda);
-  EXPECT_GT(item(cpu, "runtime"), 0u);
-  EXPECT_EQ(item(gpu32, "runtime"), 0u);
-  EXPECT_EQ(item(gpu32, "shard"), 0u);
-  EXPECT_GT(item(gpu32, "activations"), 0u);
-  // Activations in fp16, but for the fp32 logits and their gradient.
-  EXPECT_LT(item(gpu16, "activations"), item(gpu32, "activations") * 6 / 10);
-  EXPECT_GT(item(gpu16, "activations"), item(gpu32, "activations") * 4 / 10);
-}
-
-// A GPU's aggregation sums rows longer than kAggregationChunk entries in chunks whose partial
-// sums take scratch: counted from the shard's degrees, fp64 rows in fp32 and fp32 rows in
-// fp16, never on the CPU and never for GAT (its kernels do not chunk).
-TEST(MemoryPlan, CountsTheLongRowsPartialSumsOnAGpu) {
-  const std::vector<int64_t> offsets = {0, 3, 3 + 256, 3 + 256 + 257, 3 + 256 + 257 + 1000};
-  EXPECT_EQ(halogen::long_row_chunks(offsets.data(), 4), 2 + 4);  // 257 entries: 2 chunks; 1000: 4
-  ShardCounts c;
-  c.owned = 1000;
-  c.halo = 100;
-  c.local_edges = 20000;
-  c.sends = 100;
-  c.feature_dim = 50;
-  c.classes = 7;
-  c.long_row_chunks = 40;
-  TrainOptions t;
-  t.model.hidden = 130;  // the widest aggregation: 130 columns, padded to 132 (fp64) or 136 (fp32)
-  const auto scratch = [&](const TrainOptions& o) {
-    return item(estimate_training_memory(c, o), "long-row partial sums");
-  };
-  EXPECT_EQ(scratch(t), 0u);  // CPU
-  t.device.kind = Device::kCuda;
-  EXPECT_EQ(scratch(t), uint64_t{40} * 132 * 8);
-  t.device.precision = Precision::kFp16;
-  EXPECT_EQ(scratch(t), uint64_t{40} * 136 * 4);
-  t.model.name = "gat";
-  t.model.hidden = 8;
-  EXPECT_EQ(scratch(t), 0u);
-}
-
-// The optimizer item is what the optimizer and the gradient sum report: PowerSGD's factors,
-// error feedback and scratch, and the packed fp64 buffer, on top of weights, gradients and
-// Adam's moments.
-TEST(MemoryPlan, OptimizerItemIsWhatTheComponentsReport) {
-  const auto shards = test::sbm_shards(3000, 64, 3, 2);
-  TrainOptions t;
-  t.model.layers = 2;
-  t.model.hidden = 128;
-  const auto optimizer = [&](const TrainOptions& o) {
-    return item(estimate_training_memory(shards[0], o), "optimizer");
-  };
-  const auto layers = nn::layout(t, shards[0].feature_dim, shards[0].num_classes);
-  const int64_t n = static_cast<int64_t>(layers.back().end);
-  EXPECT_EQ(optimizer(t), static_cast<uint64_t>(n) * 16);  // weights, gradients, Adam m and v
-  TrainOptions powersgd = t;
-  powersgd.optim.grad_compression = GradCompression::kPowerSgd;
-  powersgd.optim.grad_rank = 4;
-  const uint64_t extra = GradientSync::device_bytes(gradient_layout(layers), powersgd, 6, 2);
-  EXPECT_GT(extra, 0u);  // the 64 x 128 first-layer weight is compressed
-  EXPECT_EQ(optimizer(powersgd), static_cast<uint64_t>(n) * 16 + extra);
-  // Quantized codes on 2 ranks: the 64 x 128 weight has 8192 values, under the rule's 16384, so
-  // nothing is coded; at hidden 256 the 64 x 256 weight is (both error feedbacks, the
-  // dequantized matrix, the chunk sum and the codes).
-  TrainOptions coded = t;
-  coded.optim.grad_compression = GradCompression::kQuantized;
-  EXPECT_EQ(optimizer(coded), static_cast<uint64_t>(n) * 16);  // nothing is large enough
-  coded.model.hidden = 256;
-  const auto wide = nn::layout(coded, shards[0].feature_dim, shards[0].num_classes);
-  const int64_t wide_n = static_cast<int64_t>(wide.back().end);
-  const uint64_t codes = GradientSync::device_bytes(gradient_layout(wide), coded, 6, 2);
-  EXPECT_GE(codes, static_cast<uint64_t>(64 * 256) * 4 * 3);  // 16384 values: two errors and the approximation
-  EXPECT_EQ(optimizer(coded), static_cast<uint64_t>(wide_n) * 16 + codes);
-  TrainOptions packed = t;
-  packed.optim.grad_allreduce = GradAllreduce::kPacked;
-  EXPECT_EQ(optimizer(packed), static_cast<uint64_t>(n) * 16 + static_cast<uint64_t>(n + 6) * 8);
-}
-
-// The memory model reads only a shard's counts and feature density (ShardCounts), so a graph
-// described by counts (`halogen plan --nodes`) is estimated like a partitioned one: the mean
-// counts of 4 real shards give the mean of their estimates within 5%, for each model.
 // On a symmetric graph the transposed owned block is the forward one, entry for entry, so the
 // backward pass reads the forward arrays for owned rows; a transpose that differs (here: two
 // entries of one row swapped, as an unsorted or directed graph would have) is not shared.
@@ -422,75 +323,6 @@ TEST(Structure, SymmetricOwnedBlockSharesItsTranspose) {
     changed.t_indices = ArrayRef<int32_t>(std::move(t));
     EXPECT_EQ(train_detail::shared_transpose_entries(changed), 0) << "part " << s.part;
   }
-}
-
-TEST(MemoryPlan, CountsAloneGiveTheShardsEstimate) {
-  const auto shards = test::sbm_shards(4000, 100, 5, 4);
-  for (std::string model : {"gcn", "sage", "gat"}) {
-    TrainOptions t;
-    t.model.name = model;
-    t.model.hidden = model == "gat" ? 8 : 128;
-    ShardCounts mean;
-    double real = 0.0, density = 0.0;
-    for (const Shard& s : shards) {
-      const ShardCounts c = ShardCounts::of(s);
-      EXPECT_EQ(estimate_training_memory(c, t).total(), estimate_training_memory(s, t).total());
-      real += static_cast<double>(estimate_training_memory(s, t).total()) / 4.0;
-      mean.owned += c.owned / 4;
-      mean.halo += c.halo / 4;
-      mean.local_edges += c.local_edges / 4;
-      mean.sends += c.sends / 4;
-      density += c.feature_density / 4.0;
-    }
-    mean.feature_density = density;
-    mean.feature_dim = shards[0].feature_dim;
-    mean.classes = shards[0].num_classes;
-    EXPECT_GT(mean.feature_density, 0.0);
-    const double described = static_cast<double>(estimate_training_memory(mean, t).total());
-    EXPECT_NEAR(described, real, 0.05 * real) << model;
-  }
-}
-
-// The set-up exchanges the layer-0 features kSetupExchangeCols columns at a time on the CPU, so
-// where that exchange is the set-up's peak (a halo far larger than the owned rows) its buffers
-// are those of 16 columns whatever the feature width; a GPU exchanges every column at once.
-// The set-up's peak is the largest of its three steps, never their sum.
-TEST(MemoryPlan, SetUpExchangesSixteenColumnsAtATime) {
-  ShardCounts c;
-  c.owned = 1000;
-  c.halo = 200000;
-  c.sends = 150000;
-  c.local_edges = 20000;
-  c.classes = 4;
-  TrainOptions t;
-  t.model.hidden = 4;
-  const uint64_t sixteen = (2 * 150000 + 200000) * uint64_t{16} * 4;
-  for (const int64_t F : {64, 512}) {
-    c.feature_dim = F;
-    const MemoryEstimate e = estimate_training_memory(c, t);
-    ASSERT_EQ(e.phase, "set-up") << F;
-    EXPECT_EQ(item(e, "exchange buffers"), sixteen) << F;
-    EXPECT_EQ(item(e, "input features (set-up)"), static_cast<uint64_t>((1000 + 200000) * F * 4)) << F;
-    EXPECT_EQ(item(e, "aggregation (set-up)"), 0u) << F;  // a later step, not held with the exchange
-  }
-  t.device.kind = Device::kCuda;
-  c.feature_dim = 64;
-  EXPECT_EQ(item(estimate_training_memory(c, t), "exchange buffers"), (2 * 150000 + 200000) * uint64_t{64} * 4);
-}
-
-TEST(MemoryPlan, ParsesLimits) {
-  EXPECT_FALSE(parse_memory_limit("auto").has_value());
-  EXPECT_EQ(parse_memory_limit("none").value(), 0u);
-  EXPECT_EQ(parse_memory_limit("1000").value(), 1000u);
-  EXPECT_EQ(parse_memory_limit("512M").value(), uint64_t{512} << 20);
-  EXPECT_EQ(parse_memory_limit("8G").value(), uint64_t{8} << 30);
-  EXPECT_EQ(parse_memory_limit("1.5GiB").value(), uint64_t{3} << 29);
-  EXPECT_EQ(parse_memory_limit("2kb").value(), 2048u);
-  EXPECT_THROW(parse_memory_limit("3X"), Error);
-  EXPECT_THROW(parse_memory_limit("-1G"), Error);
-  EXPECT_THROW(parse_memory_limit("lots"), Error);
-  EXPECT_EQ(format_bytes(17), "17 B");
-  EXPECT_EQ(format_bytes(uint64_t{3} << 29), "1.50 GiB");
 }
 
 // A model's own hyper-parameters are checked by the model that declares them, and refused by
@@ -544,31 +376,48 @@ TEST(LayerDecl, HaloErrorGainsMultiplyTheDampingAbove) {
   for (double g : gains("gcn", -1.0)) EXPECT_EQ(g, 1.0);
 }
 
-// Deep models with 1-bit halo gradients in many layers are warned about (their rounding noise
-// compounds down the layers); shallow ones, and deep ones at 2 bits, are not.
-TEST(TrainOptions, WarnsOfOneBitGradientsThroughManyLayers) {
-  const auto warning = [](const std::string& model, int layers, int bits_bwd) {
+// Deep models with 1-bit halo gradients in many layers get error feedback by default (their
+// rounding noise would compound down the layers); shallow ones, and deep ones at 2 bits, keep
+// stochastic codes. Turned off, the deep ones are warned about.
+TEST(TrainOptions, FeedsBackOneBitGradientErrorsThroughManyLayers) {
+  const auto options = [](const std::string& model, int layers, int bits_bwd, HaloErrorFeedback feedback) {
     TrainOptions t = model_defaults(model);
     t.model.layers = layers;
     t.exchange.bits_fwd = {1};
     t.exchange.bits_bwd = {bits_bwd};
-    return train_detail::one_bit_gradient_depth_warning(t, 100, 7);
+    t.exchange.error_feedback = feedback;
+    return t;
   };
-  const int many = train_detail::kOneBitGradientLayersWarned;
+  const auto feedback = [&](const std::string& model, int layers, int bits_bwd) {
+    return train_detail::halo_error_feedback(options(model, layers, bits_bwd, HaloErrorFeedback::kAuto), 100, 7);
+  };
+  const auto warning = [&](const std::string& model, int layers, int bits_bwd) {
+    return train_detail::one_bit_gradient_depth_warning(options(model, layers, bits_bwd, HaloErrorFeedback::kOff), 100,
+                                                        7);
+  };
+  const int many = kErrorFeedbackDepth;
+  EXPECT_FALSE(feedback("gcn", 2, 1));
+  EXPECT_FALSE(feedback("gcnii", many, 1));  // GCNII's linear layers exchange nothing
+  EXPECT_FALSE(feedback("gcnii", 64, 2));
+  EXPECT_TRUE(feedback("gcnii", 64, 1));
+  EXPECT_TRUE(feedback("gcnii", many + 1, 1));
+  EXPECT_TRUE(feedback("appnp", many + 1, 1));
+  EXPECT_TRUE(train_detail::halo_error_feedback(options("gcn", 2, 4, HaloErrorFeedback::kOn), 100, 7));
+  EXPECT_EQ(train_detail::one_bit_gradient_depth_warning(options("gcnii", 64, 1, HaloErrorFeedback::kAuto), 100, 7),
+            "");
   EXPECT_EQ(warning("gcn", 2, 1), "");
-  EXPECT_EQ(warning("gcnii", many, 1), "");  // GCNII's linear layers exchange nothing
+  EXPECT_EQ(warning("gcnii", many, 1), "");
   EXPECT_EQ(warning("gcnii", 64, 2), "");
-  EXPECT_EQ(warning("gcnii", 64, 32), "");
-  EXPECT_NE(warning("gcnii", 64, 1).find("64 layers send 1-bit halo gradients back;"), std::string::npos);
-  EXPECT_NE(warning("gcnii", many + 1, 1).find("--bits-bwd 4"), std::string::npos);
-  EXPECT_NE(warning("appnp", many + 1, 1), "");
+  EXPECT_NE(warning("gcnii", 64, 1).find("64 layers send 1-bit halo gradients back without error feedback"),
+            std::string::npos);
+  EXPECT_NE(warning("gcnii", many + 1, 1).find("--halo-error-feedback"), std::string::npos);
   // Per-layer widths count layer by layer: 1 bit in only some of 64 layers.
   TrainOptions t = model_defaults("gcnii");
   t.exchange.bits_bwd.assign(66, 2);
   for (int l = 1; l <= many; ++l) t.exchange.bits_bwd[l] = 1;
-  EXPECT_EQ(train_detail::one_bit_gradient_depth_warning(t, 100, 7), "");
+  EXPECT_FALSE(train_detail::halo_error_feedback(t, 100, 7));
   t.exchange.bits_bwd[many + 1] = 1;
-  EXPECT_NE(train_detail::one_bit_gradient_depth_warning(t, 100, 7), "");
+  EXPECT_TRUE(train_detail::halo_error_feedback(t, 100, 7));
 }
 
 // The GPU path takes every option of the CPU path (one trainer); what cannot be done, fp16 on

@@ -14,7 +14,8 @@
 namespace halogen {
 
 HaloChannel::HaloChannel(const Shard& shard, Communicator& comm, const ExecContext& ctx, const TrainOptions& opt,
-                         DType act, const LocalGraph& graph, const std::vector<double>& error_gains, bool loss_scaled)
+                         DType act, const LocalGraph& graph, const std::vector<double>& error_gains, bool loss_scaled,
+                         bool gradient_feedback)
     : s_(shard),
       ctx_(ctx),
       opt_(opt),
@@ -28,6 +29,7 @@ HaloChannel::HaloChannel(const Shard& shard, Communicator& comm, const ExecConte
                                                                comm.sleep_while_waiting() ? 200 : 20))),
       exch_(make_halo_exchanger(shard, comm, ctx, act, progress_.get())),
       policy_(make_exchange_policy(opt, ctx, comm, graph, error_gains)),
+      feedback_(ctx, act, graph.halo(), static_cast<int>(error_gains.size()), gradient_feedback),
       layers_(error_gains.size()) {
   // Test hooks for the failure tests (all unset in normal runs): HALOGEN_FAULT_RANK=r with
   // HALOGEN_FAULT_EPOCH=e and HALOGEN_FAULT=kill|hang|nan makes rank r, at the first
@@ -102,9 +104,10 @@ void HaloChannel::backward(int l, const TensorView& dlocal, const Work& owned_ro
     owned_rows();
     return;
   }
-  const quant::QuantKey key{
-      opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0, 0};
   const int bits = opt_.exchange.bits_bwd_at(l);
+  const quant::QuantKey key{
+      opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0,
+      0,         feedback_.rounding(bits)};
   const int64_t cols = dlocal.cols;
   if (loss_scaled_) {
     // Under loss scaling a halo gradient may overflow to Inf, which the quantizer refuses.
@@ -117,7 +120,12 @@ void HaloChannel::backward(int l, const TensorView& dlocal, const Work& owned_ro
     }
   }
   policy_->backward(
-      l, epoch, sends() > 0, [&] { return exch_->start_backward(dlocal, bits, key, halo_tag::backward(l)); },
+      l, epoch, sends() > 0,
+      [&] {
+        const auto start = [&] { return exch_->start_backward(dlocal, bits, key, halo_tag::backward(l)); };
+        if (!feedback_.applies(bits)) return start();
+        return feedback_.send(l, dlocal.row_range(graph_.owned(), graph_.local()), *exch_, start);
+      },
       [&](Exchange& p, float keep) {
         exch_->finish_backward(p, dlocal, keep, policy_->smoothing_average(l, cols, keep));
       },
@@ -184,6 +192,7 @@ void HaloChannel::save(CheckpointWriter& w, nlohmann::json& meta) {
   }
   policy_->save(w, meta, *exch_, states);
   train_detail::write_layer_states(w, meta, states);
+  feedback_.save(w, meta);
 }
 
 void HaloChannel::restore(const CheckpointReader& r, const nlohmann::json& meta, const std::string& dir) {
@@ -196,6 +205,7 @@ void HaloChannel::restore(const CheckpointReader& r, const nlohmann::json& meta,
       from_host_floats(ctx_, states[l].halo, rows.row_range(graph_.owned(), graph_.local()));
   }
   policy_->restore(r, meta, *exch_, states, dir);
+  feedback_.restore(r, meta, dir);
 }
 
 }  // namespace halogen

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "exchange_policy.hpp"
+#include "halo_gradient_feedback.hpp"
 #include "halogen/comm/communicator.hpp"
 #include "halogen/core/tensor.hpp"
 #include "halogen/pipeline/halo_exchanger.hpp"
@@ -42,9 +43,11 @@ class HaloChannel {
   using Work = std::function<void()>;
   /// For a model with one entry of `error_gains` per layer (make_exchange_policy). `loss_scaled`:
   /// gradients are loss-scaled fp16 (an overflowing halo gradient is sent as zeros and the step
-  /// skipped on every rank).
+  /// skipped on every rank). `gradient_feedback`: halo gradients below 16 bits carry error
+  /// feedback (HaloGradientFeedback).
   HaloChannel(const Shard& shard, Communicator& comm, const ExecContext& ctx, const TrainOptions& opt, DType act,
-              const LocalGraph& graph, const std::vector<double>& error_gains, bool loss_scaled);
+              const LocalGraph& graph, const std::vector<double>& error_gains, bool loss_scaled,
+              bool gradient_feedback);
   ~HaloChannel();
 
   /// Layer l exchanges `rows` forward (its halo rows are then the layer's cache, checkpointed
@@ -102,6 +105,7 @@ class HaloChannel {
   std::unique_ptr<ProgressThread> progress_;
   std::unique_ptr<HaloExchanger> exch_;
   std::unique_ptr<ExchangePolicy> policy_;
+  HaloGradientFeedback feedback_;
   std::vector<Attached> layers_;
   nn::Pass pass_;
   bool halo_overflow_ = false;  // fp16: an outgoing halo gradient overflowed this epoch

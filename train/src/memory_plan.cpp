@@ -306,7 +306,8 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   MemoryEstimate training;
   training.phase = "training";
   training.device = opt.device.kind;
-  uint64_t activations = 0, exchange = 0, drift = 0, smoothed = 0;
+  uint64_t activations = 0, exchange = 0, drift = 0, smoothed = 0, fed_back = 0;
+  const bool feedback = train_detail::halo_error_feedback(opt, F, s.classes);
   const bool smoothing = opt.exchange.mode == ExchangeMode::kStale && opt.exchange.staleness.smoothing > 0.0f;
   const bool drift_reference =
       opt.exchange.mode == ExchangeMode::kStale && std::isfinite(opt.exchange.staleness.drift_threshold);
@@ -331,6 +332,8 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
     }
     if (drift_reference) drift += f32(owned, m.drift_cols);
     if (smoothing) smoothed += f32(sends, m.backward_cols);
+    // HaloGradientFeedback: each fed-back layer keeps its halo gradient rows' carried error.
+    if (feedback && bwd < 16 && m.backward_cols > 0) fed_back += act(halo, m.backward_cols);
   }
   exchange += one_exchange;
   // The layers' shared scratch, dL/d output (and in fp16 the fp32 dL/d logits).
@@ -348,7 +351,8 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
                     {"activations", activations},
                     {"exchange buffers", exchange},
                     {"drift reference", drift},
-                    {"stale smoothing", smoothed}};
+                    {"stale smoothing", smoothed},
+                    {"halo error feedback", fed_back}};
   if (training_chunk_scratch > 0) training.items.push_back({"long-row partial sums", training_chunk_scratch});
   return setup.total() > training.total() ? setup : training;
 }

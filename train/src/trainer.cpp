@@ -76,6 +76,17 @@ std::string to_string(GradCompression g) {
   return "none";
 }
 
+HaloErrorFeedback parse_halo_error_feedback(const std::string& name) {
+  if (name == "auto") return HaloErrorFeedback::kAuto;
+  if (name == "on") return HaloErrorFeedback::kOn;
+  if (name == "off") return HaloErrorFeedback::kOff;
+  HALOGEN_FAIL("--halo-error-feedback must be auto, on or off, got '{}'", name);
+}
+
+std::string to_string(HaloErrorFeedback f) {
+  return f == HaloErrorFeedback::kOn ? "on" : f == HaloErrorFeedback::kOff ? "off" : "auto";
+}
+
 Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "fp16") return Precision::kFp16;

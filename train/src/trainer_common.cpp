@@ -301,6 +301,7 @@ nlohmann::json training_description(const TrainOptions& opt) {
           {"bits_fwd", opt.exchange.bits_fwd},
           {"bits_bwd", opt.exchange.bits_bwd},
           {"stale_smoothing", opt.exchange.staleness.smoothing},
+          {"halo_error_feedback", to_string(opt.exchange.error_feedback)},
           {"stale_policy", to_string(opt.exchange.staleness.policy)},
           {"stale_error_bound", opt.exchange.staleness.error_bound},
           {"seed", opt.seed},
@@ -428,17 +429,34 @@ std::vector<double> layer_drift(const std::vector<double>& num, const std::vecto
   return drift;
 }
 
-std::string one_bit_gradient_depth_warning(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {
+int one_bit_gradient_layers(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {
   const std::vector<LayerCost> layers = layer_costs(opt, feature_dim, classes);
   int one_bit = 0;
   for (size_t l = 0; l < layers.size(); ++l)
     if (layers[l].exchanged_cols > 0 && opt.exchange.bits_bwd_at(static_cast<int>(l)) == 1) ++one_bit;
-  if (one_bit <= kOneBitGradientLayersWarned) return {};
+  return one_bit;
+}
+
+bool halo_error_feedback(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {
+  switch (opt.exchange.error_feedback) {
+    case HaloErrorFeedback::kOn:
+      return true;
+    case HaloErrorFeedback::kOff:
+      return false;
+    case HaloErrorFeedback::kAuto:
+      break;
+  }
+  return one_bit_gradient_layers(opt, feature_dim, classes) > kErrorFeedbackDepth;
+}
+
+std::string one_bit_gradient_depth_warning(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {
+  const int one_bit = one_bit_gradient_layers(opt, feature_dim, classes);
+  if (one_bit <= kErrorFeedbackDepth || halo_error_feedback(opt, feature_dim, classes)) return {};
   return fmt::format(
-      "{} layers send 1-bit halo gradients back; their rounding noise compounds down the layers, and past about {} "
-      "such layers it costs accuracy (a 64-layer GCNII fails to train). --bits-bwd 4 avoids it (docs/accuracy.md, "
-      "\"The deep models\")",
-      one_bit, kOneBitGradientLayersWarned);
+      "{} layers send 1-bit halo gradients back without error feedback; their rounding noise compounds down the "
+      "layers, and past about {} such layers it costs accuracy (a 64-layer GCNII fails to train). "
+      "--halo-error-feedback auto or on avoids it (docs/accuracy.md, \"The deep models\")",
+      one_bit, kErrorFeedbackDepth);
 }
 
 void log_sync_decision(const TrainOptions& opt, int epoch, const BoundedStalenessAdapter::Decision& decision,

@@ -165,15 +165,18 @@ int read_checkpoint(const TrainOptions& opt, const Shard& s, const std::filesyst
 /// Stale mode's drift per exchanged layer (1..L-1): sqrt(num / den) of the sums over all ranks
 /// of ||H - H_last||^2 and ||H||^2 of the rows sent (0 where nothing was sent).
 std::vector<double> layer_drift(const std::vector<double>& num, const std::vector<double>& den);
-/// The layers with 1-bit halo gradients beyond which a model is warned about: each such layer
-/// adds rounding noise of about the size of the gradient rows it sends back, and the backward
-/// pass, unlike the forward one (GCNII and APPNP mix the exact initial rows into every layer),
-/// has nothing that restores the signal, so the noise compounds down the layers. Measured
+/// The exchanging layers that send 1-bit halo gradients back. Each adds rounding noise of
+/// about the size of the gradient rows it sends, and the backward pass, unlike the forward one
+/// (GCNII and APPNP mix the exact initial rows into every layer), has nothing that restores the
+/// signal, so without error feedback the noise compounds down the layers. Measured
 /// (docs/accuracy.md): APPNP's 10 steps lose nothing; GCNII loses 1.2 points at 16 layers, 2.5
 /// at 32, and does not train at 64.
-inline constexpr int kOneBitGradientLayersWarned = 16;
-/// The warning train() logs for options with more than kOneBitGradientLayersWarned layers that
-/// send 1-bit halo gradients back (docs/accuracy.md, "The deep models"); empty if none.
+int one_bit_gradient_layers(const TrainOptions& opt, int64_t feature_dim, int64_t classes);
+/// Whether the halo gradients of layers below 16 bits use error feedback: --halo-error-feedback
+/// on, or auto with more than kErrorFeedbackDepth one-bit gradient layers.
+bool halo_error_feedback(const TrainOptions& opt, int64_t feature_dim, int64_t classes);
+/// The warning train() logs when more than kErrorFeedbackDepth layers send 1-bit halo gradients
+/// back without error feedback (--halo-error-feedback off); empty otherwise.
 std::string one_bit_gradient_depth_warning(const TrainOptions& opt, int64_t feature_dim, int64_t classes);
 
 /// Logs a synchronous epoch of stale mode (the adaptive policy: each change between stale and

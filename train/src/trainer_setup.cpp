@@ -18,7 +18,8 @@ Trainer::Trainer(const Shard& shard, Communicator& comm, const TrainOptions& opt
       log_(comm, shard, opt) {
   init_params();
   halo_ = std::make_unique<HaloChannel>(s_, comm_, ctx(), opt_, act_, graph_, nn::halo_error_gains(decl_),
-                                        optim_->precision().active());
+                                        optim_->precision().active(),
+                                        train_detail::halo_error_feedback(opt_, s_.feature_dim, s_.num_classes));
   // The layer-0 inputs first: their set-up temporaries (all local features, their exchange,
   // the aggregation) are freed before the activations are allocated, so the two never add up.
   prepare_inputs();

@@ -311,6 +311,35 @@ Exchange DeviceHaloExchanger<T>::start_backward(const TensorView& local_grad, in
 }
 
 template <typename T>
+void DeviceHaloExchanger<T>::dequantize_sent(Exchange& exchange, const TensorView& out) {
+  Pending& p = pending_of(exchange);
+  HALOGEN_EXPECTS(p.active_ && p.backward_, "rank {}: dequantize_sent without a pending backward exchange",
+                  shard_.part);
+  HALOGEN_EXPECTS(out.rows == shard_.num_halo && out.cols == p.cols_,
+                  "rank {}: dequantize_sent into {} x {}, not {} x {}", shard_.part, out.rows, out.cols,
+                  shard_.num_halo, p.cols_);
+  T* dst = matrix(out, "out");
+  float* values = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    values = dst;
+  } else {
+    grow(rows_, static_cast<size_t>(shard_.num_halo * p.cols_));
+    values = rows_.data();
+  }
+  for (int q = 0; q < shard_.num_parts; ++q) {
+    const int64_t n = shard_.halo_count_from(q);
+    if (n == 0) continue;
+    quant::dequantize_rows<kDevCuda>(p.send_words_.data() + p.layout_.send[q], n, p.cols_, p.bits_,
+                                     values + static_cast<int64_t>(shard_.halo_offsets[q]) * p.cols_, p.cols_, false,
+                                     stream_);
+  }
+  if constexpr (!std::is_same_v<T, float>) {
+    copy(ExecContext{kDevCuda, stream_}, TensorView::of(values, shard_.num_halo * p.cols_, 1, kDevCuda),
+         TensorView::of(dst, shard_.num_halo * p.cols_, 1, kDevCuda));
+  }
+}
+
+template <typename T>
 void DeviceHaloExchanger<T>::finish_backward(Exchange& exchange, const TensorView& local_grad, float keep,
                                              const TensorView& average) {
   Pending& p = pending_of(exchange);

@@ -81,6 +81,7 @@ class DeviceHaloExchanger final : public HaloExchanger {
                          int64_t fp32_tail = 0) override;
   void finish_forward(Exchange& exchange, const TensorView& local, float keep = 0.0f) override;
   Exchange start_backward(const TensorView& local_grad, int bits, const quant::QuantKey& key, int tag) override;
+  void dequantize_sent(Exchange& exchange, const TensorView& out) override;
   void finish_backward(Exchange& exchange, const TensorView& local_grad, float keep = 0.0f,
                        const TensorView& average = {}) override;
   std::string save(Exchange& exchange) override;

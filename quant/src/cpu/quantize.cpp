@@ -398,7 +398,15 @@ void quantize_rows<kDevCpu>(const float* in, int64_t rows, int64_t cols, int64_t
   }
   const int32_t exponent = detail::message_exponent(scan.max_abs);
   out[0] = static_cast<uint32_t>(exponent);
-  if (coded) {
+  if (coded && key.rounding == Rounding::kDeterministic) {
+    const float unit_inv = detail::pow2(-exponent);
+    const int width = code_bits(bits, cols);
+    const int64_t row_words = 1 + detail::code_words(width, cols);
+#pragma omp parallel for schedule(static) if (parallel_worth(rows, cols))
+    for (int64_t r = 0; r < rows; ++r) {
+      detail::code_row_deterministic(in + r * ld, cols, unit_inv, width, out + 1 + r * row_words);
+    }
+  } else if (coded) {
     quantize_coded(in, rows, cols, ld, code_bits(bits, cols), lo_hi.data(), exponent, key, out);
   } else {
     quantize_half(in, rows, cols, ld, exponent, out);

@@ -91,6 +91,9 @@ class HaloExchanger {
   /// peers in ascending order. With keep > 0, `average` (fp32, one row per send-list entry on
   /// the matrices' device) becomes keep * average + (1 - keep) * (received), and is what is
   /// added; a rank that sends nothing has nothing to smooth (average may then be empty).
+  /// The values a backward exchange started on this rank sends, as its owners will dequantize
+  /// them: written into `out` (halo rows x cols, fp32 on the matrices' device, halo order).
+  virtual void dequantize_sent(Exchange& exchange, const TensorView& out) = 0;
   virtual void finish_backward(Exchange& exchange, const TensorView& local_grad, float keep = 0.0f,
                                const TensorView& average = {}) = 0;
   /// Checkpointing: waits for the transfer and returns what it received (SavedExchange bytes,
@@ -207,6 +210,7 @@ class HostHaloExchanger final : public HaloExchanger {
                          int64_t fp32_tail = 0) override;
   void finish_forward(Exchange& exchange, const TensorView& local, float keep = 0.0f) override;
   Exchange start_backward(const TensorView& local_grad, int bits, const quant::QuantKey& key, int tag) override;
+  void dequantize_sent(Exchange& exchange, const TensorView& out) override;
   void finish_backward(Exchange& exchange, const TensorView& local_grad, float keep = 0.0f,
                        const TensorView& average = {}) override;
   std::string save(Exchange& exchange) override;

@@ -25,7 +25,20 @@
 // rounding of the dequantized value). A row whose values are all equal to an
 // fp16-representable value (after scaling) has scale 0, all codes 0, and dequantizes exactly.
 //
-// Codes are stochastic rounding, q = floor((x - min) / scale + u), u ~ U[0,1) (24-bit), computed
+// Codes are stochastic rounding by default (below). With Rounding::kDeterministic they are
+// instead a function of the row alone, for senders that feed back what the codes left out
+// (error feedback needs a code whose error is smaller than the row, which stochastic 1-bit
+// codes are not: their error is up to the row's range):
+//   1-bit codes  : two levels. Each value is compared with the row's mean; the values at or
+//                  above it are sent as their mean, the others as theirs (the least squared
+//                  error of any 1-bit code split at the mean). min = the lower level, scale =
+//                  the gap, both rounded to nearest fp16. The sums are taken in 2^-16 fixed
+//                  point of the scaled values (int64, exact in any order).
+//   wider codes  : the stochastic codes' grid, each value to its nearest point (ties down).
+// The dequantizer is the same for both. Two-level rows do not keep the bound above (a value
+// far from its side's mean is off by more than the gap); they keep a smaller squared error.
+//
+// Stochastic codes are q = floor((x - min) / scale + u), u ~ U[0,1) (24-bit), computed
 // as k + [u < frac] with k = floor((x - min) / scale) so that no rounding biases the draw:
 // E[dequant] = x up to 2^-24 * scale. u comes from Philox (core/rng.hpp, RngPurpose::kQuantize,
 // key = seed) with the 128-bit counter
@@ -51,7 +64,11 @@ enum class Direction : uint32_t { kForward = 0, kBackward = 1 };
 /// "forward features" or "backward gradients": how error messages name a direction.
 const char* direction_name(Direction d) noexcept;
 
-/// Identifies a message for the random stream and for error messages.
+/// How values are rounded to codes (see above).
+enum class Rounding : uint32_t { kStochastic = 0, kDeterministic = 1 };
+
+/// Identifies a message for the random stream and for error messages, and says how its codes
+/// are rounded.
 struct QuantKey {
   uint64_t seed = 0;
   uint32_t epoch = 0;
@@ -59,6 +76,7 @@ struct QuantKey {
   Direction direction = Direction::kForward;
   uint32_t rank = 0;  // sending rank, < 65536
   uint32_t peer = 0;  // receiving rank, < 65536
+  Rounding rounding = Rounding::kStochastic;
 };
 
 /// True for 1, 2, 4, 8, 16, 32.

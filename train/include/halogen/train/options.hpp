@@ -82,6 +82,18 @@ struct ModelOptions {
   float attention_dropout() const { return attn_dropout < 0.0f ? dropout : attn_dropout; }
 };
 
+/// Error feedback on halo gradients: a rank adds to the gradient rows it sends a layer's owners
+/// what the codes left out of the rows it sent them the epoch before, and codes them with
+/// deterministic rounding (quant::Rounding::kDeterministic). Unbiased stochastic 1-bit codes
+/// add noise at every layer, which compounds down a deep model; fed back, the codes' errors
+/// cancel over the epochs instead. kAuto turns it on where that compounding was measured to
+/// break training: more than kErrorFeedbackDepth layers sending 1-bit gradients back (a
+/// 64-layer GCNII went from 58% to 85% on Cora; docs/accuracy.md, "The deep models").
+enum class HaloErrorFeedback { kAuto, kOn, kOff };
+HaloErrorFeedback parse_halo_error_feedback(const std::string& name);
+std::string to_string(HaloErrorFeedback f);
+inline constexpr int kErrorFeedbackDepth = 16;
+
 /// How halo rows travel between ranks: their bits, and when they may be stale.
 struct ExchangeOptions {
   /// Bits per layer for forward features and backward gradients; one value = all layers.
@@ -92,6 +104,8 @@ struct ExchangeOptions {
   /// GAT: quantize the attention terms with the features (default: they travel as fp32).
   bool quantize_attention_terms = false;
   bool skip_exchange = false;  // benchmark floor: compute only, halos left stale from epoch 0
+  /// Applies to the layers that send gradients below 16 bits; see HaloErrorFeedback.
+  HaloErrorFeedback error_feedback = HaloErrorFeedback::kAuto;
 
   int bits_fwd_at(int layer) const { return bits_fwd.size() == 1 ? bits_fwd[0] : bits_fwd[layer]; }
   int bits_bwd_at(int layer) const { return bits_bwd.size() == 1 ? bits_bwd[0] : bits_bwd[layer]; }

@@ -1,0 +1,60 @@
+#include "halo_gradient_feedback.hpp"
+
+#include <fmt/format.h>
+
+#include "halogen/core/error.hpp"
+#include "host_copy.hpp"
+#include "ops.hpp"
+
+namespace halogen {
+
+HaloGradientFeedback::HaloGradientFeedback(const ExecContext& ctx, DType dtype, int64_t halo_rows, int layers,
+                                           bool enabled)
+    : ctx_(ctx), dtype_(dtype), halo_rows_(halo_rows), enabled_(enabled), overshoot_(enabled ? layers : 0) {}
+
+Exchange HaloGradientFeedback::send(int l, const TensorView& halo, HaloExchanger& exch,
+                                    const std::function<Exchange()>& start) {
+  HALOGEN_EXPECTS(enabled_ && halo.rows == halo_rows_ && halo.dtype == dtype_,
+                  "halo gradient feedback: layer {} sends {} rows of {}, expected {} of {}", l, halo.rows,
+                  to_string(halo.dtype), halo_rows_, to_string(dtype_));
+  Tensor& over = overshoot_.at(static_cast<size_t>(l));
+  if (over.rows() != halo.rows || over.cols() != halo.cols) {
+    over.reset(ctx_.device, dtype_, halo.rows, halo.cols);
+    zero(ctx_, over);
+  }
+  ops::axpy(ctx_, -1.0f, over, halo);
+  Exchange exchange = start();
+  exch.dequantize_sent(exchange, over);
+  ops::axpy(ctx_, -1.0f, halo, over);
+  return exchange;
+}
+
+void HaloGradientFeedback::save(CheckpointWriter& w, nlohmann::json& meta) const {
+  for (size_t l = 0; l < overshoot_.size(); ++l) {
+    const Tensor& over = overshoot_[l];
+    if (over.numel() == 0) continue;
+    meta["halo_feedback_cols"][std::to_string(l)] = over.cols();
+    const std::vector<float> values = to_host_floats(ctx_, over);
+    w.add_array(fmt::format("halo_feedback.{}", l), std::span<const float>(values));
+  }
+}
+
+void HaloGradientFeedback::restore(const CheckpointReader& r, const nlohmann::json& meta, const std::string& dir) {
+  for (Tensor& over : overshoot_) over = Tensor();
+  // Resumed without feedback, the saved errors are dropped: resuming with other options is
+  // allowed and logged (train_detail::read_checkpoint).
+  if (!enabled_ || !meta.contains("halo_feedback_cols")) return;
+  for (const auto& [layer, cols] : meta.at("halo_feedback_cols").items()) {
+    const int l = std::stoi(layer);
+    HALOGEN_EXPECTS(l >= 0 && l < static_cast<int>(overshoot_.size()),
+                    "checkpoint in '{}': halo gradient errors of layer {} (the model has {})", dir, l,
+                    overshoot_.size());
+    std::vector<float> values(static_cast<size_t>(halo_rows_ * cols.get<int64_t>()));
+    r.read_array(fmt::format("halo_feedback.{}", l), std::span<float>(values));
+    Tensor& over = overshoot_[static_cast<size_t>(l)];
+    over.reset(ctx_.device, dtype_, halo_rows_, cols.get<int64_t>());
+    from_host_floats(ctx_, values, over);
+  }
+}
+
+}  // namespace halogen
