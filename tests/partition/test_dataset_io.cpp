@@ -21,8 +21,8 @@ namespace halogen {
 namespace {
 
 namespace fs = std::filesystem;
-using test::ScratchDir;
 using test::error_of;
+using test::ScratchDir;
 
 Dataset small_dataset(uint64_t seed = 1) {
   SbmOptions opt;
@@ -52,7 +52,6 @@ void expect_identical(const Dataset& a, const Dataset& b) {
   EXPECT_TRUE(same_array(a.labels, b.labels));
   EXPECT_TRUE(same_array(a.split, b.split));
 }
-
 
 // Entries of `dir` other than the expected ones (temporaries left behind).
 std::vector<std::string> entries(const fs::path& dir) {
