@@ -357,6 +357,9 @@ void HostHaloExchanger::finish_backward(Exchange& exchange, const TensorView& lo
 void HostHaloExchanger::dequantize_sent(Exchange& exchange, const TensorView& out) {
   PendingExchange& p = host_exchange(exchange);
   HALOGEN_EXPECTS(p.active() && p.backward_, "dequantize_sent without a pending backward exchange");
+  HALOGEN_EXPECTS(out.rows == shard_.num_halo && out.cols == p.cols_,
+                  "rank {}: dequantize_sent into {} x {}, not {} x {}", shard_.part, out.rows, out.cols,
+                  shard_.num_halo, p.cols_);
   float* dst = host_floats(out, "out");
   for (int q = 0; q < shard_.num_parts; ++q) {
     const int64_t rows = shard_.halo_count_from(q);

@@ -105,9 +105,9 @@ void HaloChannel::backward(int l, const TensorView& dlocal, const Work& owned_ro
     return;
   }
   const int bits = opt_.exchange.bits_bwd_at(l);
-  const quant::QuantKey key{
-      opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0,
-      0,         feedback_.rounding(bits)};
+  quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kBackward, 0,
+                      0};
+  key.rounding = feedback_.rounding(bits);
   const int64_t cols = dlocal.cols;
   if (loss_scaled_) {
     // Under loss scaling a halo gradient may overflow to Inf, which the quantizer refuses.
