@@ -14,10 +14,12 @@
 #   fp32-sync-grad4        fp32 sync, 4-bit quantized gradients (error feedback): what the
 #                          codes alone cost in epochs;
 #   fp32-sync-grad2        the same with 2-bit codes;
+#   fp32-sync-grad1        the same with 1-bit codes (deterministic two-level rounding);
 #   1bit-stale             1-bit halos, stale (--grad-compression auto, the default there, has
 #                          no --cluster and predicts for this machine: exact gradients);
 #   1bit-stale-powersgd    1-bit stale, PowerSGD gradients (rank 4);
 #   1bit-stale-grad4       1-bit stale, 4-bit quantized gradients (error feedback);
+#   1bit-stale-grad1       1-bit stale, 1-bit quantized gradients (error feedback);
 #   1bit-stale-auto        1-bit stale, the gradient compression chosen by the cost model for
 #                          --cluster local-cpu-1gbit (the preset of the default --rate; at
 #                          another --rate it still chooses for 1 Gbit/s);
@@ -66,15 +68,17 @@ declare -A extra=(
   [fp32-sync-powersgd]="--grad-compression powersgd --grad-rank 4"
   [fp32-sync-grad4]="--grad-compression quantized --grad-bits 4"
   [fp32-sync-grad2]="--grad-compression quantized --grad-bits 2"
+  [fp32-sync-grad1]="--grad-compression quantized --grad-bits 1"
   [1bit-stale]="--bits-fwd 1 --bits-bwd 1 --mode stale"
   [1bit-stale-powersgd]="--bits-fwd 1 --bits-bwd 1 --mode stale --grad-compression powersgd --grad-rank 4"
   [1bit-stale-grad4]="--bits-fwd 1 --bits-bwd 1 --mode stale --grad-compression quantized --grad-bits 4"
+  [1bit-stale-grad1]="--bits-fwd 1 --bits-bwd 1 --mode stale --grad-compression quantized --grad-bits 1"
   [1bit-stale-auto]="--bits-fwd 1 --bits-bwd 1 --mode stale --grad-compression auto --cluster local-cpu-1gbit"
   [compute-only]="--skip-comm"
 )
 all=fp32-sync-packed,fp32-sync,1bit-sync,fp32-stale,fp32-sync-powersgd,fp32-sync-grad4,fp32-sync-grad2
-all+=,1bit-stale,1bit-stale-powersgd
-all+=,1bit-stale-grad4,1bit-stale-auto,compute-only
+all+=,fp32-sync-grad1,1bit-stale,1bit-stale-powersgd
+all+=,1bit-stale-grad4,1bit-stale-grad1,1bit-stale-auto,compute-only
 IFS=, read -ra config_names <<<"${configs:-$all}"
 IFS=, read -ra layer_counts <<<"$layers_list"
 IFS=, read -ra seed_list <<<"$seeds"

@@ -145,8 +145,8 @@ int cmd_plan(const std::vector<std::string>& args) {
   co.grad_value_bytes = grad_allreduce == "packed" ? 8 : 4;
   co.grad_rank = grad_compression == "powersgd" ? vm["grad-rank"].as<int>() : 0;
   co.grad_bits = grad_compression == "quantized" ? vm["grad-bits"].as<int>() : 0;
-  HALOGEN_EXPECTS(co.grad_bits == 0 || co.grad_bits == 2 || co.grad_bits == 4 || co.grad_bits == 8,
-                  "--grad-bits must be 2, 4 or 8, got {}", co.grad_bits);
+  HALOGEN_EXPECTS(co.grad_bits == 0 || co.grad_bits == 1 || co.grad_bits == 2 || co.grad_bits == 4 || co.grad_bits == 8,
+                  "--grad-bits must be 1, 2, 4 or 8, got {}", co.grad_bits);
   co.modes.clear();
   for (size_t start = 0; start <= modes.size();) {
     const size_t end = std::min(modes.find(',', start), modes.size());

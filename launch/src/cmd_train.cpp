@@ -104,9 +104,9 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "quantized where the cost model of --cluster predicts the epoch 1.25x shorter). Default: auto where the "
       "halos are quantized (--bits-fwd or --bits-bwd below 32, with --parts), none otherwise")(
       "grad-bits", po::value(&t.optim.grad_bits)->default_value(t.optim.grad_bits),
-      "quantized: bits per gradient value (2, 4, 8)")("grad-rank",
-                                                      po::value(&t.optim.grad_rank)->default_value(t.optim.grad_rank),
-                                                      "powersgd: rank of the approximation")(
+      "quantized: bits per gradient value (1, 2, 4, 8; 1 bit rounds to two levels a row, deterministically)")(
+      "grad-rank", po::value(&t.optim.grad_rank)->default_value(t.optim.grad_rank),
+      "powersgd: rank of the approximation")(
       "cluster", po::value<std::string>(),
       "the cluster config of the machines the job runs on (a YAML file or a name in cluster_configs/; `halogen "
       "launch` and `halogen slurm` pass theirs), for which --grad-compression auto predicts (default: this machine)")(

@@ -143,20 +143,23 @@ TEST_P(GradAllreduceRuns, QuantizedGradientsResumeBitForBit) {
   t.model.hidden = 128;
   t.optim.epochs = 6;
   t.optim.grad_compression = GradCompression::kQuantized;
-  t.optim.grad_bits = 2;
   const test::SharedScratchDir dir("resume-quantized-gradients");
-  const auto whole = run(t);
-  auto first = t;
-  first.optim.epochs = 3;
-  first.reliability.checkpoint_dir = dir.path() / "ck";
-  run(first);
-  auto rest = t;
-  rest.reliability.resume_dir = first.reliability.checkpoint_dir;
-  const auto resumed = run(rest);
-  ASSERT_EQ(resumed.epochs.size(), 3u);
-  expect_same_losses(resumed, whole, 3);
+  for (const int bits : {1, 2}) {  // deterministic and stochastic codes
+    t.optim.grad_bits = bits;
+    const auto whole = run(t);
+    auto first = t;
+    first.optim.epochs = 3;
+    first.reliability.checkpoint_dir = dir.path() / fmt::format("ck{}", bits);
+    run(first);
+    auto rest = t;
+    rest.reliability.resume_dir = first.reliability.checkpoint_dir;
+    const auto resumed = run(rest);
+    ASSERT_EQ(resumed.epochs.size(), 3u) << bits << " bits";
+    expect_same_losses(resumed, whole, 3);
+  }
   // A run without codes cannot resume this one's state.
-  auto plain = rest;
+  auto plain = t;
+  plain.reliability.resume_dir = dir.path() / "ck2";
   plain.optim.grad_compression = GradCompression::kNone;
   if (test::world_size() > 1) {
     EXPECT_NE(test::error_of([&] { run(plain); }).find("--grad-bits must match"), std::string::npos);
@@ -222,7 +225,7 @@ class QuantizedGradientSum : public testing::Test {
 
 TEST_F(QuantizedGradientSum, EveryRankGetsTheSameSumAndFeedbackCancelsTheError) {
   if (test::world_size() == 1) GTEST_SKIP() << "one rank sends no codes";
-  for (const int bits : {2, 4, 8}) {
+  for (const int bits : {1, 2, 4, 8}) {
     QuantizedGradients codes(comm_, ctx_, 7, bits, {{0, 0, kRows, kCols}});
     ASSERT_EQ(codes.matrices().size(), 1u);
     // The same gradient every step: the mean of the sums approaches the exact sum as 1/steps
@@ -256,9 +259,13 @@ TEST_F(QuantizedGradientSum, EveryRankGetsTheSameSumAndFeedbackCancelsTheError) 
       mean_error += (total[i] / steps - exact[i]) * (total[i] / steps - exact[i]);
     mean_error = std::sqrt(mean_error / norm);
     EXPECT_GT(first_error, 0.0) << bits << " bits";
-    EXPECT_LT(first_error, bits == 2 ? 1.2 : bits == 4 ? 0.3 : 0.03) << bits << " bits";
-    // Without feedback, unbiased rounding alone would leave first_error / sqrt(64) = 1/8 of it.
-    EXPECT_LT(mean_error, first_error / 20) << bits << " bits";
+    // 1 bit: two levels a row (deterministic), whose error is below the stochastic 2-bit codes'.
+    EXPECT_LT(first_error, bits == 1 ? 1.0 : bits == 2 ? 1.2 : bits == 4 ? 0.3 : 0.03) << bits << " bits";
+    // Without feedback, unbiased rounding alone would leave first_error / sqrt(64) = 1/8 of it,
+    // and deterministic codes all of it. Those carry a larger error from step to step (it builds
+    // up until it moves a value across its row's mean), so their mean approaches the sum more
+    // slowly, still as 1/steps (on 2 ranks: 0.22, 0.091, 0.027, 0.0067 after 16, 64, 256, 1024).
+    EXPECT_LT(mean_error, first_error / (bits == 1 ? 6 : 20)) << bits << " bits";
   }
 }
 
@@ -297,11 +304,11 @@ TEST(GradAllreduceOptions, QuantizedNeedsLayerwiseAndKnownBits) {
   EXPECT_NE(test::error_of([&] { t.validate(); }).find("quantized needs --grad-allreduce layerwise"),
             std::string::npos);
   t.optim.grad_allreduce = GradAllreduce::kLayerwise;
-  for (const int bits : {1, 3})
+  for (const int bits : {0, 3})
     EXPECT_NE(test::error_of([&] {
                 t.optim.grad_bits = bits;
                 t.validate();
-              }).find(fmt::format("--grad-bits must be 2, 4 or 8, got {}", bits)),
+              }).find(fmt::format("--grad-bits must be 1, 2, 4 or 8, got {}", bits)),
               std::string::npos);
   t.optim.grad_bits = 4;
   t.optim.grad_compression = GradCompression::kAuto;

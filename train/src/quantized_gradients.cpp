@@ -51,7 +51,7 @@ uint64_t QuantizedGradients::device_bytes(std::span<const Matrix> matrices, int 
 QuantizedGradients::QuantizedGradients(Communicator& comm, const ExecContext& ctx, uint64_t seed, int bits,
                                        std::vector<Matrix> matrices)
     : comm_(comm), ctx_(ctx), seed_(seed), bits_(bits) {
-  HALOGEN_EXPECTS(bits == 2 || bits == 4 || bits == 8, "--grad-bits must be 2, 4 or 8, got {}", bits);
+  HALOGEN_EXPECTS(bits == 1 || bits == 2 || bits == 4 || bits == 8, "--grad-bits must be 1, 2, 4 or 8, got {}", bits);
   const int P = comm_.size();
   for (const Matrix& m : matrices) {
     if (!compressed(m.rows, m.cols)) continue;
@@ -114,8 +114,9 @@ void QuantizedGradients::start(size_t k, const Tensor& grads, int epoch) {
   HALOGEN_XPU_SWITCH(ctx_.device, XPU, {
     for (int r = 0; r < P; ++r) {
       const int64_t a = chunk_begin(m, r), b = chunk_begin(m, r + 1);
-      const quant::QuantKey key{seed_ ^ kWorkerStream,       static_cast<uint32_t>(epoch), static_cast<uint32_t>(k),
-                                quant::Direction::kBackward, static_cast<uint32_t>(me),    static_cast<uint32_t>(r)};
+      quant::QuantKey key{seed_ ^ kWorkerStream,       static_cast<uint32_t>(epoch), static_cast<uint32_t>(k),
+                          quant::Direction::kBackward, static_cast<uint32_t>(me),    static_cast<uint32_t>(r)};
+      key.rounding = rounding();
       if (b == a) continue;
       uint32_t* words = code_words(s.send) + s.send_at[static_cast<size_t>(r)];
       quant::quantize_rows<XPU>(M.row_range(a, b).ptr<float>(), b - a, m.cols, m.cols, bits_, key, words, ctx_.stream);
@@ -178,8 +179,9 @@ void QuantizedGradients::phase_two(State& s, const Matrix& m, size_t k, const Te
         quant::dequantize_rows<XPU>(words, rows, m.cols, bits_, s.sum.ptr<float>(), m.cols, true, ctx_.stream);
       }
       ops::axpy(ctx_, 1.0f, s.server_error, s.sum);
-      const quant::QuantKey key{seed_ ^ kServerStream,       static_cast<uint32_t>(epoch_), static_cast<uint32_t>(k),
-                                quant::Direction::kBackward, static_cast<uint32_t>(me),     static_cast<uint32_t>(me)};
+      quant::QuantKey key{seed_ ^ kServerStream,       static_cast<uint32_t>(epoch_), static_cast<uint32_t>(k),
+                          quant::Direction::kBackward, static_cast<uint32_t>(me),     static_cast<uint32_t>(me)};
+      key.rounding = rounding();
       uint32_t* out = code_words(s.out) + s.out_at[mine];
       quant::quantize_rows<XPU>(s.sum.ptr<float>(), rows, m.cols, m.cols, bits_, key, out, ctx_.stream);
       // The server's error feedback: what the summed chunk's codes missed.

@@ -13,16 +13,18 @@
 #include "halogen/comm/communicator.hpp"
 #include "halogen/core/buffer.hpp"
 #include "halogen/core/tensor.hpp"
+#include "halogen/quant/quantize.hpp"
 #include "halogen/train/checkpoint.hpp"
 #include "halogen/train/options.hpp"
 
 namespace halogen {
 
 /// One step's sum over ranks of some weight-gradient matrices, each sent as `bits`-bit codes
-/// (2, 4 or 8; per row a min and a scale, stochastic rounding). Not 1: a 1-bit code is its
-/// row's minimum or maximum, so the error of a value can exceed the value, and the error
-/// feedback then grows step after step instead of being sent. A matrix's rows are split
-/// into one chunk per rank:
+/// (per row a min and a scale). 2, 4 and 8 bits round stochastically. 1 bit rounds
+/// deterministically (quant::Rounding::kDeterministic: two levels split at the row's mean):
+/// a stochastic 1-bit code is its row's minimum or maximum, so the error of a value can
+/// exceed the value, and the error feedback would grow step after step instead of being sent.
+/// A matrix's rows are split into one chunk per rank:
 /// 1. every rank adds its error feedback to its gradient, quantizes each chunk and sends chunk
 ///    j to rank j; what its codes missed becomes its new error feedback;
 /// 2. rank j dequantizes and sums the P codes of chunk j in rank order, adds its own error
@@ -73,6 +75,9 @@ class QuantizedGradients {
   struct State;
   int64_t chunk_begin(const Matrix& m, int rank) const;
   uint32_t* wire(Tensor& words, HostBuffer<uint32_t>& host, bool to_host);
+  quant::Rounding rounding() const {
+    return bits_ == 1 ? quant::Rounding::kDeterministic : quant::Rounding::kStochastic;
+  }
   void phase_two(State& s, const Matrix& m, size_t k, const Tensor& grads);
 
   Communicator& comm_;

@@ -147,10 +147,8 @@ void TrainOptions::validate() const {
       HALOGEN_EXPECTS(quant::is_supported_bits(b), "{}: {} bits not supported (1, 2, 4, 8, 16, 32)", what, b);
   }
   HALOGEN_EXPECTS(o.grad_rank >= 1 && o.grad_rank <= 1024, "--grad-rank must be in [1, 1024], got {}", o.grad_rank);
-  HALOGEN_EXPECTS(o.grad_bits == 2 || o.grad_bits == 4 || o.grad_bits == 8,
-                  "--grad-bits must be 2, 4 or 8, got {} (1-bit codes round a value to its row's minimum or maximum, "
-                  "an error that error feedback cannot cancel: it grows without bound)",
-                  o.grad_bits);
+  HALOGEN_EXPECTS(o.grad_bits == 1 || o.grad_bits == 2 || o.grad_bits == 4 || o.grad_bits == 8,
+                  "--grad-bits must be 1, 2, 4 or 8, got {}", o.grad_bits);
   HALOGEN_EXPECTS(o.grad_compression == GradCompression::kNone || o.grad_allreduce == GradAllreduce::kLayerwise,
                   "--grad-compression {} needs --grad-allreduce layerwise", to_string(o.grad_compression));
   HALOGEN_EXPECTS(o.grad_compression != GradCompression::kAuto || o.choose_grad_compression,
