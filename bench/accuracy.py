@@ -54,8 +54,10 @@ CONFIGS = [
     ("appnp 1-bit stale", ["--model", "appnp", *STALE_1BIT], None, True),
     ("gcnii fp32 sync", ["--model", "gcnii"], None, True),
     ("gcnii 1-bit stale", ["--model", "gcnii", *STALE_1BIT], None, True),
-    # What docs/accuracy.md suggests for deep models: 1-bit features, 4-bit halo gradients.
+    # 1-bit features with 4-bit halo gradients (stochastic codes, no error feedback).
     ("gcnii 1/4-bit stale", ["--model", "gcnii", "--bits-fwd", "1", "--bits-bwd", "4", "--mode", "stale"], None, False),
+    # What the 64-layer model does without error feedback on its 1-bit halo gradients.
+    ("gcnii 1-bit stale feedback off", ["--model", "gcnii", *STALE_1BIT, "--halo-error-feedback", "off"], None, False),
     # On request only.
     ("gcn 8-bit sync", ["--model", "gcn", "--bits-fwd", "8", "--bits-bwd", "8"], None, False),
     ("gcn 1-bit sync", ["--model", "gcn", "--bits-fwd", "1", "--bits-bwd", "1"], None, False),

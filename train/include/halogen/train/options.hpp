@@ -88,7 +88,8 @@ struct ModelOptions {
 /// add noise at every layer, which compounds down a deep model; fed back, the codes' errors
 /// cancel over the epochs instead. kAuto turns it on where that compounding was measured to
 /// break training: more than kErrorFeedbackDepth layers sending 1-bit gradients back (a
-/// 64-layer GCNII went from 58% to 85% on Cora; docs/accuracy.md, "The deep models").
+/// 64-layer GCNII reaches 58% on Cora without it, 83.9% with it over 5 seeds against 84.3% in
+/// fp32; docs/accuracy.md, "The deep models").
 enum class HaloErrorFeedback { kAuto, kOn, kOff };
 HaloErrorFeedback parse_halo_error_feedback(const std::string& name);
 std::string to_string(HaloErrorFeedback f);
