@@ -24,6 +24,18 @@ uint64_t item(const MemoryEstimate& e, const std::string& what) {
   return 0;
 }
 
+// A shard described by its counts alone (ShardCounts), as `halogen plan --nodes` describes one.
+ShardCounts counts(int64_t owned, int64_t halo, int64_t sends, int64_t feature_dim, int64_t classes) {
+  ShardCounts c;
+  c.owned = owned;
+  c.halo = halo;
+  c.sends = sends;
+  c.local_edges = 20000;
+  c.feature_dim = feature_dim;
+  c.classes = classes;
+  return c;
+}
+
 // One memory model with the device as a parameter: a GPU run's estimate counts the device's
 // tensors (no host runtime or shard), and fp16 activations take half the bytes of fp32 ones.
 TEST(MemoryPlan, DeviceIsAParameter) {
@@ -53,13 +65,7 @@ TEST(MemoryPlan, DeviceIsAParameter) {
 TEST(MemoryPlan, CountsTheLongRowsPartialSumsOnAGpu) {
   const std::vector<int64_t> offsets = {0, 3, 3 + 256, 3 + 256 + 257, 3 + 256 + 257 + 1000};
   EXPECT_EQ(halogen::long_row_chunks(offsets.data(), 4), 2 + 4);  // 257 entries: 2 chunks; 1000: 4
-  ShardCounts c;
-  c.owned = 1000;
-  c.halo = 100;
-  c.local_edges = 20000;
-  c.sends = 100;
-  c.feature_dim = 50;
-  c.classes = 7;
+  ShardCounts c = counts(1000, 100, 100, 50, 7);
   c.long_row_chunks = 40;
   TrainOptions t;
   t.model.hidden = 130;  // the widest aggregation: 130 columns, padded to 132 (fp64) or 136 (fp32)
@@ -148,12 +154,7 @@ TEST(MemoryPlan, CountsAloneGiveTheShardsEstimate) {
 // are those of 16 columns whatever the feature width; a GPU exchanges every column at once.
 // The set-up's peak is the largest of its three steps, never their sum.
 TEST(MemoryPlan, SetUpExchangesSixteenColumnsAtATime) {
-  ShardCounts c;
-  c.owned = 1000;
-  c.halo = 200000;
-  c.sends = 150000;
-  c.local_edges = 20000;
-  c.classes = 4;
+  ShardCounts c = counts(1000, 200000, 150000, 0, 4);
   TrainOptions t;
   t.model.hidden = 4;
   const uint64_t sixteen = (2 * 150000 + 200000) * uint64_t{16} * 4;
@@ -188,13 +189,7 @@ TEST(MemoryPlan, ParsesLimits) {
 // Error feedback on halo gradients keeps one carried error per fed-back layer: its halo rows
 // by the gradient's width, in the activations' dtype. Nothing without it, or at 16 bits and up.
 TEST(MemoryPlan, CountsTheHaloGradientsCarriedErrors) {
-  ShardCounts c;
-  c.owned = 1000;
-  c.halo = 300;
-  c.sends = 250;
-  c.local_edges = 20000;
-  c.feature_dim = 50;
-  c.classes = 7;
+  const ShardCounts c = counts(1000, 300, 250, 50, 7);
   TrainOptions t;
   t.model.name = "gcnii";
   t.model.layers = 20;
