@@ -311,9 +311,12 @@ HALOGEN_HD float fixed16_mean(int64_t sum, int64_t n) {
 
 /// One row's metadata word and codes (`width`-bit codes, row_out[1..]) with deterministic
 /// rounding (quantize.hpp): two levels split at the mean for 1-bit codes, nearest grid point
-/// for wider ones. Scaled values are x * unit_inv (finite, |.| < 2^15). One thread per row on
-/// the GPU, so every sum runs in the same order on both backends (fixed point makes it exact anyway).
-HALOGEN_HD void code_row_deterministic(const float* x, int64_t cols, float unit_inv, int width, uint32_t* row_out) {
+/// for wider ones, whose grid comes from the row's scanned extremes `lo` and `hi` (input units,
+/// as the stochastic codes' does). Scaled values are x * unit_inv (finite, |.| < 2^15). One
+/// thread per row on the GPU, so every sum runs in the same order on both backends (fixed point
+/// makes it exact anyway).
+HALOGEN_HD void code_row_deterministic(const float* x, int64_t cols, float unit_inv, int width, float lo, float hi,
+                                       uint32_t* row_out) {
   uint32_t* codes = row_out + 1;
   for (int64_t w = 0; w < code_words(width, cols); ++w) codes[w] = 0;
   row_out[0] = 0;
@@ -339,14 +342,8 @@ HALOGEN_HD void code_row_deterministic(const float* x, int64_t cols, float unit_
     row_out[0] = static_cast<uint32_t>(min_h) | (static_cast<uint32_t>(scale_h) << 16);
     return;
   }
-  float lo = mul_rn(x[0], unit_inv), hi = lo;
-  for (int64_t j = 1; j < cols; ++j) {
-    const float y = mul_rn(x[j], unit_inv);
-    lo = y < lo ? y : lo;
-    hi = y > hi ? y : hi;
-  }
   const uint32_t qmax = max_code(width);
-  const RowCoding coding = row_coding(lo, hi, qmax);
+  const RowCoding coding = row_coding(mul_rn(lo, unit_inv), mul_rn(hi, unit_inv), qmax);
   row_out[0] = coding.meta;
   for (int64_t j = 0; j < cols; ++j) {
     const uint32_t q = stochastic_code(mul_rn(x[j], unit_inv), coding.min, coding.scale, qmax, 0.5f);

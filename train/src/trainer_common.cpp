@@ -450,8 +450,10 @@ bool halo_error_feedback(const TrainOptions& opt, int64_t feature_dim, int64_t c
 }
 
 std::string one_bit_gradient_depth_warning(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {
+  // With auto, more than kErrorFeedbackDepth such layers turn the feedback on.
+  if (opt.exchange.error_feedback != HaloErrorFeedback::kOff) return {};
   const int one_bit = one_bit_gradient_layers(opt, feature_dim, classes);
-  if (one_bit <= kErrorFeedbackDepth || halo_error_feedback(opt, feature_dim, classes)) return {};
+  if (one_bit <= kErrorFeedbackDepth) return {};
   return fmt::format(
       "{} layers send 1-bit halo gradients back without error feedback; their rounding noise compounds down the "
       "layers, and past about {} such layers it costs accuracy (a 64-layer GCNII fails to train). "

@@ -404,7 +404,8 @@ void quantize_rows<kDevCpu>(const float* in, int64_t rows, int64_t cols, int64_t
     const int64_t row_words = 1 + detail::code_words(width, cols);
 #pragma omp parallel for schedule(static) if (parallel_worth(rows, cols))
     for (int64_t r = 0; r < rows; ++r) {
-      detail::code_row_deterministic(in + r * ld, cols, unit_inv, width, out + 1 + r * row_words);
+      detail::code_row_deterministic(in + r * ld, cols, unit_inv, width, lo_hi[2 * r], lo_hi[2 * r + 1],
+                                     out + 1 + r * row_words);
     }
   } else if (coded) {
     quantize_coded(in, rows, cols, ld, code_bits(bits, cols), lo_hi.data(), exponent, key, out);

@@ -144,13 +144,14 @@ __global__ void quantize_kernel(const float* in, int64_t rows, int64_t cols, int
 
 // Rounding::kDeterministic: one thread per row, so each row's sums run in one fixed order
 // (the codes are the CPU's bit for bit). Used for halo gradients only, whose messages are small.
-__global__ void quantize_deterministic_kernel(const float* in, int64_t rows, int64_t cols, int64_t ld, int32_t exponent,
-                                              int width, uint32_t* out) {
+__global__ void quantize_deterministic_kernel(const float* in, int64_t rows, int64_t cols, int64_t ld,
+                                              const float* lo_hi, int32_t exponent, int width, uint32_t* out) {
   if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = static_cast<uint32_t>(exponent);
   const float unit_inv = detail::pow2(-exponent);
   const int64_t row_words = 1 + detail::code_words(width, cols);
   for (int64_t r = global_thread(); r < rows; r += thread_count()) {
-    detail::code_row_deterministic(in + r * ld, cols, unit_inv, width, out + 1 + r * row_words);
+    detail::code_row_deterministic(in + r * ld, cols, unit_inv, width, lo_hi[2 * r], lo_hi[2 * r + 1],
+                                   out + 1 + r * row_words);
   }
 }
 
@@ -260,7 +261,7 @@ void quantize_rows<kDevCuda>(const float* in, int64_t rows, int64_t cols, int64_
   const unsigned int row_blocks = blocks_for(rows, kWarpsPerBlock);
   if (coded && key.rounding == Rounding::kDeterministic) {
     quantize_deterministic_kernel<<<blocks_for(rows, kThreadsPerBlock), kThreadsPerBlock, 0, s>>>(
-        in, rows, cols, ld, exponent, code_bits(bits, cols), out);
+        in, rows, cols, ld, lo_hi, exponent, code_bits(bits, cols), out);
     HALOGEN_CHECK_CUDA(cudaGetLastError());
     return;
   }
