@@ -23,7 +23,7 @@ constexpr double kMpiProcess = 24 * kMiB;
 // What rank 0, the busiest, holds besides its share there: the 16 MiB buffer that streams the
 // dataset for the partition id.
 constexpr double kRankZeroExtras = 29.6 * kMiB;
-// Held whole on every rank: the assignment, 4 bytes per node.
+// Held whole on every rank while PT-Scotch partitions: the assignment, 4 bytes per node.
 constexpr double kPerNodeOnEveryRank = 4.0;
 
 // METIS in one process holds the whole dataset, the graph in METIS's layout with three
@@ -36,23 +36,32 @@ constexpr double kMetisPerFeatureByte = 1.08;
 
 // Label propagation, partitioning: the slice, its ghost layer, cluster weights and the
 // contraction, whose coarse graph (12 bytes per entry, sent in batches) is the peak on RMAT,
-// shared by the ranks; its own process constant (rank 0's coarsest graph included).
-constexpr double kLpProcess = 30.0 * kMiB;
-constexpr double kLpPerEntry = 11.0;
-constexpr double kLpPerNode = 330.0;
+// shared by the ranks; the assignment and its all-gather, 8 bytes per node of the whole graph,
+// on every rank; its own process constant (rank 0's coarsest graph included).
+constexpr double kLpProcess = 24.0 * kMiB;
+constexpr double kLpPerEntry = 22.0;
+constexpr double kLpPerNode = 104.0;
+constexpr double kLpPerNodeOnEveryRank = 8.0;
 
 // Writing the shards (ptscotch and lp share the distributed writer): the rows moving to their
-// part's writer, the part's local arrays, its transposed adjacency, the parts' features, and
-// three feature rounds' buffers (detail::kFeatureRoundBytes each at most) in flight.
-constexpr double kWriterProcess = 38.0 * kMiB;
-constexpr double kWriterPerEntry = 12.0;
-constexpr double kWriterPerNode = 50.0;
+// part's writer and the parts' local arrays, shared by the ranks; the parts' features and one
+// feature round's buffers (detail::kFeatureRoundBytes at most); the assignment and a part's
+// halo bitmap, 8 bytes per node of the whole graph, on every rank; and on rank 0, the busiest,
+// the buffer that streams the dataset's arrays for the partition id (kStreamBytes, or the
+// largest array where smaller).
+constexpr double kWriterProcess = 28.0 * kMiB;
+constexpr double kWriterPerEntry = 9.0;
+constexpr double kWriterPerNode = 150.0;
+constexpr double kWriterPerNodeOnEveryRank = 8.0;
+constexpr double kStreamBytes = 16.0 * kMiB;
 
-// Both phases' coefficients were chosen together to keep the larger phase, the peak, within
-// 14% of the measured peak on RMAT 17 to 20 (edge factor 16; 18 also with 4), SBMs of 500 000
-// and 2 000 000 nodes with 128 features, and the partitioning of RMAT 24 on 4 ranks, at 1, 2
-// and 4 ranks: no one formula of n, m and f fits each phase alone on all those graphs as
-// closely (label propagation needs more per node on an SBM's communities than on RMAT).
+// The coefficients of both phases were fitted together, to keep the larger phase, the peak,
+// within 14% of the busiest rank's measured peak on RMAT scale 14 to 20 (edge factor 16; 18
+// also with 4), SBMs of 500 000 and 2 000 000 nodes with 128 features, and RMAT scale 24 on 4
+// ranks, at 1, 2 and 4 ranks; repeated runs of one graph differ by up to 11%. Neither phase
+// alone fits one formula of n, m and f on all those graphs as closely: label propagation needs
+// more per node on an SBM's communities than on RMAT, so the partitioning's own figure is up
+// to 28% low on the SBMs, where the writer is the peak.
 
 // PT-Scotch's own peak on every rank, in bytes per stored entry of the whole graph: it does not
 // fall with the ranks as a share would (measured 53 to 129 at 2 and 4 ranks, RMAT scale 16 to
@@ -73,14 +82,17 @@ struct Phase {
 
 Phase writing(const PartitionCounts& c, int ranks) {
   const double n = static_cast<double>(c.nodes), m = static_cast<double>(c.stored_entries);
-  const double features = n * static_cast<double>(c.feature_dim) * 4.0 / ranks;
-  return {
-      "writing the shards",
-      {{"process", bytes(kWriterProcess)},
-       {"rows moving to their parts", bytes((kWriterPerEntry * m + kWriterPerNode * n) / ranks)},
-       {"the parts' features", bytes(features)},
-       {"feature rounds in flight", bytes(3.0 * std::min(static_cast<double>(detail::kFeatureRoundBytes), features))},
-       {"the assignment (every rank)", bytes(kPerNodeOnEveryRank * n)}}};
+  const double all_features = n * static_cast<double>(c.feature_dim) * 4.0;
+  const double features = all_features / ranks;
+  // The dataset's largest array: its offsets (8 bytes a node), indices (4 an entry) or features.
+  const double largest_array = std::max({8.0 * (n + 1.0), 4.0 * m, all_features});
+  return {"writing the shards",
+          {{"process", bytes(kWriterProcess)},
+           {"rows moving to their parts", bytes((kWriterPerEntry * m + kWriterPerNode * n) / ranks)},
+           {"the parts' features", bytes(features)},
+           {"a feature round in flight", bytes(std::min(static_cast<double>(detail::kFeatureRoundBytes), features))},
+           {"the assignment and a halo bitmap (every rank)", bytes(kWriterPerNodeOnEveryRank * n)},
+           {"rank 0's stream for the partition id", bytes(std::min(kStreamBytes, largest_array))}}};
 }
 
 }  // namespace
@@ -109,7 +121,7 @@ PartitionMemory predict_partition_memory(PartitionMethod method, const Partition
       partitioning = {"partitioning",
                       {{"process", bytes(kLpProcess)},
                        {"slice and label propagation", bytes((kLpPerEntry * m + kLpPerNode * n) / ranks)},
-                       {"the assignment (every rank)", bytes(kPerNodeOnEveryRank * n)}}};
+                       {"the assignment (every rank)", bytes(kLpPerNodeOnEveryRank * n)}}};
     } else {
       out.upper_bound = true;
       partitioning = {"partitioning",
