@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "halogen/core/error.hpp"
+#include "halogen/partition/dataset_io.hpp"
 #include "partition_internal.hpp"
 
 namespace halogen {
@@ -18,11 +19,9 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 // One process without MPI (metis, random): the program, its libraries and allocator arenas.
 constexpr double kSerialProcess = 15 * kMiB;
-// One MPI rank running PT-Scotch: the same plus Open MPI's own buffers.
-constexpr double kMpiProcess = 24 * kMiB;
-// What rank 0, the busiest, holds besides its share there: the 16 MiB buffer that streams the
-// dataset for the partition id.
-constexpr double kRankZeroExtras = 29.6 * kMiB;
+// One MPI rank running PT-Scotch: the same plus Open MPI's and PT-Scotch's own buffers, fitted
+// with the bound below (the busiest rank is not always rank 0 there).
+constexpr double kPtScotchProcess = 53.6 * kMiB;
 // Held whole on every rank while PT-Scotch partitions: the assignment, 4 bytes per node.
 constexpr double kPerNodeOnEveryRank = 4.0;
 
@@ -47,13 +46,12 @@ constexpr double kLpPerNodeOnEveryRank = 8.0;
 // part's writer and the parts' local arrays, shared by the ranks; the parts' features and one
 // feature round's buffers (detail::kFeatureRoundBytes at most); the assignment and a part's
 // halo bitmap, 8 bytes per node of the whole graph, on every rank; and on rank 0, the busiest,
-// the buffer that streams the dataset's arrays for the partition id (kStreamBytes, or the
-// largest array where smaller).
+// the buffer that streams the dataset's arrays for the partition id (kPayloadChunkBytes, or
+// the largest array where smaller: the rest of it is never touched).
 constexpr double kWriterProcess = 28.0 * kMiB;
 constexpr double kWriterPerEntry = 9.0;
 constexpr double kWriterPerNode = 150.0;
 constexpr double kWriterPerNodeOnEveryRank = 8.0;
-constexpr double kStreamBytes = 16.0 * kMiB;
 
 // The coefficients of both phases were fitted together, to keep the larger phase, the peak,
 // within 14% of the busiest rank's measured peak on RMAT scale 14 to 20 (edge factor 16; 18
@@ -92,7 +90,8 @@ Phase writing(const PartitionCounts& c, int ranks) {
            {"the parts' features", bytes(features)},
            {"a feature round in flight", bytes(std::min(static_cast<double>(detail::kFeatureRoundBytes), features))},
            {"the assignment and a halo bitmap (every rank)", bytes(kWriterPerNodeOnEveryRank * n)},
-           {"rank 0's stream for the partition id", bytes(std::min(kStreamBytes, largest_array))}}};
+           {"rank 0's stream for the partition id",
+            bytes(std::min(static_cast<double>(kPayloadChunkBytes), largest_array))}}};
 }
 
 }  // namespace
@@ -125,7 +124,7 @@ PartitionMemory predict_partition_memory(PartitionMethod method, const Partition
     } else {
       out.upper_bound = true;
       partitioning = {"partitioning",
-                      {{"process", bytes(kMpiProcess + kRankZeroExtras)},
+                      {{"process", bytes(kPtScotchProcess)},
                        {"PT-Scotch (bound)", bytes(kPtScotchPerEntryBound * m)},
                        {"the assignment (every rank)", bytes(kPerNodeOnEveryRank * n)}}};
     }

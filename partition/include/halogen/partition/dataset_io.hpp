@@ -98,12 +98,16 @@ DatasetSlice read_dataset_slice(const std::filesystem::path& dir, int64_t begin,
 /// feature_dim floats), with one positioned read; the header is checked as read_dataset does.
 void read_feature_rows(const std::filesystem::path& dir, int64_t first, int64_t count, float* out);
 
+/// The chunk stream_dataset_payloads reads at a time unless told otherwise.
+inline constexpr size_t kPayloadChunkBytes = size_t{16} << 20;
+
 /// Streams every payload of the dataset in `dir` in file order (offsets, indices, features,
 /// labels, split) through `consume` in chunks of at most `chunk_bytes`, and verifies each
-/// file's XXH3 checksum against its header (an error names the file). Memory: one chunk.
+/// file's XXH3 checksum against its header (an error names the file). Memory: one chunk, of
+/// which only the largest payload's size is ever touched.
 void stream_dataset_payloads(const std::filesystem::path& dir,
                              const std::function<void(std::span<const std::byte>)>& consume,
-                             size_t chunk_bytes = size_t{16} << 20);
+                             size_t chunk_bytes = kPayloadChunkBytes);
 
 /// True if `dir` looks like a halogen dataset directory (has meta.json of the right format).
 bool is_dataset_dir(const std::filesystem::path& dir);
