@@ -1,6 +1,6 @@
 // The partition's predicted memory (partition_memory.hpp) and the choice and refusal that
-// `halogen partition` makes from it (partition_memory_check.hpp). The prediction's accuracy
-// against measured peaks is bench/partition_memory.sh's.
+// `halogen partition` makes from it (partition_memory_check.hpp). The peaks the prediction is
+// checked against were measured by bench/partition_memory.sh and bench/scale_end_to_end.sh.
 #include <gtest/gtest.h>
 
 #include <string>
