@@ -129,6 +129,9 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "or fixed when one of those is given")(
       "stale-error-bound", number(&t.exchange.staleness.error_bound, t.exchange.staleness.error_bound),
       "adaptive stale policy: largest estimated relative error of the halos a stale epoch may use")(
+      "stale-val-loss-rise", number(&t.exchange.staleness.val_loss_rise, t.exchange.staleness.val_loss_rise),
+      "adaptive stale policy: halve the error bound whenever the validation loss after a stale epoch exceeds its "
+      "lowest by more than this share (inf: never)")(
       "sync-every", po::value(&t.exchange.staleness.sync_every)->default_value(0),
       "stale mode: force a synchronous epoch every k epochs (0 = never)")(
       "drift-threshold", po::value<double>(),

@@ -1,6 +1,7 @@
 #include "halogen/pipeline/staleness.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "halogen/core/error.hpp"
 
@@ -64,6 +65,8 @@ BoundedStalenessAdapter::BoundedStalenessAdapter(ExchangeMode mode, const Stalen
   HALOGEN_EXPECTS(options.smoothing >= 0.0f && options.smoothing < 1.0f, "--stale-smoothing must be in [0, 1), got {}",
                   options.smoothing);
   HALOGEN_EXPECTS(options.error_bound >= 0.0, "--stale-error-bound must be non-negative, got {}", options.error_bound);
+  HALOGEN_EXPECTS(options.val_loss_rise >= 0.0, "--stale-val-loss-rise must be non-negative, got {}",
+                  options.val_loss_rise);
   // The fixed rules would be silently ignored by the adaptive policy.
   HALOGEN_EXPECTS(mode != ExchangeMode::kStale || options.policy == StalePolicy::kFixed ||
                       (options.sync_every == 0 && options.smoothing == 0.0f &&
@@ -75,6 +78,17 @@ BoundedStalenessAdapter::BoundedStalenessAdapter(ExchangeMode mode, const Stalen
 void BoundedStalenessAdapter::observe_change(std::span<const double> change_per_epoch) {
   change_.assign(change_per_epoch.begin(), change_per_epoch.end());
 }
+
+bool BoundedStalenessAdapter::observe_validation_loss(double loss, bool stale_epoch) {
+  if (!adaptive() || !std::isfinite(loss)) return false;
+  const double lowest = lowest_val_loss_;
+  lowest_val_loss_ = std::min(lowest_val_loss_, loss);
+  if (!stale_epoch || !std::isfinite(lowest) || loss <= lowest * (1.0 + options_.val_loss_rise)) return false;
+  ++halvings_;
+  return true;
+}
+
+double BoundedStalenessAdapter::bound() const noexcept { return std::ldexp(options_.error_bound, -halvings_); }
 
 double BoundedStalenessAdapter::estimated_error(int m) const {
   double error = 0.0;
@@ -95,11 +109,12 @@ BoundedStalenessAdapter::Decision BoundedStalenessAdapter::decide(int epoch, std
   if (mode_ != ExchangeMode::kStale) return d;  // sync and overlap are always fresh
   if (adaptive()) {
     d.estimated_error = estimated_error(stale_run_ + 1);
+    d.bound = bound();
     if (epoch == 0) {
       d.reason = SyncReason::kFirstEpoch;
     } else if (change_.empty()) {
       d.reason = SyncReason::kUnmeasured;
-    } else if (d.estimated_error > options_.error_bound) {
+    } else if (d.estimated_error > d.bound) {
       d.reason = SyncReason::kErrorBound;
     } else {
       d.sync = false;

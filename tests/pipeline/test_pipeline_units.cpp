@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -95,7 +96,7 @@ TEST(Adapter, AdaptiveBoundsTheEstimatedError) {
   // Three exchanging layers changing by 2%, 1.5% and 2%: error(1) = 0.055, error(2) = 0.09,
   // error(3) = 0.11 > 0.1, so a synchronous epoch follows every two stale ones.
   a.observe_change(std::vector<double>{0.02, 0.015, 0.02});
-  a.restore(a.change(), 0);
+  a.restore({a.state().change, 0, 0});
   std::vector<bool> sync;
   for (int e = 6; e < 12; ++e) sync.push_back(a.decide(e, {}).sync);
   EXPECT_EQ(sync, (std::vector<bool>{false, false, true, false, false, true}));
@@ -113,6 +114,66 @@ TEST(Adapter, AdaptiveBoundsTheEstimatedError) {
   StalenessOptions bad = o;
   bad.error_bound = -0.1;
   EXPECT_THROW(BoundedStalenessAdapter(ExchangeMode::kStale, bad), Error);
+}
+
+// The validation-loss rule: the bound halves whenever the loss after a stale epoch is more than
+// the allowed share above the lowest so far; synchronous epochs and losses within the share
+// leave it, and the state it keeps survives a checkpoint.
+TEST(Adapter, AdaptiveHalvesTheBoundWhenStaleEpochsRaiseTheValidationLoss) {
+  StalenessOptions o;
+  ASSERT_DOUBLE_EQ(o.val_loss_rise, 0.25);
+  o.error_bound = 0.2;
+  BoundedStalenessAdapter a(ExchangeMode::kStale, o);
+  a.decide(0, {});
+  a.decide(1, {});
+  a.observe_change(std::vector<double>{-1.0, 0.06});  // error(m) = 0.06 for every m
+  EXPECT_FALSE(a.observe_validation_loss(1.0, /*stale_epoch=*/false));
+  EXPECT_FALSE(a.observe_validation_loss(0.8, true));   // a new lowest
+  EXPECT_FALSE(a.observe_validation_loss(0.99, true));  // 24% above it
+  EXPECT_DOUBLE_EQ(a.bound(), 0.2);
+  EXPECT_FALSE(a.observe_validation_loss(2.0, false));  // a synchronous epoch raises nothing
+  EXPECT_DOUBLE_EQ(a.bound(), 0.2);
+  EXPECT_FALSE(a.decide(2, {}).sync);
+  EXPECT_TRUE(a.observe_validation_loss(1.01, true));  // 26% above 0.8
+  EXPECT_DOUBLE_EQ(a.bound(), 0.1);
+  EXPECT_FALSE(a.decide(3, {}).sync);  // 0.06 is still within 0.1
+  EXPECT_TRUE(a.observe_validation_loss(1.2, true));
+  EXPECT_DOUBLE_EQ(a.bound(), 0.05);
+  const auto d = a.decide(4, {});
+  EXPECT_TRUE(d.sync);
+  EXPECT_EQ(d.reason, SyncReason::kErrorBound);
+  EXPECT_DOUBLE_EQ(d.bound, 0.05);
+
+  // A checkpoint's state gives the same decisions and the same lowest loss.
+  BoundedStalenessAdapter resumed(ExchangeMode::kStale, o);
+  resumed.restore(a.state());
+  EXPECT_DOUBLE_EQ(resumed.bound(), 0.05);
+  EXPECT_TRUE(resumed.decide(5, {}).sync);
+  EXPECT_FALSE(resumed.observe_validation_loss(0.99, true));
+  EXPECT_TRUE(resumed.observe_validation_loss(1.01, true));
+  // Resumed with another bound, the count of halvings applies to it.
+  StalenessOptions wider = o;
+  wider.error_bound = 0.8;
+  BoundedStalenessAdapter rebound(ExchangeMode::kStale, wider);
+  rebound.restore(a.state());
+  EXPECT_DOUBLE_EQ(rebound.bound(), 0.2);
+
+  // Infinity turns the rule off; a negative share is refused.
+  StalenessOptions off = o;
+  off.val_loss_rise = std::numeric_limits<double>::infinity();
+  BoundedStalenessAdapter never(ExchangeMode::kStale, off);
+  never.observe_validation_loss(0.5, false);
+  EXPECT_FALSE(never.observe_validation_loss(50.0, true));
+  EXPECT_DOUBLE_EQ(never.bound(), 0.2);
+  StalenessOptions bad = o;
+  bad.val_loss_rise = -0.1;
+  EXPECT_THROW(BoundedStalenessAdapter(ExchangeMode::kStale, bad), Error);
+  // The fixed policy has no bound to halve.
+  StalenessOptions fixed = o;
+  fixed.policy = StalePolicy::kFixed;
+  BoundedStalenessAdapter rules(ExchangeMode::kStale, fixed);
+  rules.observe_validation_loss(0.5, false);
+  EXPECT_FALSE(rules.observe_validation_loss(50.0, true));
 }
 
 TEST(Adapter, SyncAndOverlapAreAlwaysFresh) {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -191,13 +192,16 @@ void check_adaptive_policy(Ranks& s, TrainOptions base, std::string model) {
   for (size_t e = 2; e < mixed.epochs.size(); ++e) {
     const auto& rec = mixed.epochs[e];
     const double estimate = rec["stale_error"].get<double>();
+    // The bound of the epoch: the option's, halved once for each rise of the validation loss.
+    const double bound = rec["stale_bound"].get<double>();
+    EXPECT_LE(bound, t.exchange.staleness.error_bound);
     if (rec["sync"].get<bool>()) {
       ++forced;
-      EXPECT_GT(estimate, t.exchange.staleness.error_bound) << "epoch " << e;
+      EXPECT_GT(estimate, bound) << "epoch " << e;
       EXPECT_EQ(reason(rec), "error-bound");
     } else {
       ++stale;
-      EXPECT_LE(estimate, t.exchange.staleness.error_bound) << "epoch " << e;
+      EXPECT_LE(estimate, bound) << "epoch " << e;
     }
   }
   EXPECT_GT(stale, 0);
@@ -212,6 +216,58 @@ TEST_P(StaleRuns, AdaptivePolicyBoundsTheEstimatedError) {
 TEST_P(StaleRuns, AdaptivePolicyBoundsTheEstimatedErrorGat) {
   Ranks s;
   check_adaptive_policy(s, base_options(), "gat");
+}
+
+// The validation-loss rule, in a run: the bound of each epoch is the previous one, halved when
+// the previous epoch was stale and its validation loss exceeded the lowest before it by more
+// than the share (0 here, so that it fires within a short run); a halved bound turns epochs
+// synchronous that the option's bound would have left stale; and a run resumed from a
+// checkpoint continues with the bound and the lowest loss it had, bit for bit.
+TEST_P(StaleRuns, AdaptivePolicyHalvesTheBoundWhenTheValidationLossRises) {
+  Ranks s;
+  auto t = base_options();
+  t.optim.epochs = 20;
+  t.exchange.mode = ExchangeMode::kStale;
+  t.exchange.bits_fwd = t.exchange.bits_bwd = {1};
+  t.exchange.staleness.error_bound = 1.0;
+  t.exchange.staleness.val_loss_rise = 0.0;
+  const auto run = s.run(t);
+  ASSERT_EQ(run.epochs.size(), 20u);
+  double bound = t.exchange.staleness.error_bound;
+  double lowest = std::numeric_limits<double>::infinity();
+  int halvings = 0, turned_sync = 0;
+  for (size_t e = 0; e < run.epochs.size(); ++e) {
+    const auto& rec = run.epochs[e];
+    EXPECT_DOUBLE_EQ(rec["stale_bound"].get<double>(), bound) << "epoch " << e;
+    const bool sync = rec["sync"].get<bool>();
+    if (e >= 2 && sync && rec["stale_error"].get<double>() <= t.exchange.staleness.error_bound) ++turned_sync;
+    const double loss = rec["val_loss"].get<double>();
+    if (!sync && loss > lowest) {
+      bound *= 0.5;
+      ++halvings;
+    }
+    lowest = std::min(lowest, loss);
+  }
+  EXPECT_GT(halvings, 0);
+  if (s.size > 1) {
+    EXPECT_GT(turned_sync, 0) << "the halved bound decided nothing";
+  }
+
+  const test::SharedScratchDir dir("val-loss-rule");
+  auto first = t;
+  first.optim.epochs = 10;
+  first.reliability.checkpoint_dir = dir.path() / "ck";
+  s.run(first);
+  auto rest = t;
+  rest.reliability.resume_dir = first.reliability.checkpoint_dir;
+  const auto resumed = s.run(rest);
+  ASSERT_EQ(resumed.epochs.size(), 10u);
+  for (size_t e = 0; e < resumed.epochs.size(); ++e) {
+    const auto& whole = run.epochs[e + 10];
+    EXPECT_EQ(resumed.epochs[e]["loss"].get<double>(), whole["loss"].get<double>()) << "epoch " << e + 10;
+    EXPECT_EQ(resumed.epochs[e]["stale_bound"].get<double>(), whole["stale_bound"].get<double>()) << "epoch " << e + 10;
+    EXPECT_EQ(resumed.epochs[e]["sync"].get<bool>(), whole["sync"].get<bool>()) << "epoch " << e + 10;
+  }
 }
 
 TEST_P(StaleRuns, EveryKForcesExactlyAtMultiples) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "halo_schedule.hpp"
+#include "halogen/core/log.hpp"
 #include "host_copy.hpp"
 #include "local_graph.hpp"
 #include "ops.hpp"
@@ -244,8 +245,14 @@ class AdaptiveStaleExchange final : public StaleExchange {
   }
 
   // The per-epoch relative change of each layer's exchanged rows since the previous
-  // evaluation, summed over ranks, for the adapter. Collective.
-  void end_evaluation(int epoch) override {
+  // evaluation, summed over ranks, for the adapter, and the validation loss. Collective.
+  void end_evaluation(int epoch, double val_loss) override {
+    const double bound = adapter_.bound();
+    if (adapter_.observe_validation_loss(val_loss, !sync_epoch_))
+      log::info(
+          "epoch {}: validation loss {:.4f} after a stale epoch is more than {:.0f}% above its lowest: stale "
+          "error bound halved from {:.4g} to {:.4g}",
+          epoch, val_loss, 100.0 * opt_.exchange.staleness.val_loss_rise, bound, adapter_.bound());
     const int L = static_cast<int>(eval_.size());
     std::vector<double> sums(static_cast<size_t>(5 * L));
     for (int l = 0; l < L; ++l) {
@@ -277,8 +284,11 @@ class AdaptiveStaleExchange final : public StaleExchange {
   void save(CheckpointWriter& w, nlohmann::json& meta, HaloExchanger& exch,
             std::vector<train_detail::LayerState>& layers) override {
     StaleExchange::save(w, meta, exch, layers);
-    meta["adaptive_change"] = adapter_.change();
-    meta["adaptive_stale_run"] = adapter_.stale_run();
+    const BoundedStalenessAdapter::State state = adapter_.state();
+    meta["adaptive_change"] = state.change;
+    meta["adaptive_stale_run"] = state.stale_run;
+    meta["adaptive_halvings"] = state.halvings;
+    if (std::isfinite(state.lowest_val_loss)) meta["adaptive_lowest_val_loss"] = state.lowest_val_loss;
     meta["eval_sent_epoch"] = sent_epoch_;
     for (size_t l = 0; l < eval_.size(); ++l) {
       const Tensor& sent = eval_[l].sent;
@@ -292,7 +302,9 @@ class AdaptiveStaleExchange final : public StaleExchange {
                const std::vector<train_detail::LayerState>& layers, const std::string& dir) override {
     StaleExchange::restore(r, meta, exch, layers, dir);
     const int L = static_cast<int>(eval_.size());
-    adapter_.restore(meta.value("adaptive_change", std::vector<double>{}), meta.value("adaptive_stale_run", 0));
+    adapter_.restore({meta.value("adaptive_change", std::vector<double>{}), meta.value("adaptive_stale_run", 0),
+                      meta.value("adaptive_halvings", 0),
+                      meta.value("adaptive_lowest_val_loss", std::numeric_limits<double>::infinity())});
     sent_epoch_ = meta.value("eval_sent_epoch", -1);
     if (!meta.contains("eval_sent_cols")) return;
     for (const auto& [layer, cols] : meta.at("eval_sent_cols").items()) {

@@ -71,7 +71,7 @@ class HaloChannel {
   void write_scalars(std::span<double> scalars) const;
   void read_scalars(std::span<const double> scalars);
   /// After an evaluation pass: feeds the adaptive policy (collective).
-  void end_evaluation(int epoch);
+  void end_evaluation(int epoch, double val_loss);
   /// Completes every exchange in flight (end of training).
   void drain();
 

@@ -304,6 +304,10 @@ nlohmann::json training_description(const TrainOptions& opt) {
           {"halo_error_feedback", to_string(opt.exchange.error_feedback)},
           {"stale_policy", to_string(opt.exchange.staleness.policy)},
           {"stale_error_bound", opt.exchange.staleness.error_bound},
+          // JSON has no infinity: "off" stands for it.
+          {"stale_val_loss_rise", std::isfinite(opt.exchange.staleness.val_loss_rise)
+                                      ? nlohmann::json(opt.exchange.staleness.val_loss_rise)
+                                      : nlohmann::json("off")},
           {"seed", opt.seed},
           {"dropout", opt.model.dropout},
           {"lr", opt.optim.lr},
@@ -469,10 +473,10 @@ void log_sync_decision(const TrainOptions& opt, int epoch, const BoundedStalenes
     if (decision.sync == previous_sync) return;
     if (decision.sync) {
       log::info("epoch {}: synchronous exchange: estimated stale-halo error {:.4f} > bound {:.4f}", epoch,
-                decision.estimated_error, opt.exchange.staleness.error_bound);
+                decision.estimated_error, decision.bound);
     } else {
       log::info("epoch {}: stale exchange: estimated stale-halo error {:.4f} <= bound {:.4f}", epoch,
-                decision.estimated_error, opt.exchange.staleness.error_bound);
+                decision.estimated_error, decision.bound);
     }
     return;
   }

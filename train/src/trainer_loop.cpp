@@ -205,14 +205,17 @@ TrainResult Trainer::run_epochs() {
       // The weights of the best-validation epoch are the model kept (--save-model).
       if (log_.add_accuracy(rec, epoch, train_detail::evaluate_logits(logits_on_host(), s_)))
         best_params_ = to_host_floats(ctx(), optim_->params());
-      halo_->end_evaluation(epoch);
+      halo_->end_evaluation(epoch, rec["val_loss"].get<double>());
     }
     const bool last = epoch + 1 == opt_.optim.epochs || log_.patience_exhausted(epoch);
     synchronize(ctx());
     rec["sync"] = decision.sync;
     rec["sync_reason"] = to_string(decision.reason);
     if (halo_->drift_enabled()) rec["drift"] = decision.max_drift;
-    if (halo_->adaptive()) rec["stale_error"] = decision.estimated_error;
+    if (halo_->adaptive()) {
+      rec["stale_error"] = decision.estimated_error;
+      rec["stale_bound"] = decision.bound;
+    }
     const auto& st = halo_->stats();
     const double compute_s = log_.finish(
         rec, train_detail::EpochFigures{

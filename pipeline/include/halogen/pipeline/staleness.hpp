@@ -31,6 +31,15 @@
 // The epoch is stale when error(m) <= bound, else synchronous (which resets m). Until a change
 // has been measured (two evaluations) every epoch is synchronous.
 //
+// The estimate is first order: it does not see a delay that feeds back on itself. On some
+// graphs and widths stale halos make the training oscillate (the loss swings with a period of
+// a few epochs) while the estimate stays under the bound. The validation loss shows it: after
+// a stale epoch it rises far above its lowest (60% and more), where in runs that train well it
+// stays within 20% of it. So the adaptive policy halves its bound whenever the validation loss
+// after a stale epoch exceeds the lowest so far by more than a share (--stale-val-loss-rise,
+// 0.25). A model that overfits raises it too, after its best epoch; the bound then falls and
+// the later epochs are synchronous, which costs time after the best model.
+//
 // Smoothing (--stale-smoothing g, as PipeGCN-GF): in a stale epoch the halo rows used are
 // g * (those used before) + (1 - g) * (those just received), and the halo gradients added are
 // g * (those added before) + (1 - g) * (those just received). A stale row carries the
@@ -59,7 +68,10 @@ struct StalenessOptions {
   int staleness = 1;  // S: oldest halo (in epochs) a stale epoch may use; >= 1 in stale mode
   StalePolicy policy = StalePolicy::kAdaptive;
   double error_bound = 0.2;  // adaptive: largest estimated relative error of the halos a stale epoch uses
-  int sync_every = 0;        // k: force a synchronous epoch every k epochs (0 = never, besides epoch 0)
+  // adaptive: halve the bound when a stale epoch's validation loss exceeds the lowest so far by
+  // more than this share (infinity: never)
+  double val_loss_rise = 0.25;
+  int sync_every = 0;  // k: force a synchronous epoch every k epochs (0 = never, besides epoch 0)
   double drift_threshold = std::numeric_limits<double>::infinity();  // inf = drift rule off
   float smoothing = 0.0f;  // g in [0, 1): exponential average of stale halos and gradients (0 = off)
 };
@@ -77,6 +89,7 @@ class BoundedStalenessAdapter {
     SyncReason reason = SyncReason::kMode;
     double max_drift = 0.0;        // largest per-layer drift measured in the previous epoch
     double estimated_error = 0.0;  // adaptive: error(m) of this epoch's halos if it were stale
+    double bound = 0.0;            // adaptive: the bound it was compared with
   };
   /// Decision for `epoch`, given the global per-layer drift measured in the previous epoch
   /// (empty if none was measured yet: then, with the drift rule on, the epoch is
@@ -86,6 +99,10 @@ class BoundedStalenessAdapter {
   /// Adaptive policy: the latest per-epoch relative change of each layer's exchanged rows
   /// (the same on every rank; a negative entry: the layer exchanges nothing).
   void observe_change(std::span<const double> change_per_epoch);
+  /// Adaptive policy: the validation loss of the model after `epoch`'s step (`stale_epoch`: that
+  /// step used stale halos). Halves the bound, and returns true, when a stale epoch's loss
+  /// exceeds the lowest seen so far by more than options().val_loss_rise.
+  bool observe_validation_loss(double loss, bool stale_epoch);
   /// Adaptive policy: per layer, how much of an error in its halo rows reaches the model's
   /// output (1 for every layer if never set). Set once, before the first decision.
   void set_error_gains(std::vector<double> gains) { gains_ = std::move(gains); }
@@ -98,13 +115,26 @@ class BoundedStalenessAdapter {
     return mode_ == ExchangeMode::kStale && options_.drift_threshold < std::numeric_limits<double>::infinity();
   }
 
-  /// The adaptive policy's state, for checkpoints: the observed change and the current run of
-  /// stale epochs.
-  const std::vector<double>& change() const noexcept { return change_; }
-  int stale_run() const noexcept { return stale_run_; }
-  void restore(std::vector<double> change, int stale_run) {
-    change_ = std::move(change);
-    stale_run_ = stale_run;
+  /// Adaptive policy: the bound stale epochs are held to now: options().error_bound, halved once
+  /// for every rise of the validation loss.
+  double bound() const noexcept;
+
+  /// The adaptive policy's state, for checkpoints: the observed change, the current run of
+  /// stale epochs, how often the bound was halved (kept as a count, so that a run resumed with
+  /// another --stale-error-bound halves that one) and the lowest validation loss (infinity:
+  /// none yet).
+  struct State {
+    std::vector<double> change;
+    int stale_run = 0;
+    int halvings = 0;
+    double lowest_val_loss = std::numeric_limits<double>::infinity();
+  };
+  State state() const { return {change_, stale_run_, halvings_, lowest_val_loss_}; }
+  void restore(State state) {
+    change_ = std::move(state.change);
+    stale_run_ = state.stale_run;
+    halvings_ = state.halvings;
+    lowest_val_loss_ = state.lowest_val_loss;
   }
 
  private:
@@ -113,6 +143,8 @@ class BoundedStalenessAdapter {
   std::vector<double> change_;  // empty: nothing measured yet
   std::vector<double> gains_;   // empty: 1 for every layer
   int stale_run_ = 0;
+  int halvings_ = 0;
+  double lowest_val_loss_ = std::numeric_limits<double>::infinity();
 };
 
 /// Records the epoch in which the content of each layer's halo slots (forward) and pending
