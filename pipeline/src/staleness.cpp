@@ -79,11 +79,10 @@ void BoundedStalenessAdapter::observe_change(std::span<const double> change_per_
   change_.assign(change_per_epoch.begin(), change_per_epoch.end());
 }
 
-bool BoundedStalenessAdapter::observe_validation_loss(double loss, bool stale_epoch) {
-  if (!adaptive() || !std::isfinite(loss)) return false;
-  const double lowest = lowest_val_loss_;
-  lowest_val_loss_ = std::min(lowest_val_loss_, loss);
-  if (!stale_epoch || !std::isfinite(lowest) || loss <= lowest * (1.0 + options_.val_loss_rise)) return false;
+bool BoundedStalenessAdapter::observe_validation_loss(double loss, double lowest, bool stale_epoch) {
+  // A loss that is the lowest is never above it, so `lowest` may include it.
+  if (!adaptive() || !stale_epoch || !std::isfinite(loss) || loss <= lowest * (1.0 + options_.val_loss_rise))
+    return false;
   ++halvings_;
   return true;
 }

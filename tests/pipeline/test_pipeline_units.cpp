@@ -118,7 +118,7 @@ TEST(Adapter, AdaptiveBoundsTheEstimatedError) {
 
 // The validation-loss rule: the bound halves whenever the loss after a stale epoch is more than
 // the allowed share above the lowest so far; synchronous epochs and losses within the share
-// leave it, and the state it keeps survives a checkpoint.
+// leave it, and the count of halvings survives a checkpoint.
 TEST(Adapter, AdaptiveHalvesTheBoundWhenStaleEpochsRaiseTheValidationLoss) {
   StalenessOptions o;
   ASSERT_DOUBLE_EQ(o.val_loss_rise, 0.25);
@@ -127,30 +127,29 @@ TEST(Adapter, AdaptiveHalvesTheBoundWhenStaleEpochsRaiseTheValidationLoss) {
   a.decide(0, {});
   a.decide(1, {});
   a.observe_change(std::vector<double>{-1.0, 0.06});  // error(m) = 0.06 for every m
-  EXPECT_FALSE(a.observe_validation_loss(1.0, /*stale_epoch=*/false));
-  EXPECT_FALSE(a.observe_validation_loss(0.8, true));   // a new lowest
-  EXPECT_FALSE(a.observe_validation_loss(0.99, true));  // 24% above it
+  // The caller passes the run's lowest loss so far, this epoch's included.
+  EXPECT_FALSE(a.observe_validation_loss(1.0, 1.0, /*stale_epoch=*/false));
+  EXPECT_FALSE(a.observe_validation_loss(0.8, 0.8, true));   // a new lowest
+  EXPECT_FALSE(a.observe_validation_loss(0.99, 0.8, true));  // 24% above it
   EXPECT_DOUBLE_EQ(a.bound(), 0.2);
-  EXPECT_FALSE(a.observe_validation_loss(2.0, false));  // a synchronous epoch raises nothing
+  EXPECT_FALSE(a.observe_validation_loss(2.0, 0.8, false));  // a synchronous epoch raises nothing
   EXPECT_DOUBLE_EQ(a.bound(), 0.2);
   EXPECT_FALSE(a.decide(2, {}).sync);
-  EXPECT_TRUE(a.observe_validation_loss(1.01, true));  // 26% above 0.8
+  EXPECT_TRUE(a.observe_validation_loss(1.01, 0.8, true));  // 26% above 0.8
   EXPECT_DOUBLE_EQ(a.bound(), 0.1);
   EXPECT_FALSE(a.decide(3, {}).sync);  // 0.06 is still within 0.1
-  EXPECT_TRUE(a.observe_validation_loss(1.2, true));
+  EXPECT_TRUE(a.observe_validation_loss(1.2, 0.8, true));
   EXPECT_DOUBLE_EQ(a.bound(), 0.05);
   const auto d = a.decide(4, {});
   EXPECT_TRUE(d.sync);
   EXPECT_EQ(d.reason, SyncReason::kErrorBound);
   EXPECT_DOUBLE_EQ(d.bound, 0.05);
 
-  // A checkpoint's state gives the same decisions and the same lowest loss.
+  // A checkpoint's state gives the same bound and decisions.
   BoundedStalenessAdapter resumed(ExchangeMode::kStale, o);
   resumed.restore(a.state());
   EXPECT_DOUBLE_EQ(resumed.bound(), 0.05);
   EXPECT_TRUE(resumed.decide(5, {}).sync);
-  EXPECT_FALSE(resumed.observe_validation_loss(0.99, true));
-  EXPECT_TRUE(resumed.observe_validation_loss(1.01, true));
   // Resumed with another bound, the count of halvings applies to it.
   StalenessOptions wider = o;
   wider.error_bound = 0.8;
@@ -162,8 +161,7 @@ TEST(Adapter, AdaptiveHalvesTheBoundWhenStaleEpochsRaiseTheValidationLoss) {
   StalenessOptions off = o;
   off.val_loss_rise = std::numeric_limits<double>::infinity();
   BoundedStalenessAdapter never(ExchangeMode::kStale, off);
-  never.observe_validation_loss(0.5, false);
-  EXPECT_FALSE(never.observe_validation_loss(50.0, true));
+  EXPECT_FALSE(never.observe_validation_loss(50.0, 0.5, true));
   EXPECT_DOUBLE_EQ(never.bound(), 0.2);
   StalenessOptions bad = o;
   bad.val_loss_rise = -0.1;
@@ -172,8 +170,7 @@ TEST(Adapter, AdaptiveHalvesTheBoundWhenStaleEpochsRaiseTheValidationLoss) {
   StalenessOptions fixed = o;
   fixed.policy = StalePolicy::kFixed;
   BoundedStalenessAdapter rules(ExchangeMode::kStale, fixed);
-  rules.observe_validation_loss(0.5, false);
-  EXPECT_FALSE(rules.observe_validation_loss(50.0, true));
+  EXPECT_FALSE(rules.observe_validation_loss(50.0, 0.5, true));
 }
 
 TEST(Adapter, SyncAndOverlapAreAlwaysFresh) {

@@ -246,9 +246,9 @@ class AdaptiveStaleExchange final : public StaleExchange {
 
   // The per-epoch relative change of each layer's exchanged rows since the previous
   // evaluation, summed over ranks, for the adapter, and the validation loss. Collective.
-  void end_evaluation(int epoch, double val_loss) override {
+  void end_evaluation(int epoch, double val_loss, double lowest_val_loss) override {
     const double bound = adapter_.bound();
-    if (adapter_.observe_validation_loss(val_loss, !sync_epoch_))
+    if (adapter_.observe_validation_loss(val_loss, lowest_val_loss, !sync_epoch_))
       log::info(
           "epoch {}: validation loss {:.4f} after a stale epoch is more than {:.0f}% above its lowest: stale "
           "error bound halved from {:.4g} to {:.4g}",
@@ -288,7 +288,6 @@ class AdaptiveStaleExchange final : public StaleExchange {
     meta["adaptive_change"] = state.change;
     meta["adaptive_stale_run"] = state.stale_run;
     meta["adaptive_halvings"] = state.halvings;
-    if (std::isfinite(state.lowest_val_loss)) meta["adaptive_lowest_val_loss"] = state.lowest_val_loss;
     meta["eval_sent_epoch"] = sent_epoch_;
     for (size_t l = 0; l < eval_.size(); ++l) {
       const Tensor& sent = eval_[l].sent;
@@ -303,8 +302,7 @@ class AdaptiveStaleExchange final : public StaleExchange {
     StaleExchange::restore(r, meta, exch, layers, dir);
     const int L = static_cast<int>(eval_.size());
     adapter_.restore({meta.value("adaptive_change", std::vector<double>{}), meta.value("adaptive_stale_run", 0),
-                      meta.value("adaptive_halvings", 0),
-                      meta.value("adaptive_lowest_val_loss", std::numeric_limits<double>::infinity())});
+                      meta.value("adaptive_halvings", 0)});
     sent_epoch_ = meta.value("eval_sent_epoch", -1);
     if (!meta.contains("eval_sent_cols")) return;
     for (const auto& [layer, cols] : meta.at("eval_sent_cols").items()) {

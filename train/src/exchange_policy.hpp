@@ -61,10 +61,11 @@ class ExchangePolicy {
   virtual bool keeps_training_cache() const { return false; }
   /// Measurements, called by the channel: the rows a training pass is about to send (before
   /// dropout), those of an evaluation pass (with their logit columns), and the end of an
-  /// evaluation pass with the validation loss it gave (the same on every rank; collective).
+  /// evaluation pass with the validation loss it gave and the run's lowest so far, this one
+  /// included (the same on every rank; collective).
   virtual void measure_training_send(int /*l*/, const TensorView& /*rows*/) {}
   virtual void measure_evaluation_send(int /*l*/, const TensorView& /*rows*/, int64_t /*logit_cols*/) {}
-  virtual void end_evaluation(int /*epoch*/, double /*val_loss*/) {}
+  virtual void end_evaluation(int /*epoch*/, double /*val_loss*/, double /*lowest_val_loss*/) {}
   /// The step's fp64 sums for the policy (2 per layer: the drift's numerator and denominator),
   /// written before and read after the all-reduce.
   virtual void write_scalars(std::span<double> scalars) const;

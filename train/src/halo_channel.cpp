@@ -96,7 +96,9 @@ void HaloChannel::forward_evaluation(int l, const HaloRows& rows, const Work& be
   if (keep_cache) copy(ctx_, saved_halo_, halo);
 }
 
-void HaloChannel::end_evaluation(int epoch, double val_loss) { policy_->end_evaluation(epoch, val_loss); }
+void HaloChannel::end_evaluation(int epoch, double val_loss, double lowest_val_loss) {
+  policy_->end_evaluation(epoch, val_loss, lowest_val_loss);
+}
 
 void HaloChannel::backward(int l, const TensorView& dlocal, const Work& owned_rows) {
   const int epoch = pass_.epoch;

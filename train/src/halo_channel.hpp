@@ -70,8 +70,9 @@ class HaloChannel {
   /// 2 L + 1 of them), written into and read back from `scalars`.
   void write_scalars(std::span<double> scalars) const;
   void read_scalars(std::span<const double> scalars);
-  /// After an evaluation pass: feeds the adaptive policy (collective).
-  void end_evaluation(int epoch, double val_loss);
+  /// After an evaluation pass: feeds the adaptive policy its validation loss and the run's
+  /// lowest so far, this one included (collective).
+  void end_evaluation(int epoch, double val_loss, double lowest_val_loss);
   /// Completes every exchange in flight (end of training).
   void drain();
 

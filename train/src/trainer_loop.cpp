@@ -205,7 +205,7 @@ TrainResult Trainer::run_epochs() {
       // The weights of the best-validation epoch are the model kept (--save-model).
       if (log_.add_accuracy(rec, epoch, train_detail::evaluate_logits(logits_on_host(), s_)))
         best_params_ = to_host_floats(ctx(), optim_->params());
-      halo_->end_evaluation(epoch, rec["val_loss"].get<double>());
+      halo_->end_evaluation(epoch, rec["val_loss"].get<double>(), log_.best_val_loss);
     }
     const bool last = epoch + 1 == opt_.optim.epochs || log_.patience_exhausted(epoch);
     synchronize(ctx());

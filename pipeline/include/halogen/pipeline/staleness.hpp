@@ -99,10 +99,11 @@ class BoundedStalenessAdapter {
   /// Adaptive policy: the latest per-epoch relative change of each layer's exchanged rows
   /// (the same on every rank; a negative entry: the layer exchanges nothing).
   void observe_change(std::span<const double> change_per_epoch);
-  /// Adaptive policy: the validation loss of the model after `epoch`'s step (`stale_epoch`: that
-  /// step used stale halos). Halves the bound, and returns true, when a stale epoch's loss
-  /// exceeds the lowest seen so far by more than options().val_loss_rise.
-  bool observe_validation_loss(double loss, bool stale_epoch);
+  /// Adaptive policy: the validation loss of the model after an epoch's step (`stale_epoch`: that
+  /// step used stale halos), and the lowest validation loss of the run so far, this one
+  /// included (the trainer's log keeps it). Halves the bound, and returns true, when a stale
+  /// epoch's loss exceeds the lowest by more than options().val_loss_rise.
+  bool observe_validation_loss(double loss, double lowest, bool stale_epoch);
   /// Adaptive policy: per layer, how much of an error in its halo rows reaches the model's
   /// output (1 for every layer if never set). Set once, before the first decision.
   void set_error_gains(std::vector<double> gains) { gains_ = std::move(gains); }
@@ -120,21 +121,18 @@ class BoundedStalenessAdapter {
   double bound() const noexcept;
 
   /// The adaptive policy's state, for checkpoints: the observed change, the current run of
-  /// stale epochs, how often the bound was halved (kept as a count, so that a run resumed with
-  /// another --stale-error-bound halves that one) and the lowest validation loss (infinity:
-  /// none yet).
+  /// stale epochs, and how often the bound was halved (kept as a count, so that a run resumed
+  /// with another --stale-error-bound halves that one).
   struct State {
     std::vector<double> change;
     int stale_run = 0;
     int halvings = 0;
-    double lowest_val_loss = std::numeric_limits<double>::infinity();
   };
-  State state() const { return {change_, stale_run_, halvings_, lowest_val_loss_}; }
+  State state() const { return {change_, stale_run_, halvings_}; }
   void restore(State state) {
     change_ = std::move(state.change);
     stale_run_ = state.stale_run;
     halvings_ = state.halvings;
-    lowest_val_loss_ = state.lowest_val_loss;
   }
 
  private:
@@ -144,7 +142,6 @@ class BoundedStalenessAdapter {
   std::vector<double> gains_;   // empty: 1 for every layer
   int stale_run_ = 0;
   int halvings_ = 0;
-  double lowest_val_loss_ = std::numeric_limits<double>::infinity();
 };
 
 /// Records the epoch in which the content of each layer's halo slots (forward) and pending
