@@ -272,14 +272,14 @@ void DeviceHaloExchanger<T>::finish_backward(Pending& p, T* local_grad, float ke
 }
 
 template <typename T>
-T* DeviceHaloExchanger<T>::matrix(const TensorView& v, const char* what) const {
+T* DeviceHaloExchanger<T>::matrix(const TensorView& v, const char* what, int64_t min_rows) const {
   HALOGEN_EXPECTS(v.device == kDevCuda && v.dtype == DTypeOf<T>::value && v.contiguous(),
                   "rank {}: the device halo exchange takes a contiguous {} GPU matrix as {}, got {} on {} (ld {}, {} "
                   "columns)",
                   shard_.part, to_string(DTypeOf<T>::value), what, to_string(v.dtype), to_string(v.device), v.ld,
                   v.cols);
-  HALOGEN_EXPECTS(v.rows >= shard_.num_local(), "rank {}: {} has {} rows, the shard {} local nodes", shard_.part, what,
-                  v.rows, shard_.num_local());
+  HALOGEN_EXPECTS(v.rows >= min_rows, "rank {}: {} has {} rows, expected at least {}", shard_.part, what, v.rows,
+                  min_rows);
   return static_cast<T*>(v.data);
 }
 
@@ -293,7 +293,8 @@ typename DeviceHaloExchanger<T>::Pending& DeviceHaloExchanger<T>::pending_of(Exc
 template <typename T>
 Exchange DeviceHaloExchanger<T>::start_forward(const TensorView& local, int bits, const quant::QuantKey& key, int tag,
                                                int64_t fp32_tail) {
-  return std::make_unique<Pending>(start_forward(matrix(local, "local"), local.cols, bits, key, tag, fp32_tail));
+  return std::make_unique<Pending>(
+      start_forward(matrix(local, "local", shard_.num_local()), local.cols, bits, key, tag, fp32_tail));
 }
 
 template <typename T>
@@ -301,13 +302,14 @@ void DeviceHaloExchanger<T>::finish_forward(Exchange& exchange, const TensorView
   Pending& p = pending_of(exchange);
   HALOGEN_EXPECTS(local.cols == p.cols_, "rank {}: finishing a {}-column exchange into {} columns", shard_.part,
                   p.cols_, local.cols);
-  finish_forward(p, matrix(local, "local"), keep);
+  finish_forward(p, matrix(local, "local", shard_.num_local()), keep);
 }
 
 template <typename T>
 Exchange DeviceHaloExchanger<T>::start_backward(const TensorView& local_grad, int bits, const quant::QuantKey& key,
                                                 int tag) {
-  return std::make_unique<Pending>(start_backward(matrix(local_grad, "local_grad"), local_grad.cols, bits, key, tag));
+  return std::make_unique<Pending>(
+      start_backward(matrix(local_grad, "local_grad", shard_.num_local()), local_grad.cols, bits, key, tag));
 }
 
 template <typename T>
@@ -318,7 +320,7 @@ void DeviceHaloExchanger<T>::dequantize_sent(Exchange& exchange, const TensorVie
   HALOGEN_EXPECTS(out.rows == shard_.num_halo && out.cols == p.cols_,
                   "rank {}: dequantize_sent into {} x {}, not {} x {}", shard_.part, out.rows, out.cols,
                   shard_.num_halo, p.cols_);
-  T* dst = matrix(out, "out");
+  T* dst = matrix(out, "out", shard_.num_halo);
   float* values = nullptr;
   if constexpr (std::is_same_v<T, float>) {
     values = dst;
@@ -351,7 +353,7 @@ void DeviceHaloExchanger<T>::finish_backward(Exchange& exchange, const TensorVie
                     "rank {}: the smoothing average must be a contiguous fp32 GPU matrix", shard_.part);
     avg = static_cast<float*>(average.data);
   }
-  finish_backward(p, matrix(local_grad, "local_grad"), keep, avg);
+  finish_backward(p, matrix(local_grad, "local_grad", shard_.num_local()), keep, avg);
 }
 
 template <typename T>

@@ -99,7 +99,7 @@ class DeviceHaloExchanger final : public HaloExchanger {
   void fetch(Pending& p);           // waits; the received words end up on the device
   cuda::PinnedBuffer<uint32_t> take_pinned(size_t words);
   void give_back(cuda::PinnedBuffer<uint32_t>&& buffer);
-  T* matrix(const TensorView& v, const char* what) const;
+  T* matrix(const TensorView& v, const char* what, int64_t min_rows) const;
   static Pending& pending_of(Exchange& exchange);
 
   const Shard& shard_;
