@@ -251,23 +251,33 @@ TEST_F(GpuTraining, Fp16OverflowBacksOffTheLossScale) {
 }
 
 // Checkpoint after epoch 6 of a 7-epoch run, resume for epochs 7..19: the same losses, bit for
-// bit, as the uninterrupted 20-epoch run: fp32, fp16 with its loss-scaler state, and 1-bit
-// stale mode with smoothing (halo caches, exchanges in flight and averages in the checkpoint).
+// bit, as the uninterrupted 20-epoch run: fp32, fp16 with its loss-scaler state, 1-bit stale
+// mode with smoothing (halo caches, exchanges in flight and averages in the checkpoint), and
+// fp16 1-bit stale mode with error feedback on halo gradients from a loss scale that backs off
+// (carried errors in fp16, rescaled with the loss scale).
 TEST_F(GpuTraining, ResumeIsBitIdentical) {
   int id = static_cast<int>(getpid());
   MPI_Bcast(&id, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  for (const int variant : {0, 1, 2}) {
-    const Precision precision = variant == 1 ? Precision::kFp16 : Precision::kFp32;
+  for (const int variant : {0, 1, 2, 3}) {
+    const Precision precision = variant == 1 || variant == 3 ? Precision::kFp16 : Precision::kFp32;
     const auto dir = std::filesystem::temp_directory_path() / ("halogen-gpu-resume-" + std::to_string(id));
     auto t = options("gcn", Device::kCuda);
     t.device.precision = precision;
-    if (variant == 2) {
+    if (variant >= 2) {
       t.exchange.mode = ExchangeMode::kStale;
       t.exchange.staleness.policy = StalePolicy::kFixed;
       t.exchange.bits_fwd = t.exchange.bits_bwd = {1};
       t.exchange.staleness.smoothing = 0.5f;
     }
+    if (variant == 3) {
+      t.exchange.error_feedback = HaloErrorFeedback::kOn;
+      t.optim.loss_scale = 16777216.0f;
+    }
     const auto whole = run(t);
+    if (variant == 3) {
+      EXPECT_GT(whole.summary["fp16_skipped_steps"].get<int64_t>(), 0) << "the loss scale never backed off";
+      EXPECT_LT(whole.epochs.back()["loss"].get<double>(), whole.epochs.front()["loss"].get<double>());
+    }
     auto first = t;
     first.optim.epochs = 7;
     first.reliability.checkpoint_dir = dir;

@@ -126,7 +126,7 @@ void HaloChannel::backward(int l, const TensorView& dlocal, const Work& owned_ro
       [&] {
         const auto start = [&] { return exch_->start_backward(dlocal, bits, key, halo_tag::backward(l)); };
         if (!feedback_.applies(bits)) return start();
-        return feedback_.send(l, dlocal.row_range(graph_.owned(), graph_.local()), *exch_, start);
+        return feedback_.send(l, dlocal.row_range(graph_.owned(), graph_.local()), pass_.loss_scale, *exch_, start);
       },
       [&](Exchange& p, float keep) {
         exch_->finish_backward(p, dlocal, keep, policy_->smoothing_average(l, cols, keep));

@@ -31,10 +31,13 @@ class HaloGradientFeedback {
 
   /// Layer l's backward exchange: adds what the codes of the layer's last sent rows left out
   /// into `halo` (the halo rows of its gradient, halo rows x cols: they are what is sent),
-  /// starts the exchange with `start`, and keeps what the new codes leave out.
-  Exchange send(int l, const TensorView& halo, HaloExchanger& exch, const std::function<Exchange()>& start);
+  /// starts the exchange with `start`, and keeps what the new codes leave out. `loss_scale`:
+  /// the factor the rows carry (fp16 loss scaling; 1 otherwise). A carried error is kept at the
+  /// scale it was made at and brought to the current one before it is added.
+  Exchange send(int l, const TensorView& halo, float loss_scale, HaloExchanger& exch,
+                const std::function<Exchange()>& start);
 
-  /// Checkpointing: the carried errors of every layer that has sent, as fp32.
+  /// Checkpointing: the carried errors of every layer that has sent, as fp32, with their scales.
   void save(CheckpointWriter& w, nlohmann::json& meta) const;
   void restore(const CheckpointReader& r, const nlohmann::json& meta, const std::string& dir);
 
@@ -46,6 +49,8 @@ class HaloGradientFeedback {
   // Per layer, (sent) - (intended) of its last backward exchange: what the next one subtracts.
   // Empty until the layer first sends.
   std::vector<Tensor> overshoot_;
+  // Per layer, the loss scale of its overshoot.
+  std::vector<float> scale_;
 };
 
 }  // namespace halogen

@@ -91,7 +91,7 @@ bool Trainer::allreduce_and_step(double& loss_sum, int epoch, bool apply) {
 
 LossAndGradient Trainer::probe(const std::vector<float>& params) {
   if (!params.empty()) optim_->set_params(params);
-  forward({0, /*training=*/true});
+  forward({0, /*training=*/true, optim_->loss_scale()});
   double loss_sum = loss_and_grad();
   backward(0);
   allreduce_and_step(loss_sum, 0, /*apply=*/false);
@@ -191,7 +191,7 @@ TrainResult Trainer::run_epochs() {
     allreduce_s_ = 0.0;
     grad_sync_->reset_epoch();
     const auto decision = halo_->begin_epoch(epoch);
-    forward({epoch, /*training=*/true});
+    forward({epoch, /*training=*/true, optim_->loss_scale()});
     double loss_sum = loss_and_grad();
     backward(epoch);
     const bool stepped = allreduce_and_step(loss_sum, epoch, /*apply=*/true);

@@ -91,10 +91,12 @@ std::vector<double> halo_error_gains(const std::vector<LayerDecl>& decl);
 enum class Activation { kNone, kRelu, kElu };
 
 /// One forward pass: training (dropout on, the exchange policy's halos) or evaluation
-/// (dropout off, fresh halos).
+/// (dropout off, fresh halos). `loss_scale`: the factor of the gradients the training pass's
+/// backward sends (the fp16 loss scale; 1 in fp32).
 struct Pass {
   int epoch = 0;
   bool training = true;
+  float loss_scale = 1.0f;
 };
 
 /// The layer-0 inputs a model asks for (ModelSpec::inputs), prepared once by the trainer:
