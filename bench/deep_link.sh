@@ -9,8 +9,9 @@
 #   the compute-only floor    (--skip-comm: no halo exchange after epoch 0, no gradient sum),
 # then prints each run's median epoch time, its ratio to the floor, its best validation and
 # test accuracy, and the wall-clock time until its validation accuracy first reached fp32
-# sync's best (the time to accuracy), with the speed-up over fp32 sync. The limit is removed
-# on every exit path.
+# sync's best (the time to accuracy), with the speed-up over fp32 sync; and where each run's
+# epoch goes (medians over epochs 1..: compute, waits for halos and for the weight-gradient
+# sum, quantization, the rest). The limit is removed on every exit path.
 #
 # usage: sudo bench/deep_link.sh [--dataset DIR] [--ranks 4] [--layers 16] [--epochs 400]
 #                                [--rate 1gbit] [--seed 1] [--build build]
@@ -75,4 +76,20 @@ for n in names:
     speed = f"{reference / t:.2f}x" if t and reference else "-"
     print(f"{n:20s} {med:8.3f} {med / floor:8.2f}x {100 * sync:8.0f}% {100 * summary['best_val_acc']:9.2f} "
           f"{100 * summary['test_acc_at_best_val']:6.2f} {reach:>18s} {speed:>9s}")
+# The epoch's parts, each the slowest rank's (compute is the slowest epoch less the largest
+# communication and coding, as the metrics define it, so the parts add up): compute
+# (evaluation included), the waits for the halo exchanges and for the weight-gradient sum,
+# quantizing, and the rest of the communication (the step's scalars).
+parts = ["compute_s", "halo_wait_s", "grad_wait_s", "quant_s"]
+print(f"\nwhere the epoch goes (median s over epochs 1..; MB sent per epoch, all ranks)\n{'run':20s} {'epoch':>7s} "
+      f"{'compute':>8s} {'halo wait':>10s} {'grad wait':>10s} {'quantize':>9s} {'rest':>7s} {'halo MB':>8s} "
+      f"{'grad MB':>8s}")
+for n in names:
+    epochs = runs[n][0][1:]
+    med = {k: statistics.median(r.get(k, 0.0) for r in epochs) for k in ["epoch_s"] + parts}
+    rest = statistics.median(r["epoch_s"] - sum(r.get(k, 0.0) for k in parts) for r in epochs)
+    mb = {k: statistics.median(r.get(k, 0) for r in epochs) / 1e6 for k in ["bytes_sent", "grad_bytes"]}
+    print(f"{n:20s} {med['epoch_s']:7.3f} {med['compute_s']:8.3f} {med['halo_wait_s']:10.3f} "
+          f"{med['grad_wait_s']:10.3f} {med['quant_s']:9.3f} {rest:7.3f} {mb['bytes_sent']:8.2f} "
+          f"{mb['grad_bytes']:8.2f}")
 PY
