@@ -14,10 +14,10 @@
 
 #include "halo_gradient_feedback.hpp"
 #include "halogen/comm/communicator.hpp"
-#include "halogen/partition/generate.hpp"
-#include "halogen/partition/partitioner.hpp"
 #include "halogen/pipeline/halo_exchanger.hpp"
 #include "halogen/train/checkpoint.hpp"
+#include "sbm_shards.hpp"
+#include "test_data.hpp"
 
 namespace halogen {
 namespace {
@@ -26,20 +26,9 @@ constexpr int64_t kCols = 19;
 constexpr int kLayer = 1;
 
 struct Fixture {
-  std::vector<Shard> shards;
   int rank = 0, size = 1;
-  Fixture() {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    SbmOptions o;
-    o.num_nodes = 1500;
-    o.feature_dim = 4;
-    o.seed = 5;
-    const Dataset ds = generate_sbm(o);
-    PartitionOptions p;
-    p.num_parts = size;
-    shards = build_shards(ds, partition_graph(ds, p), size);
-  }
+  std::vector<Shard> shards;
+  Fixture() : rank(test::world_rank()), size(test::world_size()), shards(test::sbm_shards(1500, 4, 5, size)) {}
   const Shard& mine() const { return shards[static_cast<size_t>(rank)]; }
 };
 

@@ -46,11 +46,13 @@ class HaloGradientFeedback {
   const DType dtype_;
   const int64_t halo_rows_;
   const bool enabled_;
-  // Per layer, (sent) - (intended) of its last backward exchange: what the next one subtracts.
-  // Empty until the layer first sends.
-  std::vector<Tensor> overshoot_;
-  // Per layer, the loss scale of its overshoot.
-  std::vector<float> scale_;
+  // Per layer, (sent) - (intended) of its last backward exchange, what the next one subtracts
+  // (empty until the layer first sends), and the loss scale it was made at.
+  struct Carried {
+    Tensor overshoot;
+    float scale = 1.0f;
+  };
+  std::vector<Carried> carried_;
 };
 
 }  // namespace halogen
