@@ -17,6 +17,8 @@
 #   fp32-sync-grad1        the same with 1-bit codes (deterministic two-level rounding);
 #   1bit-stale             1-bit halos, stale (--grad-compression auto, the default there, has
 #                          no --cluster and predicts for this machine: exact gradients);
+#   1bit-stale-row-bound   1-bit stale with the adaptive policy's row bound alone (no
+#                          --stale-aggregate-error-bound): what that bound buys;
 #   1bit-stale-powersgd    1-bit stale, PowerSGD gradients (rank 4);
 #   1bit-stale-grad4       1-bit stale, 4-bit quantized gradients (error feedback);
 #   1bit-stale-grad1       1-bit stale, 1-bit quantized gradients (error feedback);
@@ -70,6 +72,7 @@ declare -A extra=(
   [fp32-sync-grad2]="--grad-compression quantized --grad-bits 2"
   [fp32-sync-grad1]="--grad-compression quantized --grad-bits 1"
   [1bit-stale]="--bits-fwd 1 --bits-bwd 1 --mode stale"
+  [1bit-stale-row-bound]="--bits-fwd 1 --bits-bwd 1 --mode stale --stale-aggregate-error-bound inf"
   [1bit-stale-powersgd]="--bits-fwd 1 --bits-bwd 1 --mode stale --grad-compression powersgd --grad-rank 4"
   [1bit-stale-grad4]="--bits-fwd 1 --bits-bwd 1 --mode stale --grad-compression quantized --grad-bits 4"
   [1bit-stale-grad1]="--bits-fwd 1 --bits-bwd 1 --mode stale --grad-compression quantized --grad-bits 1"
@@ -77,7 +80,7 @@ declare -A extra=(
   [compute-only]="--skip-comm"
 )
 all=fp32-sync-packed,fp32-sync,1bit-sync,fp32-stale,fp32-sync-powersgd,fp32-sync-grad4,fp32-sync-grad2
-all+=,fp32-sync-grad1,1bit-stale,1bit-stale-powersgd
+all+=,fp32-sync-grad1,1bit-stale,1bit-stale-row-bound,1bit-stale-powersgd
 all+=,1bit-stale-grad4,1bit-stale-grad1,1bit-stale-auto,compute-only
 IFS=, read -ra config_names <<<"${configs:-$all}"
 IFS=, read -ra layer_counts <<<"$layers_list"

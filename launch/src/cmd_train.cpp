@@ -129,6 +129,10 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "or fixed when one of those is given")(
       "stale-error-bound", number(&t.exchange.staleness.error_bound, t.exchange.staleness.error_bound),
       "adaptive stale policy: largest estimated relative error of the halos a stale epoch may use")(
+      "stale-aggregate-error-bound",
+      number(&t.exchange.staleness.aggregate_error_bound, t.exchange.staleness.aggregate_error_bound),
+      "adaptive stale policy: largest estimated relative error the stale halos may bring into the aggregated rows "
+      "(their error times the share of neighbour entries that read halo rows; inf: no such bound)")(
       "stale-val-loss-rise", number(&t.exchange.staleness.val_loss_rise, t.exchange.staleness.val_loss_rise),
       "adaptive stale policy: halve the error bound whenever the validation loss after a stale epoch exceeds its "
       "lowest by more than this share (inf: never)")(

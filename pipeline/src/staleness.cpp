@@ -65,6 +65,8 @@ BoundedStalenessAdapter::BoundedStalenessAdapter(ExchangeMode mode, const Stalen
   HALOGEN_EXPECTS(options.smoothing >= 0.0f && options.smoothing < 1.0f, "--stale-smoothing must be in [0, 1), got {}",
                   options.smoothing);
   HALOGEN_EXPECTS(options.error_bound >= 0.0, "--stale-error-bound must be non-negative, got {}", options.error_bound);
+  HALOGEN_EXPECTS(options.aggregate_error_bound >= 0.0, "--stale-aggregate-error-bound must be non-negative, got {}",
+                  options.aggregate_error_bound);
   HALOGEN_EXPECTS(options.val_loss_rise >= 0.0, "--stale-val-loss-rise must be non-negative, got {}",
                   options.val_loss_rise);
   // The fixed rules would be silently ignored by the adaptive policy.
@@ -87,7 +89,17 @@ bool BoundedStalenessAdapter::observe_validation_loss(double loss, double lowest
   return true;
 }
 
-double BoundedStalenessAdapter::bound() const noexcept { return std::ldexp(options_.error_bound, -halvings_); }
+void BoundedStalenessAdapter::set_halo_share(double share) {
+  HALOGEN_EXPECTS(share >= 0.0 && share <= 1.0, "halo share must be in [0, 1], got {}", share);
+  halo_share_ = share;
+}
+
+double BoundedStalenessAdapter::bound() const noexcept {
+  double b = options_.error_bound;
+  // Compared as products, so that h = 0 (nothing exchanged) needs no division.
+  if (options_.aggregate_error_bound < b * halo_share_) b = options_.aggregate_error_bound / halo_share_;
+  return std::ldexp(b, -halvings_);
+}
 
 double BoundedStalenessAdapter::estimated_error(int m) const {
   double error = 0.0;

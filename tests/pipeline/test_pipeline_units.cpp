@@ -116,6 +116,55 @@ TEST(Adapter, AdaptiveBoundsTheEstimatedError) {
   EXPECT_THROW(BoundedStalenessAdapter(ExchangeMode::kStale, bad), Error);
 }
 
+// The bound is the smaller of the row bound and the aggregate bound over the halo share: where
+// a third of the neighbour entries read halo rows, an error of 0.1 in them is 0.033 in the
+// aggregated rows, over the default 0.02; where 5% do, the row bound binds. Halving the bound
+// halves whichever binds.
+TEST(Adapter, AdaptiveBoundsTheErrorTheHalosBringIntoTheAggregation) {
+  StalenessOptions o;
+  ASSERT_DOUBLE_EQ(o.error_bound, 0.2);
+  ASSERT_DOUBLE_EQ(o.aggregate_error_bound, 0.02);
+  BoundedStalenessAdapter unset(ExchangeMode::kStale, o);
+  EXPECT_DOUBLE_EQ(unset.bound(), 0.2);  // nothing exchanged: the row bound alone
+
+  BoundedStalenessAdapter cut_many(ExchangeMode::kStale, o);
+  cut_many.set_halo_share(1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(cut_many.bound(), 0.06);
+  cut_many.decide(0, {});
+  cut_many.decide(1, {});
+  cut_many.observe_change(std::vector<double>{-1.0, 0.1});  // error(m) = 0.1
+  auto d = cut_many.decide(2, {});
+  EXPECT_TRUE(d.sync);
+  EXPECT_EQ(d.reason, SyncReason::kErrorBound);
+  EXPECT_DOUBLE_EQ(d.bound, 0.06);
+  cut_many.observe_change(std::vector<double>{-1.0, 0.05});
+  EXPECT_FALSE(cut_many.decide(3, {}).sync);
+  ASSERT_TRUE(cut_many.observe_validation_loss(2.0, 1.0, /*stale_epoch=*/true));
+  EXPECT_DOUBLE_EQ(cut_many.bound(), 0.03);
+  EXPECT_TRUE(cut_many.decide(4, {}).sync);  // 0.05 > 0.03
+
+  BoundedStalenessAdapter cut_few(ExchangeMode::kStale, o);
+  cut_few.set_halo_share(0.05);  // 0.02 / 0.05 = 0.4 > 0.2
+  EXPECT_DOUBLE_EQ(cut_few.bound(), 0.2);
+  cut_few.decide(0, {});
+  cut_few.decide(1, {});
+  cut_few.observe_change(std::vector<double>{-1.0, 0.15});
+  EXPECT_FALSE(cut_few.decide(2, {}).sync);
+
+  // Infinity turns the aggregate bound off; a share outside [0, 1] or a negative bound is refused.
+  StalenessOptions rows_only = o;
+  rows_only.aggregate_error_bound = std::numeric_limits<double>::infinity();
+  BoundedStalenessAdapter off(ExchangeMode::kStale, rows_only);
+  off.set_halo_share(1.0);
+  EXPECT_DOUBLE_EQ(off.bound(), 0.2);
+  off.set_halo_share(0.0);
+  EXPECT_DOUBLE_EQ(off.bound(), 0.2);
+  EXPECT_THROW(off.set_halo_share(1.5), Error);
+  StalenessOptions bad = o;
+  bad.aggregate_error_bound = -0.01;
+  EXPECT_THROW(BoundedStalenessAdapter(ExchangeMode::kStale, bad), Error);
+}
+
 // The validation-loss rule: the bound halves whenever the loss after a stale epoch is more than
 // the allowed share above the lowest so far; synchronous epochs and losses within the share
 // leave it, and the count of halvings survives a checkpoint.

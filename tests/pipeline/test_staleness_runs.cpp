@@ -148,6 +148,8 @@ void check_adaptive_policy(Ranks& s, TrainOptions base, std::string model) {
   t.exchange.bits_fwd = {1};
   t.exchange.bits_bwd = {1};
   ASSERT_EQ(t.exchange.staleness.policy, StalePolicy::kAdaptive);
+  // The row bound alone (the aggregate bound has a test of its own).
+  t.exchange.staleness.aggregate_error_bound = std::numeric_limits<double>::infinity();
   const auto reason = [](const nlohmann::json& e) { return e["sync_reason"].get<std::string>(); };
 
   t.exchange.bits_fwd = {32};
@@ -218,6 +220,61 @@ TEST_P(StaleRuns, AdaptivePolicyBoundsTheEstimatedErrorGat) {
   check_adaptive_policy(s, base_options(), "gat");
 }
 
+// The aggregate bound, in a run: every epoch's bound is the aggregate bound over the share of
+// the owned rows' stored neighbour entries that read halo rows, counted here from the shards
+// over all ranks; each decision agrees with it; and the row bound is the same run's whenever it
+// is the smaller.
+TEST_P(StaleRuns, AdaptivePolicyBoundsTheErrorInTheAggregatedRows) {
+  Ranks s;
+  if (s.size == 1) GTEST_SKIP() << "one rank reads no halo rows";
+  int64_t halo_entries = 0, entries = 0;
+  for (const Shard& shard : s.shards) {
+    for (int64_t i = 0; i < shard.num_local_edges(); ++i) halo_entries += shard.col_indices[i] >= shard.num_owned;
+    entries += shard.num_local_edges();
+  }
+  const double share = static_cast<double>(halo_entries) / static_cast<double>(entries);
+  ASSERT_GT(share, 0.0);
+  auto t = base_options();
+  t.optim.epochs = 10;
+  t.exchange.mode = ExchangeMode::kStale;
+  t.exchange.bits_fwd = t.exchange.bits_bwd = {1};
+  t.exchange.staleness.val_loss_rise = std::numeric_limits<double>::infinity();
+  t.exchange.staleness.error_bound = std::numeric_limits<double>::infinity();
+  auto loose = t;
+  loose.exchange.staleness.aggregate_error_bound = 1e9;
+  const auto unbounded = s.run(loose);
+  std::vector<double> estimates;
+  for (size_t e = 2; e < unbounded.epochs.size(); ++e)
+    estimates.push_back(unbounded.epochs[e]["stale_error"].get<double>());
+  std::sort(estimates.begin(), estimates.end());
+  // An aggregate bound that allows about half of the estimates seen.
+  t.exchange.staleness.aggregate_error_bound = estimates[estimates.size() / 2] * share;
+  const auto run = s.run(t);
+  int stale = 0, forced = 0;
+  for (size_t e = 2; e < run.epochs.size(); ++e) {
+    const auto& rec = run.epochs[e];
+    EXPECT_NEAR(rec["stale_bound"].get<double>(), t.exchange.staleness.aggregate_error_bound / share,
+                1e-12 * rec["stale_bound"].get<double>())
+        << "epoch " << e;
+    const bool within = rec["stale_error"].get<double>() <= rec["stale_bound"].get<double>();
+    EXPECT_EQ(rec["sync"].get<bool>(), !within) << "epoch " << e;
+    (within ? stale : forced) += 1;
+  }
+  EXPECT_GT(stale, 0);
+  EXPECT_GT(forced, 0);
+  // A row bound below the aggregate bound's share binds instead: the same run as with it alone.
+  auto rows = t;
+  rows.exchange.staleness.error_bound = t.exchange.staleness.aggregate_error_bound / share / 2;
+  auto rows_only = rows;
+  rows_only.exchange.staleness.aggregate_error_bound = std::numeric_limits<double>::infinity();
+  const auto both = s.run(rows);
+  const auto alone = s.run(rows_only);
+  for (size_t e = 0; e < both.epochs.size(); ++e) {
+    EXPECT_EQ(both.epochs[e]["loss"].get<double>(), alone.epochs[e]["loss"].get<double>()) << "epoch " << e;
+    EXPECT_EQ(both.epochs[e]["stale_bound"].get<double>(), rows.exchange.staleness.error_bound) << "epoch " << e;
+  }
+}
+
 // The validation-loss rule, in a run: the bound of each epoch is the previous one, halved when
 // the previous epoch was stale and its validation loss exceeded the lowest before it by more
 // than the share (0 here, so that it fires within a short run); a halved bound turns epochs
@@ -230,6 +287,7 @@ TEST_P(StaleRuns, AdaptivePolicyHalvesTheBoundWhenTheValidationLossRises) {
   t.exchange.mode = ExchangeMode::kStale;
   t.exchange.bits_fwd = t.exchange.bits_bwd = {1};
   t.exchange.staleness.error_bound = 1.0;
+  t.exchange.staleness.aggregate_error_bound = std::numeric_limits<double>::infinity();
   t.exchange.staleness.val_loss_rise = 0.0;
   const auto run = s.run(t);
   ASSERT_EQ(run.epochs.size(), 20u);

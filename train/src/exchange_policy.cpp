@@ -1,6 +1,7 @@
 #include "exchange_policy.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "halo_schedule.hpp"
@@ -210,7 +211,13 @@ class AdaptiveStaleExchange final : public StaleExchange {
  public:
   AdaptiveStaleExchange(const TrainOptions& opt, const ExecContext& ctx, Communicator& comm, const LocalGraph& graph,
                         const std::vector<double>& error_gains)
-      : StaleExchange(opt, ctx, graph, error_gains), comm_(comm), eval_(error_gains.size()) {}
+      : StaleExchange(opt, ctx, graph, error_gains), comm_(comm), eval_(error_gains.size()) {
+    std::array<double, 2> counts{static_cast<double>(graph.halo_entries()), static_cast<double>(graph.entries())};
+    comm_.allreduce_sum(std::span<double>(counts));
+    adapter_.set_halo_share(counts[1] > 0.0 ? counts[0] / counts[1] : 0.0);
+    log::info("adaptive staleness: {:.1f}% of the neighbour entries read halo rows; stale error bound {:.4g}",
+              100.0 * adapter_.halo_share(), adapter_.bound());
+  }
 
   bool adaptive() const override { return true; }
 

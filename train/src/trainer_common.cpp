@@ -304,6 +304,9 @@ nlohmann::json training_description(const TrainOptions& opt) {
           {"halo_error_feedback", to_string(opt.exchange.error_feedback)},
           {"stale_policy", to_string(opt.exchange.staleness.policy)},
           {"stale_error_bound", opt.exchange.staleness.error_bound},
+          {"stale_aggregate_error_bound", std::isfinite(opt.exchange.staleness.aggregate_error_bound)
+                                              ? nlohmann::json(opt.exchange.staleness.aggregate_error_bound)
+                                              : nlohmann::json("off")},
           // JSON has no infinity: "off" stands for it.
           {"stale_val_loss_rise", std::isfinite(opt.exchange.staleness.val_loss_rise)
                                       ? nlohmann::json(opt.exchange.staleness.val_loss_rise)
