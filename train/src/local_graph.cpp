@@ -17,9 +17,6 @@ LocalGraph::LocalGraph(const Shard& shard, const ExecContext& ctx, nn::Aggregati
     synchronize(ctx_);  // `mask` is freed at scope exit
     train_mask = t.view();
   }
-  // The transpose's rows are the sources: its halo rows hold the entries that read halo rows.
-  entries_ = s_.t_offsets[static_cast<size_t>(local())];
-  halo_entries_ = entries_ - s_.t_offsets[static_cast<size_t>(owned())];
   const bool attention = aggregation == nn::Aggregation::kAttention;
   if (attention) {
     place_attention();

@@ -25,9 +25,10 @@ class LocalGraph {
   int64_t local() const { return s_.num_local(); }
   int64_t halo() const { return s_.num_halo; }
   int64_t sends() const { return s_.send_offsets[s_.num_parts]; }
-  /// The owned rows' stored neighbour entries, and how many of them read halo rows.
-  int64_t entries() const { return entries_; }
-  int64_t halo_entries() const { return halo_entries_; }
+  /// The owned rows' stored neighbour entries, and how many of them read halo rows (the
+  /// transpose's rows are the sources: its halo rows hold those entries).
+  int64_t entries() const { return s_.t_offsets[static_cast<size_t>(local())]; }
+  int64_t halo_entries() const { return entries() - s_.t_offsets[static_cast<size_t>(owned())]; }
 
   /// Global ids of the owned and halo rows (i32), the owned rows' labels, the training mask
   /// (u8) and the send lists' local rows (i32).
@@ -70,7 +71,6 @@ class LocalGraph {
   ops::ChunkPlan own_plan_, halo_plan_, t_own_plan_, t_halo_plan_;
   GatStructure gat_host_;
   GatGraph gat_graph_;
-  int64_t entries_ = 0, halo_entries_ = 0;
 };
 
 }  // namespace halogen

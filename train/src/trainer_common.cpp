@@ -293,6 +293,11 @@ std::string grad_compression_description(const OptimOptions& o) {
   return fmt::format("{} {} bits", name, o.grad_bits);
 }
 
+// JSON has no infinity: "off" stands for it (an option whose infinity turns its rule off).
+nlohmann::json finite_or_off(double value) {
+  return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json("off");
+}
+
 }  // namespace
 
 nlohmann::json training_description(const TrainOptions& opt) {
@@ -304,13 +309,8 @@ nlohmann::json training_description(const TrainOptions& opt) {
           {"halo_error_feedback", to_string(opt.exchange.error_feedback)},
           {"stale_policy", to_string(opt.exchange.staleness.policy)},
           {"stale_error_bound", opt.exchange.staleness.error_bound},
-          {"stale_aggregate_error_bound", std::isfinite(opt.exchange.staleness.aggregate_error_bound)
-                                              ? nlohmann::json(opt.exchange.staleness.aggregate_error_bound)
-                                              : nlohmann::json("off")},
-          // JSON has no infinity: "off" stands for it.
-          {"stale_val_loss_rise", std::isfinite(opt.exchange.staleness.val_loss_rise)
-                                      ? nlohmann::json(opt.exchange.staleness.val_loss_rise)
-                                      : nlohmann::json("off")},
+          {"stale_aggregate_error_bound", finite_or_off(opt.exchange.staleness.aggregate_error_bound)},
+          {"stale_val_loss_rise", finite_or_off(opt.exchange.staleness.val_loss_rise)},
           {"seed", opt.seed},
           {"dropout", opt.model.dropout},
           {"lr", opt.optim.lr},
