@@ -11,6 +11,7 @@
 
 #include "input_matrix.hpp"
 #include "kernels/dense.hpp"
+#include "kernels/sparse_input.hpp"
 #include "shape_sensitive_blas.hpp"
 
 namespace halogen {
@@ -144,6 +145,89 @@ TEST(ProductBits, DroppedProductsMakeTheCallsOfGemm) {
       }
     }
   }
+}
+
+// The sparse input's products (kernels/sparse_input.hpp) against the plain sums they promise,
+// bit for bit: each output value the fp32 chain of multiplies and adds over the entries in
+// order (this file is compiled with -ffp-contract=off, as the kernels are), on 1 to 3 threads
+// and on every instruction set this CPU has, for widths that take every pass of the forward
+// product (256, 128, ..., 16 columns and a remainder), with and without dropout and beta, in
+// fp32 and bf16 storage.
+TEST(ProductBits, SparseInputProductsAreThePlainSumsOnEveryThreadCountAndInstructionSet) {
+  ThreadsGuard guard;
+  const int64_t rows = 150, cols = 97;
+  auto x = values(static_cast<size_t>(rows * cols), 0.3f);
+  for (size_t i = 0; i < x.size(); ++i)
+    if (i % 4 != 0) x[i] = 0.0f;
+  std::vector<int32_t> gid(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) gid[static_cast<size_t>(i)] = static_cast<int32_t>(3 * i + 1);
+  const DropoutKey key{4, 0, 2};
+  int isas = 0;
+  for (const bool bf16 : {false, true}) {
+    std::vector<float> stored = x;
+    if (bf16)
+      for (float& v : stored) v = from_bf16(to_bf16(v));
+    for (const float p : {0.0f, 0.5f}) {
+      std::vector<float> d(stored.size());  // the matrix the products see
+      dropout_copy(stored.data(), cols, d.data(), cols, rows, cols, gid.data(), p, key);
+      InputMatrix input;
+      input.assign(x.data(), rows, cols, true, bf16);
+      input.prepare(p, key, gid.data());
+      for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{40}, int64_t{256}, int64_t{499}}) {
+        const auto w = values(static_cast<size_t>(cols * n), 0.7f);
+        const auto dy = values(static_cast<size_t>(rows * n), 0.9f);
+        const auto y0 = values(static_cast<size_t>(rows * n), 1.1f);
+        for (const float beta : {0.0f, 1.0f, 0.5f}) {
+          std::vector<float> want_y = y0;
+          for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              float& out = want_y[static_cast<size_t>(i * n + j)];
+              out = beta == 0.0f ? 0.0f : beta == 1.0f ? out : out * beta;
+              for (int64_t c = 0; c < cols; ++c) {
+                const float v = d[static_cast<size_t>(i * cols + c)];
+                if (v != 0.0f) out += v * w[static_cast<size_t>(c * n + j)];
+              }
+            }
+          std::vector<float> want_dw(static_cast<size_t>(cols * n), 0.0f);
+          for (int64_t i = 0; i < rows; ++i)
+            for (int64_t c = 0; c < cols; ++c) {
+              const float v = d[static_cast<size_t>(i * cols + c)];
+              if (v == 0.0f) continue;
+              for (int64_t j = 0; j < n; ++j)
+                want_dw[static_cast<size_t>(c * n + j)] += v * dy[static_cast<size_t>(i * n + j)];
+            }
+          isas = 0;
+          for (const char* isa : {"default", "avx2", "avx512"}) {
+            if (!use_sparse_input_isa(isa)) continue;
+            ++isas;
+            for (const int threads : {1, 2, 3}) {
+              SCOPED_TRACE(testing::Message() << isa << ", " << threads << " threads, bf16 " << bf16 << ", p " << p
+                                              << ", n " << n << ", beta " << beta);
+              set_compute_threads(threads);
+              std::vector<float> y = y0;
+              input.multiply(w.data(), n, beta, y.data());
+              EXPECT_EQ(y, want_y);
+              std::vector<float> dw(static_cast<size_t>(cols * n), 0.25f);
+              input.multiply_transposed(dy.data(), n, dw.data());
+              EXPECT_EQ(dw, want_dw);
+              input.multiply_transposed(dy.data(), n, dw.data(), true);  // accumulate: twice the sum's terms
+              std::vector<float> twice = want_dw;
+              for (int64_t i = 0; i < rows; ++i)
+                for (int64_t c = 0; c < cols; ++c) {
+                  const float v = d[static_cast<size_t>(i * cols + c)];
+                  if (v == 0.0f) continue;
+                  for (int64_t j = 0; j < n; ++j)
+                    twice[static_cast<size_t>(c * n + j)] += v * dy[static_cast<size_t>(i * n + j)];
+                }
+              EXPECT_EQ(dw, twice);
+            }
+          }
+        }
+      }
+    }
+  }
+  use_sparse_input_isa("");
+  EXPECT_GE(isas, 1);
 }
 
 // The reductions that are not BLAS calls: the loss, the sparse input's weight gradient.

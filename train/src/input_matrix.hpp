@@ -11,6 +11,7 @@
 #include "halogen/core/buffer.hpp"
 #include "halogen/core/tensor.hpp"
 #include "kernels/dense.hpp"
+#include "kernels/sparse_input.hpp"
 
 namespace halogen {
 
@@ -63,11 +64,8 @@ class InputMatrix {
   HostBuffer<uint16_t> val16_;  // bf16 values instead of val_
   HostBuffer<uint8_t> keep_;
   float keep_scale_ = 1.0f;
-  /// Non-zero e as this epoch's products see it (dropout_copy's expression, bit for bit).
-  float stored(int64_t e) const { return bf16_ ? from_bf16(val16_[e]) : val_[e]; }
-  float value(int64_t e) const {
-    return dropped_ ? stored(e) * (static_cast<float>(keep_[e]) * keep_scale_) : stored(e);
-  }
+  // The sparse form as its products read it this epoch.
+  SparseInputView view() const;
 };
 
 /// A layer-0 input matrix on the trainer's device: on the CPU an InputMatrix (sparse or dense,

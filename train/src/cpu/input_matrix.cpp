@@ -68,6 +68,24 @@ void InputMatrix::assign(const float* values, int64_t rows, int64_t cols, bool s
   }
 }
 
+SparseInputView InputMatrix::view() const {
+  SparseInputView d;
+  d.rows = rows_;
+  d.cols = cols_;
+  d.offsets = off_.data();
+  d.columns = col_.data();
+  if (bf16_) {
+    d.values16 = val16_.data();
+  } else {
+    d.values = val_.data();
+  }
+  if (dropped_) {
+    d.keep = keep_.data();
+    d.keep_scale = keep_scale_;
+  }
+  return d;
+}
+
 uint64_t InputMatrix::stored_bytes() const noexcept {
   return (dense_.size() + val_.size() + col_.size()) * 4 + (dense16_.size() + val16_.size()) * 2 + off_.size() * 8 +
          keep_.size();
@@ -138,22 +156,7 @@ void InputMatrix::multiply(const float* w, int64_t n, float beta, float* y, int6
     if (dropped_) return gemm_dropped(dense_.data(), rows_, cols_, global_ids_, p_, key_, w, n, beta, y, ldy);
     return gemm(false, false, rows_, n, cols_, 1.0f, dense_.data(), cols_, w, n, beta, y, ldy);
   }
-#pragma omp parallel for schedule(dynamic, 64)
-  for (int64_t i = 0; i < rows_; ++i) {
-    float* yi = y + i * ldy;
-    if (beta == 0.0f) {
-      std::fill(yi, yi + n, 0.0f);
-    } else if (beta != 1.0f) {
-      for (int64_t c = 0; c < n; ++c) yi[c] *= beta;
-    }
-    for (int64_t e = off_[i]; e < off_[i + 1]; ++e) {
-      const float v = value(e);
-      if (v == 0.0f) continue;  // dropped
-      const float* wk = w + static_cast<int64_t>(col_[e]) * n;
-#pragma omp simd
-      for (int64_t c = 0; c < n; ++c) yi[c] += v * wk[c];
-    }
-  }
+  sparse_input_multiply(view(), w, n, beta, y, ldy);
 }
 
 void InputMatrix::multiply_transposed(const float* dy, int64_t n, float* dw, bool accumulate) const {
@@ -165,29 +168,7 @@ void InputMatrix::multiply_transposed(const float* dy, int64_t n, float* dw, boo
       return gemm_dropped_tn(dense_.data(), rows_, cols_, global_ids_, p_, key_, dy, n, accumulate ? 1.0f : 0.0f, dw);
     return gemm(true, false, cols_, n, rows_, 1.0f, dense_.data(), cols_, dy, n, accumulate ? 1.0f : 0.0f, dw, n);
   }
-  // Each thread owns a range of dW's rows (columns of X) and scans every stored row for its
-  // entries, adding them in row order: every value of dW is summed in the same order on any
-  // number of threads, with no per-thread copy of dW. Scanning costs a compare per non-zero;
-  // the products, n values each, are split.
-  if (!accumulate) std::fill(dw, dw + cols_ * n, 0.0f);
-  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), std::max<int64_t>(cols_ / 8, 1)));
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int32_t first = static_cast<int32_t>(cols_ * t / nt), last = static_cast<int32_t>(cols_ * (t + 1) / nt);
-    for (int64_t i = 0; i < rows_; ++i) {
-      const float* dyi = dy + i * n;
-      for (int64_t e = off_[i]; e < off_[i + 1]; ++e) {
-        const int32_t col = col_[e];
-        if (col < first || col >= last) continue;
-        const float v = value(e);
-        if (v == 0.0f) continue;
-        float* dwk = dw + static_cast<int64_t>(col) * n;
-#pragma omp simd
-        for (int64_t c = 0; c < n; ++c) dwk[c] += v * dyi[c];
-      }
-    }
-  }
+  sparse_input_multiply_transposed(view(), dy, n, dw, accumulate);
 }
 
 }  // namespace halogen
