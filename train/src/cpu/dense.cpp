@@ -247,6 +247,39 @@ DropoutRowFn pick_dropout_row() {
   return fn;
 }
 
+// The words of 8 Philox blocks (64 columns) from block first_block on, for DropoutSpanWords.
+using SpanWordsFn = void (*)(const DropoutRow&, uint32_t, uint32_t, uint32_t*);
+void span_words_default(const DropoutRow& d, uint32_t node, uint32_t first_block, uint32_t* words) {
+  quant::detail::philox4x32_10_batch<quant::detail::U64x2, 8>(d.epoch, d.layer, node, first_block, d.key0, d.key1,
+                                                              words);
+}
+#if HALOGEN_QUANT_X86
+[[gnu::target("avx2")]] void span_words_avx2(const DropoutRow& d, uint32_t node, uint32_t first_block,
+                                             uint32_t* words) {
+  quant::detail::philox4x32_10_batch<quant::detail::U64x4, 8>(d.epoch, d.layer, node, first_block, d.key0, d.key1,
+                                                              words);
+}
+[[gnu::target("avx512f,avx512vl,avx512bw,avx512dq")]] void span_words_avx512(const DropoutRow& d, uint32_t node,
+                                                                             uint32_t first_block, uint32_t* words) {
+  quant::detail::philox4x32_10_batch<quant::detail::U64x8, 8>(d.epoch, d.layer, node, first_block, d.key0, d.key1,
+                                                              words);
+}
+#endif
+
+SpanWordsFn pick_span_words() {
+  static const SpanWordsFn fn = [] {
+#if HALOGEN_QUANT_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq"))
+      return &span_words_avx512;
+    if (__builtin_cpu_supports("avx2")) return &span_words_avx2;
+#endif
+    return &span_words_default;
+  }();
+  return fn;
+}
+
 // One 16-bit uniform per value: a Philox call yields 8 decisions. p is applied as
 // round(p * 65536) / 65536 (exact for the usual 0.1, 0.25, 0.5, within 2^-17 otherwise).
 DropoutRow dropout_row_of(float p, const DropoutKey& key) {
@@ -263,6 +296,26 @@ DropoutRow dropout_row_of(float p, const DropoutKey& key) {
 }
 
 }  // namespace
+
+DropoutSpanWords::DropoutSpanWords(float p, const DropoutKey& key) {
+  const DropoutRow d = dropout_row_of(p, key);
+  key0_ = d.key0;
+  key1_ = d.key1;
+  epoch_ = d.epoch;
+  layer_ = d.layer;
+  threshold_ = d.threshold;
+}
+
+void DropoutSpanWords::fill(uint32_t node, uint32_t span, uint16_t words[64]) const {
+  DropoutRow d;
+  d.key0 = key0_;
+  d.key1 = key1_;
+  d.epoch = epoch_;
+  d.layer = layer_;
+  uint32_t raw[32];
+  pick_span_words()(d, node, 8 * span, raw);
+  std::memcpy(words, raw, sizeof(raw));
+}
 
 namespace {
 

@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "halogen/core/error.hpp"
-#include "halogen/core/rng.hpp"
 
 namespace halogen {
 
@@ -91,41 +90,6 @@ uint64_t InputMatrix::stored_bytes() const noexcept {
          keep_.size();
 }
 
-namespace {
-
-// The sparse form's mask, entry by entry: value j of a row uses 16-bit word j of the row's
-// Philox stream, 8 words per Philox call (the mask of dropout_copy); only the blocks holding
-// non-zeros are drawn.
-class SparseRowMask {
- public:
-  SparseRowMask(float p, const DropoutKey& key)
-      : rng_(RngStream::make(key.seed, RngPurpose::kDropout)),
-        key_(key),
-        threshold_(static_cast<uint32_t>(std::lround(static_cast<double>(p) * 65536.0))) {}
-  void start_row(uint32_t node) {
-    node_ = node;
-    block_ = -1;
-  }
-  bool kept(int64_t j) {
-    if (j / 8 != block_) {
-      block_ = j / 8;
-      const Philox4x32 r = rng_.bits(key_.epoch, key_.layer, node_, static_cast<uint32_t>(block_));
-      std::memcpy(words_, r.v, sizeof(words_));
-    }
-    return words_[j % 8] >= threshold_;
-  }
-
- private:
-  RngStream rng_;
-  DropoutKey key_;
-  uint32_t threshold_;
-  uint32_t node_ = 0;
-  int64_t block_ = -1;
-  uint16_t words_[8] = {};
-};
-
-}  // namespace
-
 void InputMatrix::prepare(float p, const DropoutKey& key, const int32_t* global_ids) {
   // No dropped copy: the dense products draw the mask as they read the rows; the sparse form
   // keeps one byte per non-zero for the epoch (drawing it in both products costs more).
@@ -137,13 +101,22 @@ void InputMatrix::prepare(float p, const DropoutKey& key, const int32_t* global_
   if (!dropped_ || !sparse_) return;
   keep_.resize(col_.size());
   keep_scale_ = 1.0f / (1.0f - p);
-#pragma omp parallel
-  {
-    SparseRowMask mask(p, key);
-#pragma omp for schedule(dynamic, 256)
-    for (int64_t i = 0; i < rows_; ++i) {
-      mask.start_row(static_cast<uint32_t>(global_ids[i]));
-      for (int64_t e = off_[i]; e < off_[i + 1]; ++e) keep_[e] = mask.kept(col_[e]) ? 1 : 0;
+  // Value j of a row uses 16-bit word j of the row's Philox stream (the mask of dropout_copy),
+  // drawn 64 columns at a time where the row has non-zeros.
+  const DropoutSpanWords spans(p, key);
+  const uint32_t threshold = spans.threshold();
+#pragma omp parallel for schedule(dynamic, 256)
+  for (int64_t i = 0; i < rows_; ++i) {
+    uint16_t words[64];
+    int64_t span = -1;
+    const uint32_t node = static_cast<uint32_t>(global_ids[i]);
+    for (int64_t e = off_[i]; e < off_[i + 1]; ++e) {
+      const int64_t col = col_[e];
+      if (col / 64 != span) {
+        span = col / 64;
+        spans.fill(node, static_cast<uint32_t>(span), words);
+      }
+      keep_[e] = words[col % 64] >= threshold ? 1 : 0;
     }
   }
 }
