@@ -29,7 +29,8 @@ struct PartitionMemory {
   std::string phase;
   /// That phase's terms, named, in bytes; they sum to peak_per_rank.
   std::vector<std::pair<std::string, uint64_t>> items;
-  /// PT-Scotch's own peak varies with how it folds and duplicates its coarse graphs: measured
+  /// PT-Scotch's own peak follows how far its coarsening shrinks the graph's edges, which the
+  /// counts do not tell (docs/partition.md, "What PT-Scotch's peak is made of"): measured
   /// between 53 and 129 bytes per stored entry of the whole graph on every rank, at 2 and 4
   /// ranks, so its figure is that range's top, an upper bound rather than an estimate.
   bool upper_bound = false;
