@@ -165,9 +165,17 @@ template <int kWidest, typename V>
     transposed_scan(d, dy, n, dw, first, last);                                                                        \
   }
 
+#if defined(__x86_64__) || defined(__i386__)
+#define HALOGEN_SPARSE_X86 1
+#else
+#define HALOGEN_SPARSE_X86 0
+#endif
+
 HALOGEN_SPARSE_VARIANT(default, , 0, Floats4)
+#if HALOGEN_SPARSE_X86
 HALOGEN_SPARSE_VARIANT(avx2, [[gnu::target("avx2")]], 64, Floats8)
 HALOGEN_SPARSE_VARIANT(avx512, [[gnu::target("avx512f,avx512vl,avx2")]], 256, Floats16)
+#endif
 #undef HALOGEN_SPARSE_VARIANT
 
 struct Kernels {
@@ -176,15 +184,19 @@ struct Kernels {
 };
 
 bool cpu_has(std::string_view isa) {
+#if HALOGEN_SPARSE_X86
   __builtin_cpu_init();
   if (isa == "avx512") return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
   if (isa == "avx2") return __builtin_cpu_supports("avx2");
+#endif
   return isa == "default";
 }
 
 Kernels kernels_for(std::string_view isa) {
+#if HALOGEN_SPARSE_X86
   if (isa == "avx512") return Kernels{&forward_avx512, &transposed_avx512};
   if (isa == "avx2") return Kernels{&forward_avx2, &transposed_avx2};
+#endif
   return Kernels{&forward_default, &transposed_default};
 }
 
