@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "cpu/cpu_isa.hpp"  // quant/src
 #include "input_matrix.hpp"
 #include "kernels/dense.hpp"
 #include "kernels/sparse_input.hpp"
@@ -188,21 +189,29 @@ TEST(ProductBits, SparseInputProductsAreThePlainSumsOnEveryThreadCountAndInstruc
                 if (v != 0.0f) out += v * w[static_cast<size_t>(c * n + j)];
               }
             }
-          std::vector<float> want_dw(static_cast<size_t>(cols * n), 0.0f);
-          for (int64_t i = 0; i < rows; ++i)
-            for (int64_t c = 0; c < cols; ++c) {
-              const float v = d[static_cast<size_t>(i * cols + c)];
-              if (v == 0.0f) continue;
-              for (int64_t j = 0; j < n; ++j)
-                want_dw[static_cast<size_t>(c * n + j)] += v * dy[static_cast<size_t>(i * n + j)];
-            }
+          // dw += D^T dy, term by term in row order.
+          const auto add_terms = [&](std::vector<float> dw) {
+            for (int64_t i = 0; i < rows; ++i)
+              for (int64_t c = 0; c < cols; ++c) {
+                const float v = d[static_cast<size_t>(i * cols + c)];
+                if (v == 0.0f) continue;
+                for (int64_t j = 0; j < n; ++j)
+                  dw[static_cast<size_t>(c * n + j)] += v * dy[static_cast<size_t>(i * n + j)];
+              }
+            return dw;
+          };
+          const std::vector<float> want_dw = add_terms(std::vector<float>(static_cast<size_t>(cols * n), 0.0f));
+          const std::vector<float> want_twice = add_terms(want_dw);
           isas = 0;
-          for (const char* isa : {"default", "avx2", "avx512"}) {
-            if (!use_sparse_input_isa(isa)) continue;
+          for (int i = 0; i < quant::detail::kCpuIsaCount; ++i) {
+            const auto isa = static_cast<quant::detail::CpuIsa>(i);
+            if (!quant::detail::cpu_isa_supported(isa)) continue;
+            use_sparse_input_isa(isa);
             ++isas;
             for (const int threads : {1, 2, 3}) {
-              SCOPED_TRACE(testing::Message() << isa << ", " << threads << " threads, bf16 " << bf16 << ", p " << p
-                                              << ", n " << n << ", beta " << beta);
+              SCOPED_TRACE(testing::Message()
+                           << quant::detail::cpu_isa_name(isa) << ", " << threads << " threads, bf16 " << bf16 << ", p "
+                           << p << ", n " << n << ", beta " << beta);
               set_compute_threads(threads);
               std::vector<float> y = y0;
               input.multiply(w.data(), n, beta, y.data());
@@ -210,23 +219,15 @@ TEST(ProductBits, SparseInputProductsAreThePlainSumsOnEveryThreadCountAndInstruc
               std::vector<float> dw(static_cast<size_t>(cols * n), 0.25f);
               input.multiply_transposed(dy.data(), n, dw.data());
               EXPECT_EQ(dw, want_dw);
-              input.multiply_transposed(dy.data(), n, dw.data(), true);  // accumulate: twice the sum's terms
-              std::vector<float> twice = want_dw;
-              for (int64_t i = 0; i < rows; ++i)
-                for (int64_t c = 0; c < cols; ++c) {
-                  const float v = d[static_cast<size_t>(i * cols + c)];
-                  if (v == 0.0f) continue;
-                  for (int64_t j = 0; j < n; ++j)
-                    twice[static_cast<size_t>(c * n + j)] += v * dy[static_cast<size_t>(i * n + j)];
-                }
-              EXPECT_EQ(dw, twice);
+              input.multiply_transposed(dy.data(), n, dw.data(), true);  // accumulate: the terms again
+              EXPECT_EQ(dw, want_twice);
             }
           }
         }
       }
     }
   }
-  use_sparse_input_isa("");
+  use_sparse_input_isa(std::nullopt);
   EXPECT_GE(isas, 1);
 }
 

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu/cpu_isa.hpp"       // quant/src: which instruction sets the CPU supports
 #include "cpu/philox_batch.hpp"  // quant/src: the batched Philox of the quantizer
 #include "halogen/core/error.hpp"
 #include "kernels/row_block_sum.hpp"
@@ -194,10 +195,6 @@ namespace {
 // bits as RngStream::bits, checked by tests/quant/test_quantize_isa.cpp), then a branch-free
 // mask (a data-dependent branch mispredicts half the time at p = 0.5). Compiled for three ISAs
 // and chosen at run time; all give the same bits.
-struct DropoutRow {
-  uint32_t key0, key1, epoch, layer, threshold;
-  float keep_scale;
-};
 
 // `first_block`: src and dst start at column 8 * first_block of the row (a column range of the
 // matrix), whose words are drawn from that block on.
@@ -233,21 +230,7 @@ void dropout_row_default(const DropoutRow& d, uint32_t node, const float* src, f
 }
 #endif
 
-DropoutRowFn pick_dropout_row() {
-  static const DropoutRowFn fn = [] {
-#if HALOGEN_QUANT_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq"))
-      return &dropout_row_avx512;
-    if (__builtin_cpu_supports("avx2")) return &dropout_row_avx2;
-#endif
-    return &dropout_row_default;
-  }();
-  return fn;
-}
-
-// The words of 8 Philox blocks (64 columns) from block first_block on, for DropoutSpanWords.
+// The words of 8 Philox blocks (64 columns) from block first_block on (DropoutSpanWords).
 using SpanWordsFn = void (*)(const DropoutRow&, uint32_t, uint32_t, uint32_t*);
 void span_words_default(const DropoutRow& d, uint32_t node, uint32_t first_block, uint32_t* words) {
   quant::detail::philox4x32_10_batch<quant::detail::U64x2, 8>(d.epoch, d.layer, node, first_block, d.key0, d.key1,
@@ -266,19 +249,24 @@ void span_words_default(const DropoutRow& d, uint32_t node, uint32_t first_block
 }
 #endif
 
-SpanWordsFn pick_span_words() {
-  static const SpanWordsFn fn = [] {
+// The dropout kernels of the widest instruction set the CPU supports, chosen once.
+struct DropoutKernels {
+  DropoutRowFn row;
+  SpanWordsFn span_words;
+};
+const DropoutKernels& dropout_kernels() {
+  static const DropoutKernels k = [] {
+    using quant::detail::CpuIsa;
 #if HALOGEN_QUANT_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq"))
-      return &span_words_avx512;
-    if (__builtin_cpu_supports("avx2")) return &span_words_avx2;
+    if (quant::detail::cpu_isa_supported(CpuIsa::kAvx512))
+      return DropoutKernels{&dropout_row_avx512, &span_words_avx512};
+    if (quant::detail::cpu_isa_supported(CpuIsa::kAvx2)) return DropoutKernels{&dropout_row_avx2, &span_words_avx2};
 #endif
-    return &span_words_default;
+    return DropoutKernels{&dropout_row_default, &span_words_default};
   }();
-  return fn;
+  return k;
 }
+DropoutRowFn pick_dropout_row() { return dropout_kernels().row; }
 
 // One 16-bit uniform per value: a Philox call yields 8 decisions. p is applied as
 // round(p * 65536) / 65536 (exact for the usual 0.1, 0.25, 0.5, within 2^-17 otherwise).
@@ -297,23 +285,12 @@ DropoutRow dropout_row_of(float p, const DropoutKey& key) {
 
 }  // namespace
 
-DropoutSpanWords::DropoutSpanWords(float p, const DropoutKey& key) {
-  const DropoutRow d = dropout_row_of(p, key);
-  key0_ = d.key0;
-  key1_ = d.key1;
-  epoch_ = d.epoch;
-  layer_ = d.layer;
-  threshold_ = d.threshold;
-}
+DropoutSpanWords::DropoutSpanWords(float p, const DropoutKey& key)
+    : row_(dropout_row_of(p, key)), span_words_(dropout_kernels().span_words) {}
 
 void DropoutSpanWords::fill(uint32_t node, uint32_t span, uint16_t words[64]) const {
-  DropoutRow d;
-  d.key0 = key0_;
-  d.key1 = key1_;
-  d.epoch = epoch_;
-  d.layer = layer_;
   uint32_t raw[32];
-  pick_span_words()(d, node, 8 * span, raw);
+  span_words_(row_, node, 8 * span, raw);
   std::memcpy(words, raw, sizeof(raw));
 }
 

@@ -13,8 +13,9 @@
 //  - the transposed product adds into dW rows in memory: a thread owns a range of them and
 //    scans every row of D for its entries (a transposed copy of D's structure, 8 bytes an
 //    entry, was slower);
-//  - the view of D is copied into locals, so that the compiler knows stores into the output
-//    cannot change it (through the reference it reloaded it every entry: 20-30% slower).
+//  - the view of D is passed by value, so that the compiler knows stores into the output
+//    cannot change it (read through a reference, it was reloaded on every entry, and that
+//    version measured 0.7-0.9x the plain loop on the baseline and AVX2 variants).
 // This file is compiled with -ffp-contract=off (train/CMakeLists.txt), so an output value is
 // the same chain of fp32 multiplies and adds on every instruction set.
 #include "kernels/sparse_input.hpp"
@@ -22,14 +23,19 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <string_view>
 
+#include "cpu/cpu_isa.hpp"       // quant/src: which instruction sets the CPU supports
+#include "cpu/philox_batch.hpp"  // quant/src: HALOGEN_QUANT_X86
 #include "halogen/core/error.hpp"
 #include "kernels/dense.hpp"
 
 namespace halogen {
 
 namespace {
+
+using quant::detail::cpu_isa_name;
+using quant::detail::cpu_isa_supported;
+using quant::detail::CpuIsa;
 
 constexpr int64_t kPrefetch = 8;  // entries ahead
 constexpr int64_t kLine = 16;     // floats per 64-byte cache line
@@ -118,8 +124,9 @@ template <int W, typename V>
 // Rows [r0, r1) of Y, every column. A row of at most kWidest columns is held in registers, in
 // passes of W columns while at least W are left, for W = kWidest, kWidest / 2, ..., 16, and
 // its last n % 16 columns in memory. A wider row is summed in memory: with AVX2, passes of 64
-// columns over a 256-wide row were slower than one pass in memory (0.94x against 1.29x the
-// plain loop), while a 64-wide row gains from registers (1.32x against 1.14x).
+// columns over a 256-wide row were slower than one pass in memory (bench_sparse_input, n 256:
+// 0.94x against 1.29x the plain loop), while a 64-wide row gains from registers (n 64: 1.32x
+// against 1.14x).
 template <int kWidest, typename V>
 [[gnu::always_inline]] inline void forward_rows(const SparseInputView& d, const float* w, int64_t n, float beta,
                                                 float* y, int64_t ldy, int64_t r0, int64_t r1) {
@@ -165,14 +172,8 @@ template <int kWidest, typename V>
     transposed_scan(d, dy, n, dw, first, last);                                                                        \
   }
 
-#if defined(__x86_64__) || defined(__i386__)
-#define HALOGEN_SPARSE_X86 1
-#else
-#define HALOGEN_SPARSE_X86 0
-#endif
-
 HALOGEN_SPARSE_VARIANT(default, , 0, Floats4)
-#if HALOGEN_SPARSE_X86
+#if HALOGEN_QUANT_X86
 HALOGEN_SPARSE_VARIANT(avx2, [[gnu::target("avx2")]], 64, Floats8)
 HALOGEN_SPARSE_VARIANT(avx512, [[gnu::target("avx512f,avx512vl,avx2")]], 256, Floats16)
 #endif
@@ -183,30 +184,23 @@ struct Kernels {
   decltype(&transposed_default) transposed;
 };
 
-bool cpu_has(std::string_view isa) {
-#if HALOGEN_SPARSE_X86
-  __builtin_cpu_init();
-  if (isa == "avx512") return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-  if (isa == "avx2") return __builtin_cpu_supports("avx2");
-#endif
-  return isa == "default";
-}
-
-Kernels kernels_for(std::string_view isa) {
-#if HALOGEN_SPARSE_X86
-  if (isa == "avx512") return Kernels{&forward_avx512, &transposed_avx512};
-  if (isa == "avx2") return Kernels{&forward_avx2, &transposed_avx2};
+Kernels kernels_for(CpuIsa isa) {
+#if HALOGEN_QUANT_X86
+  if (isa == CpuIsa::kAvx512) return Kernels{&forward_avx512, &transposed_avx512};
+  if (isa == CpuIsa::kAvx2) return Kernels{&forward_avx2, &transposed_avx2};
 #endif
   return Kernels{&forward_default, &transposed_default};
 }
 
-std::string_view best_isa() { return cpu_has("avx512") ? "avx512" : cpu_has("avx2") ? "avx2" : "default"; }
+CpuIsa widest_isa() {
+  if (cpu_isa_supported(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
+  return cpu_isa_supported(CpuIsa::kAvx2) ? CpuIsa::kAvx2 : CpuIsa::kDefault;
+}
 
 Kernels& chosen_kernels() {
-  static Kernels k = kernels_for(best_isa());
+  static Kernels k = kernels_for(widest_isa());
   return k;
 }
-const Kernels& pick_kernels() { return chosen_kernels(); }
 
 constexpr int64_t kChunk = 64;  // output rows per task of the forward product
 
@@ -215,7 +209,7 @@ constexpr int64_t kChunk = 64;  // output rows per task of the forward product
 void sparse_input_multiply(const SparseInputView& d, const float* w, int64_t n, float beta, float* y, int64_t ldy) {
   HALOGEN_EXPECTS(n >= 0 && ldy >= n, "sparse input product: {} columns with row stride {}", n, ldy);
   if (d.rows == 0 || n == 0) return;
-  const auto fn = pick_kernels().forward;
+  const auto fn = chosen_kernels().forward;
   const int64_t chunks = (d.rows + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t c = 0; c < chunks; ++c) fn(d, w, n, beta, y, ldy, c * kChunk, std::min(d.rows, (c + 1) * kChunk));
@@ -226,7 +220,7 @@ void sparse_input_multiply_transposed(const SparseInputView& d, const float* dy,
   HALOGEN_EXPECTS(n >= 0, "sparse input product: {} columns", n);
   if (d.cols == 0 || n == 0) return;
   if (!accumulate) std::fill(dw, dw + d.cols * n, 0.0f);
-  const auto fn = pick_kernels().transposed;
+  const auto fn = chosen_kernels().transposed;
   // At least 8 columns of D a thread, so that a thread's scan does some work.
   const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), std::max<int64_t>(d.cols / 8, 1)));
 #pragma omp parallel num_threads(threads)
@@ -236,11 +230,10 @@ void sparse_input_multiply_transposed(const SparseInputView& d, const float* dy,
   }
 }
 
-bool use_sparse_input_isa(std::string_view isa) {
-  if (isa.empty()) isa = best_isa();
-  if (!cpu_has(isa)) return false;
-  chosen_kernels() = kernels_for(isa);
-  return true;
+void use_sparse_input_isa(std::optional<CpuIsa> isa) {
+  HALOGEN_EXPECTS(!isa || cpu_isa_supported(*isa), "use_sparse_input_isa: this CPU cannot run the {} kernels",
+                  cpu_isa_name(*isa));
+  chosen_kernels() = kernels_for(isa.value_or(widest_isa()));
 }
 
 }  // namespace halogen

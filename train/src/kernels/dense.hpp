@@ -57,18 +57,26 @@ void dropout_apply(float* x, int64_t rows, int64_t cols, int64_t ld, const int32
 void dropout_copy(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t cols,
                   const int32_t* global_ids, float p, const DropoutKey& key);
 
+/// One dropout site as the kernels draw it: the Philox key of the seed, the counter words of
+/// (epoch, layer), the 16-bit threshold under which a value is dropped, and 1 / (1 - p).
+struct DropoutRow {
+  uint32_t key0, key1, epoch, layer, threshold;
+  float keep_scale;
+};
+
 /// The mask of dropout_copy 64 columns at a time, for a matrix stored by its non-zeros: the
 /// 16-bit words of columns [64 s, 64 s + 64) of a node's row (8 Philox blocks, drawn at once
 /// on the vector lanes the CPU has); column c is kept when its word >= threshold().
 class DropoutSpanWords {
  public:
   DropoutSpanWords(float p, const DropoutKey& key);
-  uint32_t threshold() const noexcept { return threshold_; }
+  uint32_t threshold() const noexcept { return row_.threshold; }
   /// words[c - 64 span] for the columns c of span `span` of node's row.
   void fill(uint32_t node, uint32_t span, uint16_t words[64]) const;
 
  private:
-  uint32_t key0_, key1_, epoch_, layer_, threshold_;
+  DropoutRow row_;
+  void (*span_words_)(const DropoutRow&, uint32_t, uint32_t, uint32_t*);
 };
 
 /// Products with dropout(X) (X rows x cols, contiguous; the mask of dropout_copy) that never

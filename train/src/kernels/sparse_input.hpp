@@ -9,7 +9,13 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
+#include <optional>
+
+// The instruction sets of the CPU kernels (quant/src/cpu/cpu_isa.hpp, whose functions name,
+// list and detect them).
+namespace halogen::quant::detail {
+enum class CpuIsa : int;
+}  // namespace halogen::quant::detail
 
 namespace halogen {
 
@@ -29,9 +35,9 @@ void sparse_input_multiply(const SparseInputView& d, const float* w, int64_t n, 
 /// dW (cols x n) = D^T dY, or dW += D^T dY with `accumulate`; dY rows x n.
 void sparse_input_multiply_transposed(const SparseInputView& d, const float* dy, int64_t n, float* dw, bool accumulate);
 
-/// Runs the loops compiled for `isa` ("default", "avx2" or "avx512"; empty: the best this CPU
-/// has, which is the initial choice) from now on, or returns false when the CPU lacks it.
-/// Tests use it to compare the instruction sets.
-bool use_sparse_input_isa(std::string_view isa);
+/// Runs the loops compiled for `isa` from now on (nullopt: the widest this CPU supports, the
+/// initial choice); throws when the CPU cannot run it. Tests and benchmarks use it to compare
+/// the instruction sets; not for use while products run.
+void use_sparse_input_isa(std::optional<quant::detail::CpuIsa> isa);
 
 }  // namespace halogen
