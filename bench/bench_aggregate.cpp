@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.hpp"
 #include "halogen/core/buffer.hpp"
 #include "halogen/partition/generate.hpp"
 #include "halogen/partition/reorder.hpp"
@@ -34,36 +35,10 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-struct Stats {
-  double min_s = 1e30, max_s = 0, sum_s = 0;
-  int n = 0;
-  double avg() const { return sum_s / n; }
-};
-
-Stats time_it(int warmup, int iters, const std::function<void()>& fn) {
-  for (int i = 0; i < warmup; ++i) fn();
-  Stats s;
-  for (int i = 0; i < iters; ++i) {
-    const auto t0 = Clock::now();
-    fn();
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    s.min_s = std::min(s.min_s, dt);
-    s.max_s = std::max(s.max_s, dt);
-    s.sum_s += dt;
-    ++s.n;
-  }
-  return s;
-}
+using halogen::bench::Clock;
+using halogen::bench::split;
+using halogen::bench::Stats;
+using halogen::bench::time_it;
 
 void header() {
   std::printf("%-34s %10s %10s %10s %12s %10s %10s %8s\n", "# case", "min ms", "avg ms", "max ms", "bytes|flops",

@@ -19,44 +19,25 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
+#include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
+#include <iostream>
+#include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_timing.hpp"
+#include "cpu/cpu_isa.hpp"  // quant/src
 #include "input_matrix.hpp"
 #include "kernels/sparse_input.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-struct Stats {
-  double min_s = 1e30, max_s = 0, sum_s = 0;
-  int n = 0;
-  double avg() const { return sum_s / n; }
-};
-
-Stats time_it(int warmup, int iters, const std::function<void()>& fn) {
-  for (int i = 0; i < warmup; ++i) fn();
-  Stats s;
-  for (int i = 0; i < iters; ++i) {
-    const auto t0 = Clock::now();
-    fn();
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    s.min_s = std::min(s.min_s, dt);
-    s.max_s = std::max(s.max_s, dt);
-    s.sum_s += dt;
-    ++s.n;
-  }
-  return s;
-}
+using halogen::bench::Stats;
+using halogen::bench::time_it;
+using halogen::quant::detail::CpuIsa;
 
 struct Csr {
   int64_t rows = 0, cols = 0;
@@ -105,44 +86,38 @@ void plain_transposed(const Csr& d, const float* dy, int64_t n, float* dw) {
   }
 }
 
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(std::stoll(item));
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t rows = 18333, cols = 6805, entries = 455;
-  std::vector<int64_t> widths{64, 256};
-  float dropout = 0.5f;
-  int iters = 10, warmup = 2, threads = omp_get_max_threads();
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--rows")
-      rows = std::stoll(v);
-    else if (a == "--cols")
-      cols = std::stoll(v);
-    else if (a == "--entries")
-      entries = std::stoll(v);
-    else if (a == "--n")
-      widths = parse_list(v);
-    else if (a == "--dropout")
-      dropout = std::stof(v);
-    else if (a == "--iters")
-      iters = std::stoi(v);
-    else if (a == "--warmup")
-      warmup = std::stoi(v);
-    else if (a == "--threads")
-      threads = std::stoi(v);
-    else {
-      std::fprintf(stderr, "unknown option %s\n", a.c_str());
-      return 2;
-    }
+  namespace po = boost::program_options;
+  int64_t rows = 0, cols = 0, entries = 0;
+  std::string widths_list;
+  float dropout = 0.0f;
+  int iters = 0, warmup = 0, threads = 0;
+  po::options_description options("bench_sparse_input options");
+  options.add_options()("help", "this message")("rows", po::value(&rows)->default_value(18333),
+                                                "rows of the sparse input (nodes of a rank)")(
+      "cols", po::value(&cols)->default_value(6805), "columns (features)")(
+      "entries", po::value(&entries)->default_value(455), "entries a row")(
+      "n", po::value(&widths_list)->default_value("64,256"), "widths of the dense side, comma-separated")(
+      "dropout", po::value(&dropout)->default_value(0.5f), "dropout probability of the epoch")(
+      "iters", po::value(&iters)->default_value(10), "timed iterations")("warmup", po::value(&warmup)->default_value(2),
+                                                                         "untimed iterations first")(
+      "threads", po::value(&threads)->default_value(omp_get_max_threads()), "OpenMP threads");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, options), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "bench_sparse_input: %s\n", e.what());
+    return 2;
   }
+  if (vm.count("help") != 0) {
+    std::cout << options << "\n";
+    return 0;
+  }
+  std::vector<int64_t> widths;
+  for (const std::string& item : halogen::bench::split(widths_list)) widths.push_back(std::stoll(item));
   entries = std::min(entries, cols);
   halogen::set_compute_threads(threads);
   // The matrix: `entries` distinct uniform columns a row, values in (0, 1].
@@ -207,16 +182,18 @@ int main(int argc, char** argv) {
                     check);
       };
       print("plain", base, "ref");
-      for (const char* isa : {"default", "avx2", "avx512"}) {
-        if (!halogen::use_sparse_input_isa(isa)) continue;
+      for (int i = 0; i < halogen::quant::detail::kCpuIsaCount; ++i) {
+        const auto isa = static_cast<CpuIsa>(i);
+        if (!halogen::quant::detail::cpu_isa_supported(isa)) continue;
+        halogen::use_sparse_input_isa(isa);
         const auto run = [&] {
           transposed ? input.multiply_transposed(dy.data(), n, got.data())
                      : input.multiply(w.data(), n, 0.0f, got.data());
         };
         const Stats s = time_it(warmup, iters, run);
-        print(isa, s, got == want ? "OK" : "DIFF");
+        print(halogen::quant::detail::cpu_isa_name(isa), s, got == want ? "OK" : "DIFF");
       }
-      halogen::use_sparse_input_isa("");
+      halogen::use_sparse_input_isa(std::nullopt);
     }
   }
   return 0;
