@@ -215,7 +215,7 @@ nlohmann::json report_from_counts(const std::string& dataset_name, int64_t n, in
   report["exchange"] = {{"bits", kReportBits}, {"layers", layer_list}, {"per_epoch_bytes", per_epoch}};
   report["notes"] =
       "Imbalance is max/avg over parts (1.0 when a quantity is zero everywhere); local_edges counts the stored entries "
-      "of owned rows. Exchange bytes: layer 0 input features are aggregated once before training and never exchanged "
+      "of owned rows. Exchange bytes: layer 0 input features are exchanged once before training and never "
       "per epoch, so each epoch exchanges layers 1..L-1 with `hidden` columns: forward embeddings and backward "
       "gradients, one message per (sender, receiver) pair with rows. Message size in 32-bit words: fp32 rows*cols, "
       "fp16 1 exponent word + rows*ceil(cols/2), b in {1,2,4,8}: 1 exponent word + rows*(1 metadata word + "

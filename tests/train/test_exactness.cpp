@@ -174,8 +174,8 @@ TEST_P(Exactness, GatLayerZeroProjectsHaloRowsItself) {
 
 // --input-storage bf16 keeps the layer-0 inputs as bfloat16 and widens them in the products.
 // Cora's features are 0/1, which bf16 holds exactly: unnormalised, GAT (whose layer-0 inputs
-// are the raw features, of its halo rows too) trains bit for bit as in fp32. GCN's stored input
-// is the normalised aggregation, which bf16 rounds to 8 significant bits: its losses stay
+// are the raw features, of its halo rows too) trains bit for bit as in fp32. GCN's stored inputs
+// are the row-normalised features, which bf16 rounds to 8 significant bits: its losses stay
 // within 0.5% of fp32's over 20 epochs. The GPU stores inputs in the activation dtype instead.
 TEST_P(Exactness, Bf16InputStorage) {
   if (device() != Device::kCpu || !available("cora")) GTEST_SKIP();

@@ -1,7 +1,9 @@
 // Gradient check of the hand-written backward pass: the analytic gradient of the training
 // loss matches central finite differences, for every registered model (and GAT with and
 // without residual connections) with 3 layers (so halo gradients flow back across ranks), with
-// dropout on, on 1 and several ranks, on each device (the CUDA instances skip without a GPU).
+// dropout on, on 1 and several ranks, on each device (the CUDA instances skip without a GPU);
+// on dense features and on sparse ones, where GCN's layer 0 projects its owned and halo rows'
+// features before it aggregates.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -22,7 +24,16 @@
 namespace halogen {
 namespace {
 
-void gradcheck(Device device, std::string model, const std::function<void(TrainOptions&)>& adjust = {}) {
+// Keeps about one feature value in eight (chosen by a hash of its position, so the same on every
+// rank): bag-of-words sparsity, under the density at which layer-0 inputs are stored sparse.
+void sparsify_features(Dataset& ds) {
+  HostBuffer<float> kept(ds.features.size());
+  for (size_t i = 0; i < kept.size(); ++i) kept[i] = (i * 2654435761u >> 7) % 8 == 0 ? ds.features[i] : 0.0f;
+  ds.features = ArrayRef<float>(std::move(kept));
+}
+
+void gradcheck(Device device, std::string model, const std::function<void(TrainOptions&)>& adjust = {},
+               bool sparse_features = false) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -35,7 +46,8 @@ void gradcheck(Device device, std::string model, const std::function<void(TrainO
   so.valid_fraction = 0.2;
   so.test_fraction = 0.5;
   so.seed = 3;
-  const Dataset ds = generate_sbm(so);
+  Dataset ds = generate_sbm(so);
+  if (sparse_features) sparsify_features(ds);
   PartitionOptions popt;
   popt.num_parts = size;
   const auto shards = build_shards(ds, partition_graph(ds, popt), size);
@@ -118,6 +130,11 @@ class GradCheckEveryModel : public testing::TestWithParam<test::DeviceAndModel> 
 HALOGEN_INSTANTIATE_DEVICES_AND_MODELS(GradCheckEveryModel);
 TEST_P(GradCheckEveryModel, MatchesFiniteDifferences) {
   gradcheck(std::get<0>(GetParam()), std::get<1>(GetParam()), [](TrainOptions& t) { t.model.heads = 2; });
+}
+TEST_P(GradCheckEveryModel, MatchesFiniteDifferencesOnSparseFeatures) {
+  gradcheck(
+      std::get<0>(GetParam()), std::get<1>(GetParam()), [](TrainOptions& t) { t.model.heads = 2; },
+      /*sparse_features=*/true);
 }
 
 // GAT: 3 heads concatenated, 2 averaged in the output layer, attention dropout on.

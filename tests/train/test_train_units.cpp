@@ -483,5 +483,15 @@ TEST(TrainOptions, GpuPathTakesEveryOptionOfTheCpuPath) {
   EXPECT_THROW(parse_input_storage("fp16"), Error);
 }
 
+// GCN's layer 0 projects sparse features (owned and halo rows) before it aggregates them, and
+// aggregates dense features once before training; the boundary is the sparse storage's.
+TEST(GcnLayerZero, ProjectsSparseFeaturesAndAggregatesDenseOnes) {
+  const nn::ModelSpec& gcn = nn::model_spec("gcn");
+  const nn::InputNeeds sparse = gcn.inputs(InputMatrix::kSparseBelow * 0.9);
+  EXPECT_TRUE(sparse.features && sparse.halo_features && !sparse.aggregated);
+  const nn::InputNeeds dense = gcn.inputs(InputMatrix::kSparseBelow);
+  EXPECT_TRUE(dense.aggregated && !dense.features && !dense.halo_features);
+}
+
 }  // namespace
 }  // namespace halogen

@@ -1,5 +1,5 @@
-// The input of layer 0 (the aggregated features, and the raw features for GraphSAGE's self
-// term): constant across epochs except for dropout. Stored as CSR when sparse enough (node
+// The input of layer 0 (the aggregated features, or the features themselves, as the model
+// asks: nn::InputNeeds): constant across epochs except for dropout. Stored as CSR when sparse enough (node
 // features usually are: bag-of-words, one-hot), so that dropout and the layer-0 products
 // touch only the non-zeros; dense otherwise. Both forms apply exactly the same keyed
 // dropout mask (core/rng.hpp), so the choice never changes which values are dropped.

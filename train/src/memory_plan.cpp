@@ -183,7 +183,7 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   const int64_t sends = s.sends;
   const nn::ModelSpec& spec = nn::model_spec(opt.model.name);
   const bool attention = spec.aggregation() == nn::Aggregation::kAttention;
-  const nn::InputNeeds needs = spec.inputs();
+  const nn::InputNeeds needs = spec.inputs(s.feature_density);
   const std::vector<nn::LayerDecl> layers = nn::layout(opt, F, s.classes);
   // The device holds what the trainer allocates as tensors (trainer.cpp): activations in the
   // activation dtype (fp16 on a GPU in fp16 mode), everything else in fp32 or fp64. On a GPU

@@ -41,6 +41,7 @@ class Trainer {
  private:
   // The layer-0 inputs the model asks for (nn::InputNeeds).
   struct Inputs {
+    nn::InputNeeds needs;
     LayerInput aggregated, features, halo_features;
   };
   int L() const { return static_cast<int>(decl_.size()); }

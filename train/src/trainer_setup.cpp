@@ -1,5 +1,7 @@
 // Trainer set-up: the local graph, parameters, the halo channel, the layer-0 inputs and the
 // layers.
+#include <span>
+
 #include "halogen/core/io.hpp"
 #include "halogen/quant/quantize.hpp"
 #include "trainer_impl.hpp"
@@ -52,9 +54,14 @@ void Trainer::init_params() {
 void Trainer::prepare_inputs() {
   // Layer-0 input features never change: exchange them once (fp32) and aggregate them once, or
   // keep the halo rows for a layer 0 that projects them itself every epoch.
-  const nn::InputNeeds needs = spec_.inputs();
   const int64_t F = s_.feature_dim;
   Matrix<float> host = train_detail::input_features(s_, opt_, graph_.local());
+  // What layer 0 reads may depend on how sparse the features are: over all ranks, so that every
+  // rank, device and rank count takes the same path.
+  std::vector<int64_t> counts = {InputMatrix::count_nonzeros(host.data(), owned() * F), owned() * F};
+  comm_.allreduce_sum(std::span<int64_t>(counts));
+  inputs_.needs = spec_.inputs(static_cast<double>(counts[0]) / static_cast<double>(std::max<int64_t>(counts[1], 1)));
+  const nn::InputNeeds needs = inputs_.needs;
   release_resident_pages(s_.features.data(), s_.features.size() * sizeof(float));  // copied into `host`
   const TensorView x_host = TensorView::of(host.data(), host.rows(), F);
   Tensor x_device;
@@ -106,7 +113,7 @@ void Trainer::prepare_inputs() {
 }
 
 void Trainer::build_layers() {
-  const nn::InputNeeds needs = spec_.inputs();
+  const nn::InputNeeds needs = inputs_.needs;
   nn::InputFeatures inputs;
   if (needs.aggregated) inputs.aggregated = &inputs_.aggregated;
   if (needs.features) inputs.features = &inputs_.features;

@@ -74,7 +74,7 @@ class AppnpSpec final : public ModelSpec {
     return "an MLP, then K steps of z = (1 - alpha) sum over in-neighbours and self of z_j / "
            "sqrt((deg_in(i)+1)(deg_out(j)+1)) + alpha h";
   }
-  InputNeeds inputs() const override { return {.features = true}; }
+  InputNeeds inputs(double /*feature_density*/) const override { return {.features = true}; }
   // The paper's setting: K = 10 steps, teleport 0.1, an MLP of 64 hidden units, dropout 0.5.
   void defaults(TrainOptions& opt) const override {
     opt.model.layers = 10;

@@ -296,7 +296,7 @@ class GatSpec final : public ModelSpec {
   std::string_view name() const override { return "gat"; }
   Aggregation aggregation() const override { return Aggregation::kAttention; }
   std::string_view aggregation_text() const override { return "attention softmax over in-neighbours and self"; }
-  InputNeeds inputs() const override { return {.features = true, .halo_features = true}; }
+  InputNeeds inputs(double /*feature_density*/) const override { return {.features = true, .halo_features = true}; }
   // 8 features per head (8 heads make 64), as the reference implementation trains it.
   void defaults(TrainOptions& opt) const override { opt.model.hidden = 8; }
 

@@ -84,7 +84,7 @@ class GcniiSpec final : public ModelSpec {
     return "sum over in-neighbours and self of x_j / sqrt((deg_in(i)+1)(deg_out(j)+1)), mixed with the initial "
            "representation";
   }
-  InputNeeds inputs() const override { return {.features = true}; }
+  InputNeeds inputs(double /*feature_density*/) const override { return {.features = true}; }
   // The setting of the GCNII paper for Cora (64 layers of 64, dropout 0.6, weight decay 0.01
   // on the convolutions and 5e-4 on the linear layers), for every graph.
   void defaults(TrainOptions& opt) const override {

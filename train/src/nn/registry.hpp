@@ -59,7 +59,9 @@ class ModelSpec {
   virtual Aggregation aggregation() const = 0;
   /// The aggregation in words (model.json).
   virtual std::string_view aggregation_text() const = 0;
-  virtual InputNeeds inputs() const = 0;
+  /// What layer 0 reads, given the non-zero share of the input features over all ranks (the
+  /// same on every rank, device and rank count, so every run of a graph takes the same path).
+  virtual InputNeeds inputs(double feature_density) const = 0;
   /// The published setting of the options every model has (layers, hidden, dropout, learning
   /// rate, weight decay, ...) where it differs from TrainOptions' defaults; the same for every
   /// graph. The command line uses it for what the user does not set.

@@ -84,7 +84,7 @@ class SageSpec final : public ModelSpec {
   std::vector<std::string_view> aliases() const override { return {"graphsage"}; }
   Aggregation aggregation() const override { return Aggregation::kMean; }
   std::string_view aggregation_text() const override { return "mean over in-neighbours, plus a self term"; }
-  InputNeeds inputs() const override { return {.aggregated = true, .features = true}; }
+  InputNeeds inputs(double /*feature_density*/) const override { return {.aggregated = true, .features = true}; }
 
   std::vector<LayerDecl> declare(const TrainOptions& opt, int64_t feature_dim, int64_t classes) const override {
     std::vector<LayerDecl> layers(static_cast<size_t>(opt.model.layers));
