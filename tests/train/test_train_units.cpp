@@ -483,14 +483,18 @@ TEST(TrainOptions, GpuPathTakesEveryOptionOfTheCpuPath) {
   EXPECT_THROW(parse_input_storage("fp16"), Error);
 }
 
-// GCN's layer 0 projects sparse features (owned and halo rows) before it aggregates them, and
-// aggregates dense features once before training; the boundary is the sparse storage's.
-TEST(GcnLayerZero, ProjectsSparseFeaturesAndAggregatesDenseOnes) {
-  const nn::ModelSpec& gcn = nn::model_spec("gcn");
-  const nn::InputNeeds sparse = gcn.inputs(InputMatrix::kSparseBelow * 0.9);
-  EXPECT_TRUE(sparse.features && sparse.halo_features && !sparse.aggregated);
-  const nn::InputNeeds dense = gcn.inputs(InputMatrix::kSparseBelow);
-  EXPECT_TRUE(dense.aggregated && !dense.features && !dense.halo_features);
+// GCN's and GraphSAGE's layer 0 project sparse features (owned and halo rows) before they
+// aggregate them, and aggregate dense features once before training; the boundary is the
+// sparse storage's.
+TEST(LayerZero, ProjectsSparseFeaturesAndAggregatesDenseOnes) {
+  for (const char* name : {"gcn", "sage"}) {
+    const nn::ModelSpec& spec = nn::model_spec(name);
+    const nn::InputNeeds sparse = spec.inputs(InputMatrix::kSparseBelow * 0.9);
+    EXPECT_TRUE(sparse.features && sparse.halo_features && !sparse.aggregated) << name;
+    const nn::InputNeeds dense = spec.inputs(InputMatrix::kSparseBelow);
+    EXPECT_TRUE(dense.aggregated && !dense.halo_features) << name;
+    EXPECT_EQ(dense.features, std::string(name) == "sage") << name << ": the self term reads the features";
+  }
 }
 
 }  // namespace

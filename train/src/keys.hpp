@@ -12,11 +12,11 @@ namespace halogen {
 /// Dropout sites: the `layer` word of a DropoutKey. Each site draws its own mask, keyed by
 /// global node id; the backward pass draws the forward's mask of the same site again.
 namespace dropout_site {
-/// GCN's layer-0 input on dense features and GraphSAGE's neighbour term: the aggregation of
-/// the features, computed once.
+/// The layer-0 input of GCN and GraphSAGE's neighbour term on dense features: the aggregation
+/// of the features, computed once.
 inline constexpr uint32_t kAggregatedFeatures = 0;
 /// The features themselves as a layer 0 reads them (owned rows, and for a layer 0 that
-/// projects its halo rows itself, the halo rows: GCN on sparse features, GAT).
+/// projects its halo rows itself, the halo rows: GCN and GraphSAGE on sparse features, GAT).
 inline constexpr uint32_t kFeatures = 1;
 /// The input of layer l >= 1, i.e. the output of layer l - 1 (even, so it never meets the two
 /// sites above).

@@ -1,14 +1,11 @@
 // GCN (Kipf and Welling, ICLR 2017): y = A_hat x W + b, A_hat the symmetric normalisation
 // with self loops. The layers from 1 on aggregate their input's local rows, the halo rows
 // exchanged through the channel. Layer 0 exchanges nothing per epoch, in one of two orders
-// fixed by the features' density (GcnSpec::inputs):
+// fixed by the features' density (projects_features_first):
 //  - sparse features (bag-of-words): it projects the owned and the halo rows' features, then
-//    aggregates the projection, A_hat (dropout(x) W), dropout on the features as in the paper.
-//    Aggregating first would multiply a matrix as dense as the features times the mean degree
-//    (Coauthor-CS: 455 non-zeros a row against 60);
-//  - dense features: it reads the features aggregated once before training, (dropout(A_hat x)) W,
-//    dropout after the aggregation. Projecting first would project every halo row as well, each
-//    epoch (Amazon-Photo's layer 0: about twice the rows).
+//    aggregates the projection, A_hat (dropout(x) W), dropout on the features as in the paper;
+//  - dense features: it reads the features aggregated once before training, dropout(A_hat x) W,
+//    dropout after the aggregation.
 #include "halo_channel.hpp"
 #include "input_matrix.hpp"
 #include "local_graph.hpp"
@@ -71,25 +68,15 @@ class GcnLayer final : public Layer {
   }
 
  private:
-  // The trainer hands layer 0 the inputs GcnSpec::inputs asked for: the aggregated features, or
-  // the features of the owned and halo rows.
+  // The trainer hands layer 0 the inputs GcnSpec::inputs asked for (layer_zero_inputs): the
+  // aggregated features, or the features of the owned and halo rows.
   bool projects_first() const { return ctx_.inputs.aggregated == nullptr; }
 
-  // y = A_hat (dropout(x) W) + b over the local rows' features. Each rank projects its halo rows
-  // itself with the owners' keyed dropout mask and weights, so they are the owners' rows.
+  // y = A_hat (dropout(x) W) + b.
   void forward_projected(const Pass& pass) {
     const ExecContext& ex = ctx_.exec;
     const LocalGraph& g = ctx_.graph;
-    const int64_t owned = g.owned(), local = g.local();
-    const float p = ctx_.dropout(pass);
-    const DropoutKey key = ctx_.dropout_key(pass.epoch, dropout_site::kFeatures);
-    const TensorView w = ctx_.weight(weight_);
-    ctx_.inputs.features->prepare(ex, p, key, g.gid);
-    ctx_.inputs.features->multiply(ex, w, 0.0f, xw_.view().row_range(0, owned));
-    if (g.halo() > 0) {
-      ctx_.inputs.halo_features->prepare(ex, p, key, g.halo_gid);
-      ctx_.inputs.halo_features->multiply(ex, w, 0.0f, xw_.view().row_range(owned, local));
-    }
+    project_features(ctx_, pass, ctx_.weight(weight_), xw_);
     // fp16 with a single layer: the aggregation writes fp16 rows, widened into the fp32 logits.
     const TensorView out = y_.dtype() == ctx_.act ? y_.view() : z_.view();
     g.aggregate(xw_, out, /*halo_part=*/false);
@@ -97,18 +84,11 @@ class GcnLayer final : public Layer {
     if (out.data != y_.view().data) copy(ex, out, y_);
     ops::add_row_vector(ex, y_, ctx_.param(bias_), 1.0f);
   }
-  // dW = x^T (A_hat^T dy) over the local rows: the halo rows' share of the gradient stays here
-  // and reaches W through their features (the owners' rows reach it on the owners).
+  // dW = x^T (A_hat^T dy) over the local rows; A_hat^T dy takes xw's memory.
   TensorView backward_projected(const TensorView& dy) {
-    const ExecContext& ex = ctx_.exec;
-    const LocalGraph& g = ctx_.graph;
-    const int64_t owned = g.owned(), local = g.local();
-    g.aggregate_transpose(dy, xw_, /*halo_rows=*/true);
-    g.aggregate_transpose(dy, xw_, /*halo_rows=*/false);
-    ctx_.inputs.features->multiply_transposed(ex, xw_.view().row_range(0, owned), ctx_.grad(weight_));
-    if (g.halo() > 0)
-      ctx_.inputs.halo_features->multiply_transposed(ex, xw_.view().row_range(owned, local), ctx_.grad(weight_),
-                                                     /*accumulate=*/true);
+    ctx_.graph.aggregate_transpose(dy, xw_, /*halo_rows=*/true);
+    ctx_.graph.aggregate_transpose(dy, xw_, /*halo_rows=*/false);
+    project_features_backward(ctx_, xw_, ctx_.grad(weight_));
     return {};  // input features need no gradient
   }
 
@@ -130,13 +110,8 @@ class GcnSpec final : public ModelSpec {
     return "sum over in-neighbours and self of x_j / sqrt((deg_in(i)+1)(deg_out(j)+1))";
   }
   InputNeeds inputs(double feature_density) const override {
-    if (projects_first(feature_density)) return {.features = true, .halo_features = true};
-    return {.aggregated = true};
+    return layer_zero_inputs(feature_density, /*self_term=*/false);
   }
-  /// Whether layer 0 projects the features before it aggregates: where they are stored sparse
-  /// (InputMatrix::kSparseBelow), as the aggregated features then would be several times
-  /// denser.
-  static bool projects_first(double feature_density) { return feature_density < InputMatrix::kSparseBelow; }
 
   std::vector<LayerDecl> declare(const TrainOptions& opt, int64_t feature_dim, int64_t classes) const override {
     std::vector<LayerDecl> layers(static_cast<size_t>(opt.model.layers));
@@ -156,11 +131,7 @@ class GcnSpec final : public ModelSpec {
   LayerMemory layer_memory(const std::vector<LayerDecl>& decl, int index, const TrainOptions& /*opt*/,
                            const MemoryShape& m) const override {
     LayerMemory r = propagating_layer_memory(decl, index, m);
-    if (index == 0 && projects_first(m.counts.feature_density)) {
-      const LayerDecl& d = decl[0];
-      r.activations += m.act(m.counts.owned + m.counts.halo, d.out);                            // xw_
-      if (decl.size() == 1 && m.act_bytes != 4) r.activations += m.act(m.counts.owned, d.out);  // z_
-    }
+    if (index == 0) r.activations += projected_features_memory(decl, m);
     return r;
   }
   uint64_t scratch_memory(const std::vector<LayerDecl>& decl, const TrainOptions& /*opt*/,

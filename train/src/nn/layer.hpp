@@ -102,7 +102,7 @@ struct Pass {
 /// The layer-0 inputs a model asks for (ModelSpec::inputs), prepared once by the trainer:
 /// constant across epochs but for dropout.
 struct InputFeatures {
-  LayerInput* aggregated = nullptr;     // the features aggregated once (GCN on dense features, GraphSAGE)
+  LayerInput* aggregated = nullptr;     // the features aggregated once (GCN, GraphSAGE on dense features)
   LayerInput* features = nullptr;       // the owned rows' features
   LayerInput* halo_features = nullptr;  // the halo rows' features (received once, fp32)
 };

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "halo_channel.hpp"
+#include "input_matrix.hpp"
+#include "keys.hpp"
 #include "local_graph.hpp"
 
 namespace halogen::nn {
@@ -31,6 +33,40 @@ void propagate_backward(LayerContext& ctx, int l, const TensorView& dz, const Te
     g.aggregate_transpose(dz, dlocal, /*halo_rows=*/false);
     if (also_owned) also_owned();
   });
+}
+
+bool projects_features_first(double feature_density) { return feature_density < InputMatrix::kSparseBelow; }
+
+InputNeeds layer_zero_inputs(double feature_density, bool self_term) {
+  if (projects_features_first(feature_density)) return {.features = true, .halo_features = true};
+  return {.aggregated = true, .features = self_term};
+}
+
+void project_features(LayerContext& ctx, const Pass& pass, const TensorView& w, const TensorView& xw) {
+  const ExecContext& ex = ctx.exec;
+  const LocalGraph& g = ctx.graph;
+  const float p = ctx.dropout(pass);
+  const DropoutKey key = ctx.dropout_key(pass.epoch, dropout_site::kFeatures);
+  ctx.inputs.features->prepare(ex, p, key, g.gid);
+  ctx.inputs.features->multiply(ex, w, 0.0f, xw.row_range(0, g.owned()));
+  if (g.halo() == 0) return;
+  ctx.inputs.halo_features->prepare(ex, p, key, g.halo_gid);
+  ctx.inputs.halo_features->multiply(ex, w, 0.0f, xw.row_range(g.owned(), g.local()));
+}
+
+void project_features_backward(LayerContext& ctx, const TensorView& dxw, const TensorView& gw) {
+  const LocalGraph& g = ctx.graph;
+  ctx.inputs.features->multiply_transposed(ctx.exec, dxw.row_range(0, g.owned()), gw);
+  if (g.halo() > 0)
+    ctx.inputs.halo_features->multiply_transposed(ctx.exec, dxw.row_range(g.owned(), g.local()), gw,
+                                                  /*accumulate=*/true);
+}
+
+uint64_t projected_features_memory(const std::vector<LayerDecl>& decl, const MemoryShape& m) {
+  if (!projects_features_first(m.counts.feature_density)) return 0;
+  const int64_t out = decl.front().out;
+  return m.act(m.counts.owned + m.counts.halo, out) +
+         (decl.size() == 1 && m.act_bytes != 4 ? m.act(m.counts.owned, out) : 0);
 }
 
 LayerMemory propagating_layer_memory(const std::vector<LayerDecl>& decl, int index, const MemoryShape& m) {

@@ -27,6 +27,29 @@ void propagate(LayerContext& ctx, int l, const TensorView& x, const TensorView& 
 void propagate_backward(LayerContext& ctx, int l, const TensorView& dz, const TensorView& dlocal,
                         const std::function<void()>& also_owned = {});
 
+/// Whether layer 0 of a model that aggregates its input (GCN, GraphSAGE) projects the features
+/// before it aggregates them, given their density over all ranks: where they are sparse
+/// enough to be stored sparse (InputMatrix::kSparseBelow). Aggregated first, they would be
+/// about as dense as the features times the mean degree (Coauthor-CS: 455 non-zeros a row
+/// against 60), and the products over them most of the epoch; dense features are aggregated
+/// once before training instead, which saves projecting every halo row each epoch.
+bool projects_features_first(double feature_density);
+/// What such a layer 0 reads: the owned and halo rows' features, or their aggregation.
+InputNeeds layer_zero_inputs(double feature_density, bool self_term);
+
+/// Layer 0 projecting first: xw (local rows: owned, then halo) = dropout(x) w, x the owned and
+/// halo rows' features (ctx.inputs.features and halo_features) with the keyed mask of site
+/// dropout_site::kFeatures. Each rank projects its halo rows itself with the owners' mask and
+/// weights, so they are the owners' rows and nothing is exchanged. The features stay prepared
+/// with this pass's mask for project_features_backward and for products of the owned rows.
+void project_features(LayerContext& ctx, const Pass& pass, const TensorView& w, const TensorView& xw);
+/// Its weight gradient: gw = x^T dxw over the local rows. The halo rows' share stays on this
+/// rank and reaches w through their features (the owners' rows reach it on the owners).
+void project_features_backward(LayerContext& ctx, const TensorView& dxw, const TensorView& gw);
+/// The activations project_features adds to layer 0 (xw, and with fp16 activations and a single
+/// layer the aggregation before it is widened into the fp32 logits); 0 when it aggregates first.
+uint64_t projected_features_memory(const std::vector<LayerDecl>& decl, const MemoryShape& m);
+
 /// The memory of layer `index` of a model whose layers above 0 aggregate their input with
 /// propagate (GCN, GraphSAGE): its output (fp32 logits for the last), and above layer 0 its
 /// input's local rows and their aggregation; it exchanges its input's width both ways.

@@ -1,7 +1,11 @@
 // GraphSAGE with the mean aggregator (Hamilton et al., NeurIPS 2017), as PyG's SAGEConv:
-// y = x W_self + mean_{j in N(i)} x_j W_neigh + b. Layer 0 reads the features and their mean
-// over the neighbours, computed once; the layers above aggregate their input's local rows,
-// the halo rows exchanged through the channel.
+// y = x W_self + mean_{j in N(i)} x_j W_neigh + b. The layers from 1 on aggregate their input's
+// local rows, the halo rows exchanged through the channel. Layer 0 exchanges nothing per
+// epoch, in one of two orders fixed by the features' density (projects_features_first):
+//  - sparse features: it projects the owned and halo rows' features by W_neigh, then takes the
+//    projection's mean, one dropout mask on the features for both terms, as in PyG;
+//  - dense features: it reads the features and their mean, computed once before training,
+//    each with its own dropout mask.
 #include "halo_channel.hpp"
 #include "input_matrix.hpp"
 #include "local_graph.hpp"
@@ -26,6 +30,10 @@ class SageLayer final : public Layer {
     const Device device = ctx_.exec.device;
     y_.reset(device, l_ + 1 == ctx_.layers ? DType::kF32 : ctx_.act, g.owned(), decl_.out);
     if (l_ > 0) allocate_propagated_input(ctx_, l_, decl_.in, in_, z_);
+    if (l_ == 0 && projects_first()) {
+      xw_.reset(device, ctx_.act, g.local(), decl_.out);
+      if (y_.dtype() != ctx_.act) z_.reset(device, ctx_.act, g.owned(), decl_.out);
+    }
   }
   TensorView input() const override { return l_ == 0 ? TensorView{} : in_.row_range(0, ctx_.graph.owned()); }
   TensorView output() const override { return y_.view(); }
@@ -33,6 +41,7 @@ class SageLayer final : public Layer {
 
   void forward(const Pass& pass, const TensorView& below) override {
     const ExecContext& ex = ctx_.exec;
+    if (l_ == 0 && projects_first()) return forward_projected(pass);
     ops::add_row_vector(ex, y_, ctx_.param(bias_), 0.0f);
     if (l_ == 0) {
       const float p = ctx_.dropout(pass);
@@ -52,6 +61,7 @@ class SageLayer final : public Layer {
   TensorView backward(int /*epoch*/, const TensorView& dy) override {
     const ExecContext& ex = ctx_.exec;
     ops::add_column_sums(ex, dy, ctx_.grad(bias_));
+    if (l_ == 0 && projects_first()) return backward_projected(dy);
     if (l_ == 0) {
       ctx_.inputs.aggregated->multiply_transposed(ex, dy, ctx_.grad(w_neigh_));
       ctx_.inputs.features->multiply_transposed(ex, dy, ctx_.grad(w_self_));
@@ -69,13 +79,38 @@ class SageLayer final : public Layer {
   }
 
  private:
+  // The trainer hands layer 0 the inputs SageSpec::inputs asked for (layer_zero_inputs).
+  bool projects_first() const { return ctx_.inputs.aggregated == nullptr; }
+
+  // y = mean(dropout(x) W_neigh) + dropout(x) W_self + b.
+  void forward_projected(const Pass& pass) {
+    const ExecContext& ex = ctx_.exec;
+    const LocalGraph& g = ctx_.graph;
+    project_features(ctx_, pass, ctx_.weight(w_neigh_), xw_);
+    // fp16 with a single layer: the mean is taken in fp16 and widened into the fp32 logits.
+    const TensorView out = y_.dtype() == ctx_.act ? y_.view() : z_.view();
+    g.aggregate(xw_, out, /*halo_part=*/false);
+    g.aggregate(xw_, out, /*halo_part=*/true);
+    if (out.data != y_.view().data) copy(ex, out, y_);
+    ctx_.inputs.features->multiply(ex, ctx_.weight(w_self_), 1.0f, y_);  // prepared by project_features
+    ops::add_row_vector(ex, y_, ctx_.param(bias_), 1.0f);
+  }
+  TensorView backward_projected(const TensorView& dy) {
+    ctx_.inputs.features->multiply_transposed(ctx_.exec, dy, ctx_.grad(w_self_));
+    ctx_.graph.aggregate_transpose(dy, xw_, /*halo_rows=*/true);
+    ctx_.graph.aggregate_transpose(dy, xw_, /*halo_rows=*/false);
+    project_features_backward(ctx_, xw_, ctx_.grad(w_neigh_));
+    return {};  // input features need no gradient
+  }
+
   LayerContext& ctx_;
   const LayerDecl& decl_;
   const int l_;
   const ParamArray w_self_, w_neigh_, bias_;
   Tensor in_;  // local rows: owned (written by the layer below), halo (exchanged)
-  Tensor z_;   // the mean of in_ over the neighbours, owned rows
+  Tensor z_;   // the mean of in_ over the neighbours, owned rows (layer 0 projecting first in fp16: of xw_)
   Tensor y_;
+  Tensor xw_;  // layer 0 projecting first: x W_neigh on the local rows, in the backward pass its gradient
 };
 
 class SageSpec final : public ModelSpec {
@@ -84,7 +119,9 @@ class SageSpec final : public ModelSpec {
   std::vector<std::string_view> aliases() const override { return {"graphsage"}; }
   Aggregation aggregation() const override { return Aggregation::kMean; }
   std::string_view aggregation_text() const override { return "mean over in-neighbours, plus a self term"; }
-  InputNeeds inputs(double /*feature_density*/) const override { return {.aggregated = true, .features = true}; }
+  InputNeeds inputs(double feature_density) const override {
+    return layer_zero_inputs(feature_density, /*self_term=*/true);
+  }
 
   std::vector<LayerDecl> declare(const TrainOptions& opt, int64_t feature_dim, int64_t classes) const override {
     std::vector<LayerDecl> layers(static_cast<size_t>(opt.model.layers));
@@ -104,7 +141,9 @@ class SageSpec final : public ModelSpec {
   }
   LayerMemory layer_memory(const std::vector<LayerDecl>& decl, int index, const TrainOptions& /*opt*/,
                            const MemoryShape& m) const override {
-    return propagating_layer_memory(decl, index, m);
+    LayerMemory r = propagating_layer_memory(decl, index, m);
+    if (index == 0) r.activations += projected_features_memory(decl, m);
+    return r;
   }
   uint64_t scratch_memory(const std::vector<LayerDecl>& decl, const TrainOptions& /*opt*/,
                           const MemoryShape& m) const override {
