@@ -269,7 +269,9 @@ Model build_model(const nlohmann::json& report, const ModelShape& shape, const C
 
   // Work per rank: dense GEMMs (forward, weight gradient, input gradient for l >= 1, the
   // evaluation forward) and aggregations of layers >= 1 (forward, transposed backward,
-  // evaluation); layer 0's aggregation is computed once before training.
+  // evaluation). Layer 0 counts as a dense product of the owned rows: the sparse features it
+  // projects first (with its halo rows and an aggregation of its output), or the dense ones
+  // aggregated once before training, are not modelled apart; a calibration run measures them.
   const double kappa = options.sparse_flop_cost;
   m.work.resize(static_cast<size_t>(m.P));
   for (int p = 0; p < m.P; ++p) {
