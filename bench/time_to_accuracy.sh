@@ -16,7 +16,9 @@
 #   fp32-sync-grad2        the same with 2-bit codes;
 #   fp32-sync-grad1        the same with 1-bit codes (deterministic two-level rounding);
 #   1bit-stale             1-bit halos, stale (--grad-compression auto, the default there, has
-#                          no --cluster and predicts for this machine: exact gradients);
+#                          no --cluster: it predicts for this machine, and codes the gradients
+#                          where epoch 1's all-reduce proved slower than that predicts, as it
+#                          does behind the limited link);
 #   1bit-stale-row-bound   1-bit stale with the adaptive policy's row bound alone (no
 #                          --stale-aggregate-error-bound): what that bound buys;
 #   1bit-stale-powersgd    1-bit stale, PowerSGD gradients (rank 4);

@@ -27,9 +27,10 @@ namespace {
 // --grad-compression auto's chooser: the cost model (cost_model.hpp, choose_grad_compression)
 // of the partition in `parts_dir` on `cluster_name` (empty: this machine), for the run's model,
 // halo bits and mode. `shape` gets the widths from the shard before training starts.
-std::function<GradCompression(double)> auto_grad_compression(const std::string& parts_dir,
-                                                             const std::string& cluster_name, const TrainOptions& t,
-                                                             std::shared_ptr<plan::ModelShape> shape) {
+std::function<GradCompression(const GradTiming&)> auto_grad_compression(const std::string& parts_dir,
+                                                                        const std::string& cluster_name,
+                                                                        const TrainOptions& t,
+                                                                        std::shared_ptr<plan::ModelShape> shape) {
   HALOGEN_EXPECTS(!parts_dir.empty(),
                   "--grad-compression auto needs --parts (the cost model reads the partition's partition.json)");
   const std::filesystem::path report_path = std::filesystem::path(parts_dir) / "partition.json";
@@ -47,11 +48,11 @@ std::function<GradCompression(double)> auto_grad_compression(const std::string& 
   shape->layers = t.model.layers;
   const int bits = t.exchange.bits_fwd.front(), grad_bits = t.optim.grad_bits, eval_every = t.optim.eval_every;
   const std::string mode = to_string(t.exchange.mode);
-  return [=](double compute_s) {
+  return [=](const GradTiming& measured) {
     // An epoch too short to time leaves nothing to calibrate with: exact gradients cost least.
-    if (compute_s <= 0.0) return GradCompression::kNone;
-    const plan::GradCompressionChoice c =
-        plan::choose_grad_compression(report, *shape, cluster, compute_s, bits, mode, grad_bits, eval_every);
+    if (measured.compute_s <= 0.0) return GradCompression::kNone;
+    const plan::GradCompressionChoice c = plan::choose_grad_compression(
+        report, *shape, cluster, measured.compute_s, measured.allreduce_wait_s, bits, mode, grad_bits, eval_every);
     log::debug(
         "--grad-compression auto on {}: exact gradients {:.4f} s/epoch (all-reduce {:.4f} s, exposed halos "
         "{:.4f} s), {}-bit codes {:.4f} s/epoch",
@@ -109,7 +110,8 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "powersgd: rank of the approximation")(
       "cluster", po::value<std::string>(),
       "the cluster config of the machines the job runs on (a YAML file or a name in cluster_configs/; `halogen "
-      "launch` and `halogen slurm` pass theirs), for which --grad-compression auto predicts (default: this machine)")(
+      "launch` and `halogen slurm` pass theirs), for which --grad-compression auto predicts (default: this machine; "
+      "a slower all-reduce measured in epoch 1 overrides either)")(
       "grad-allreduce", po::value<std::string>()->default_value("layerwise"),
       "weight gradients: layerwise (fp32, one all-reduce per layer overlapping the backward pass) | packed (one "
       "fp64 all-reduce after it)")(

@@ -536,8 +536,9 @@ nlohmann::json plan_to_json(const Plan& plan) {
 }
 
 GradCompressionChoice choose_grad_compression(const nlohmann::json& report, const ModelShape& shape,
-                                              const cluster::ClusterConfig& cluster, double compute_s, int bits,
-                                              const std::string& mode, int grad_bits, int eval_every) {
+                                              const cluster::ClusterConfig& cluster, double compute_s,
+                                              double allreduce_wait_s, int bits, const std::string& mode, int grad_bits,
+                                              int eval_every) {
   Calibration calibration;
   calibration.compute_s = compute_s;
   calibration.ranks = static_cast<int>(halo_matrix(report).size());
@@ -552,6 +553,18 @@ GradCompressionChoice choose_grad_compression(const nlohmann::json& report, cons
   GradCompressionChoice choice;
   choice.exact = predict(report, shape, cluster, calibration, exact).predictions.at(0);
   choice.coded = predict(report, shape, cluster, calibration, coded).predictions.at(0);
+  // A slower link than described: the measured wait is the exact bytes' time there, and the
+  // codes take their share of the bytes (at least what the description predicts for them).
+  if (allreduce_wait_s > choice.exact.allreduce_s && choice.exact.allreduce_bytes_per_epoch > 0) {
+    const double seconds_per_byte = allreduce_wait_s / static_cast<double>(choice.exact.allreduce_bytes_per_epoch);
+    const auto use = [](Prediction& p, double allreduce_s) {
+      p.epoch_s += allreduce_s - p.allreduce_s;
+      p.allreduce_s = allreduce_s;
+    };
+    use(choice.exact, allreduce_wait_s);
+    use(choice.coded, std::max(choice.coded.allreduce_s,
+                               seconds_per_byte * static_cast<double>(choice.coded.allreduce_bytes_per_epoch)));
+  }
   choice.quantize = choice.exact.allreduce_s > choice.exact.exposed_comm_s &&
                     choice.exact.epoch_s >= kAutoCodedGain * choice.coded.epoch_s;
   return choice;

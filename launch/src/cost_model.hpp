@@ -132,20 +132,25 @@ struct Message {
 };
 
 /// --grad-compression auto's rule, once epoch 1 has measured `compute_s` (the slowest rank's
-/// compute seconds per epoch, calibrating the model at the partition's own rank count): the
-/// epoch predicted with exact gradients (`exact`) and with `grad_bits`-bit codes (`coded`) at
-/// the run's halo bits and mode (stale predicted as overlap). Codes are chosen where the exact
-/// all-reduce outlasts the exposed halo exchange and the coded epoch is predicted at least
-/// kAutoCodedGain times shorter: quantized gradients can cost a few more epochs to the same
-/// accuracy, so a smaller saving would not shorten the time to it.
+/// compute seconds per epoch, calibrating the model at the partition's own rank count) and
+/// `allreduce_wait_s` (the least any rank waited for the exact gradient sum): the epoch
+/// predicted with exact gradients (`exact`) and with `grad_bits`-bit codes (`coded`) at the
+/// run's halo bits and mode (stale predicted as overlap). Where the measured wait exceeds the
+/// predicted all-reduce, the link is slower than `cluster` describes (a run without --cluster
+/// on a slow network, a shared link): the exact all-reduce takes the measured time, and the
+/// coded one its share of the bytes at the bandwidth that implies (at least its prediction). Codes are chosen where the exact all-reduce
+/// outlasts the exposed halo exchange and the coded epoch is predicted at least kAutoCodedGain
+/// times shorter: quantized gradients can cost a few more epochs to the same accuracy, so a
+/// smaller saving would not shorten the time to it.
 inline constexpr double kAutoCodedGain = 1.25;
 struct GradCompressionChoice {
   bool quantize = false;
   Prediction exact, coded;
 };
 GradCompressionChoice choose_grad_compression(const nlohmann::json& report, const ModelShape& shape,
-                                              const cluster::ClusterConfig& cluster, double compute_s, int bits,
-                                              const std::string& mode, int grad_bits, int eval_every);
+                                              const cluster::ClusterConfig& cluster, double compute_s,
+                                              double allreduce_wait_s, int bits, const std::string& mode, int grad_bits,
+                                              int eval_every);
 
 /// Bytes of one halo message of rows x cols at `bits` (as the halo exchanger packs it).
 int64_t message_bytes(int bits, int64_t rows, int64_t cols);

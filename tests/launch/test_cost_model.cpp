@@ -331,18 +331,54 @@ TEST(CostModel, AutoGradCompressionCodesWhereTheAllReduceDominates) {
   coauthor.hidden = 256;
   coauthor.layers = 2;
   const auto gbit = two_level(1, 4, 0.125, 0.125, true, true, 10.0);
-  const auto choice = choose_grad_compression(d, coauthor, gbit, 0.25, 1, "overlap", 4, 1);
+  const auto choice = choose_grad_compression(d, coauthor, gbit, 0.25, 0.0, 1, "overlap", 4, 1);
   EXPECT_TRUE(choice.quantize);
   EXPECT_GT(choice.exact.allreduce_s, 4.0 * choice.coded.allreduce_s);
   EXPECT_LT(choice.coded.allreduce_bytes_per_epoch, choice.exact.allreduce_bytes_per_epoch / 5);
   EXPECT_DOUBLE_EQ(choice.exact.compute_s, choice.coded.compute_s);
   const auto fast = two_level(1, 4, 100.0, 100.0, false, false, 1.0);
-  EXPECT_FALSE(choose_grad_compression(d, coauthor, fast, 0.25, 1, "overlap", 4, 1).quantize);
-  EXPECT_FALSE(choose_grad_compression(d, coauthor, gbit, 20.0, 1, "overlap", 4, 1).quantize);
+  EXPECT_FALSE(choose_grad_compression(d, coauthor, fast, 0.25, 0.0, 1, "overlap", 4, 1).quantize);
+  EXPECT_FALSE(choose_grad_compression(d, coauthor, gbit, 20.0, 0.0, 1, "overlap", 4, 1).quantize);
   // Halos in fp32 sync outweigh the gradients of a narrow model: nothing to gain.
   ModelShape narrow = coauthor;
   narrow.feature_dim = 64;
-  EXPECT_FALSE(choose_grad_compression(d, narrow, gbit, 0.25, 32, "sync", 4, 1).quantize);
+  EXPECT_FALSE(choose_grad_compression(d, narrow, gbit, 0.25, 0.0, 32, "sync", 4, 1).quantize);
+}
+
+// A link slower than the cluster describes (a run without --cluster on a slow network) shows
+// in the measured all-reduce wait: the choice follows it. A wait within the prediction (a
+// rank's imbalance on a fast link) changes nothing.
+TEST(CostModel, AutoGradCompressionFollowsAMeasuredSlowLink) {
+  GraphDescription g;
+  g.nodes = 3327;
+  g.undirected_edges = 4552;
+  g.parts = 4;
+  g.halo_ratio = 0.1;
+  const nlohmann::json d = described_partition(g);
+  ModelShape citeseer;
+  citeseer.feature_dim = 3703;
+  citeseer.num_classes = 6;
+  citeseer.hidden = 256;
+  citeseer.layers = 2;
+  const auto fast = two_level(1, 4, 100.0, 100.0, false, false, 1.0);
+  const auto predicted = choose_grad_compression(d, citeseer, fast, 0.02, 0.0, 1, "overlap", 4, 1);
+  EXPECT_FALSE(predicted.quantize);
+  // The wait of 1 Gbit/s: 3.8 MB a rank, a ring over 4 ranks sharing the link.
+  const auto measured = choose_grad_compression(d, citeseer, fast, 0.02, 0.15, 1, "overlap", 4, 1);
+  EXPECT_TRUE(measured.quantize) << "exact " << measured.exact.epoch_s << " (all-reduce " << measured.exact.allreduce_s
+                                 << ", halos " << measured.exact.exposed_comm_s << "), coded " << measured.coded.epoch_s
+                                 << " (all-reduce " << measured.coded.allreduce_s << ", quant "
+                                 << measured.coded.quant_s << ")";
+  EXPECT_DOUBLE_EQ(measured.exact.allreduce_s, 0.15);
+  EXPECT_NEAR(measured.coded.allreduce_s / measured.exact.allreduce_s,
+              static_cast<double>(measured.coded.allreduce_bytes_per_epoch) /
+                  static_cast<double>(measured.exact.allreduce_bytes_per_epoch),
+              1e-12);
+  EXPECT_GT(measured.exact.epoch_s, 0.15);
+  const auto within =
+      choose_grad_compression(d, citeseer, fast, 0.02, predicted.exact.allreduce_s * 0.5, 1, "overlap", 4, 1);
+  EXPECT_FALSE(within.quantize);
+  EXPECT_DOUBLE_EQ(within.exact.allreduce_s, predicted.exact.allreduce_s);
 }
 
 // The cost model reads the trainer's declarations: GCN exchanges its hidden layers' inputs,

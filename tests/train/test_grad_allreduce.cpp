@@ -175,25 +175,28 @@ TEST_P(GradAllreduceRuns, AutoAsksTheChooserOnceAfterEpochOne) {
   t.optim.epochs = 5;
   const auto exact = run(t);
   int calls = 0;
-  double seen = -1.0;
+  GradTiming seen{-1.0, -1.0};
   t.optim.grad_compression = GradCompression::kAuto;
-  t.optim.choose_grad_compression = [&](double compute_s) {
+  t.optim.choose_grad_compression = [&](const GradTiming& measured) {
     ++calls;
-    seen = compute_s;
+    seen = measured;
     return GradCompression::kQuantized;
   };
   const auto chosen = run(t);
   EXPECT_EQ(calls, 1);
-  EXPECT_GT(seen, 0.0);
-  EXPECT_GE(seen, chosen.epochs[1]["compute_s"].get<double>());
-  EXPECT_LE(seen, chosen.epochs[1]["epoch_s"].get<double>());
+  EXPECT_GT(seen.compute_s, 0.0);
+  EXPECT_GE(seen.compute_s, chosen.epochs[1]["compute_s"].get<double>());
+  EXPECT_LE(seen.compute_s, chosen.epochs[1]["epoch_s"].get<double>());
+  // The least wait over ranks: at most the largest, which the record reports.
+  EXPECT_GE(seen.allreduce_wait_s, 0.0);
+  EXPECT_LE(seen.allreduce_wait_s, chosen.epochs[1]["grad_wait_s"].get<double>());
   expect_same_losses(chosen, exact, 0, 2);  // the exact epochs
   const bool codes = test::world_size() > 1;
   EXPECT_EQ(chosen.summary["grad_compression_chosen"].get<std::string>(), codes ? "quantized" : "none");
   if (codes) {
     EXPECT_LT(chosen.epochs[3]["grad_bytes"].get<int64_t>(), exact.epochs[3]["grad_bytes"].get<int64_t>() / 2);
   }
-  t.optim.choose_grad_compression = [](double) { return GradCompression::kNone; };
+  t.optim.choose_grad_compression = [](const GradTiming&) { return GradCompression::kNone; };
   const auto kept = run(t);
   expect_same_losses(kept, exact);
   EXPECT_EQ(kept.summary["grad_compression_chosen"].get<std::string>(), "none");

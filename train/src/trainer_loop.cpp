@@ -166,13 +166,19 @@ void Trainer::load_checkpoint(const std::filesystem::path& dir) {
 // --grad-compression auto, after epoch 1: compute_s is the slowest rank's (the same on every
 // rank), so every rank makes the same choice.
 void Trainer::choose_grad_compression(double compute_s) {
-  const bool quantize = opt_.optim.choose_grad_compression(compute_s) == GradCompression::kQuantized;
+  // The least wait over ranks (the largest of the negated waits).
+  double negated_wait = -grad_sync_->wait_seconds();
+  comm_.allreduce_max(&negated_wait, 1);
+  const GradTiming timing{compute_s, -negated_wait};
+  const bool quantize = opt_.optim.choose_grad_compression(timing) == GradCompression::kQuantized;
   if (quantize) grad_sync_->use_quantized();
   if (s_.part == 0)
-    log::info("--grad-compression auto: {} from epoch 2 (cost model at {:.4f} s compute per epoch)",
-              quantize ? fmt::format("{}-bit quantized weight gradients", opt_.optim.grad_bits)
-                       : std::string("exact weight gradients"),
-              compute_s);
+    log::info(
+        "--grad-compression auto: {} from epoch 2 (cost model at {:.4f} s compute per epoch, all-reduce waited "
+        "{:.4f} s)",
+        quantize ? fmt::format("{}-bit quantized weight gradients", opt_.optim.grad_bits)
+                 : std::string("exact weight gradients"),
+        compute_s, timing.allreduce_wait_s);
 }
 
 TrainResult Trainer::run() {

@@ -52,10 +52,18 @@ std::string to_string(GradAllreduce g);
 /// - kQuantized: grad_bits-bit codes with error feedback in a two-phase compressed all-reduce
 ///   (QuantizedGradients: 1-bit Adam's scheme with the halo quantizer), for matrices of at
 ///   least 16384 values.
-/// - kAuto: the first two epochs exact; then OptimOptions::choose_grad_compression, given the
-///   compute seconds of epoch 1 (the slowest rank's), picks kNone or kQuantized for the rest.
+/// - kAuto: the first two epochs exact; then OptimOptions::choose_grad_compression, given what
+///   epoch 1 measured (GradTiming), picks kNone or kQuantized for the rest.
 /// All need --grad-allreduce layerwise.
 enum class GradCompression { kNone, kPowerSgd, kQuantized, kAuto };
+/// What epoch 1 measured for --grad-compression auto, the same on every rank.
+struct GradTiming {
+  /// The slowest rank's own compute seconds (its epoch less its communication and coding).
+  double compute_s = 0.0;
+  /// The least time any rank waited for the weight-gradient sum: the rank that arrives last
+  /// waits for the transfer alone, so this is what the link takes, not the ranks' imbalance.
+  double allreduce_wait_s = 0.0;
+};
 /// kQuantized's rule: the weight matrices of at least this many values travel as codes.
 inline constexpr int64_t kQuantizedGradientMinValues = 16384;
 GradCompression parse_grad_compression(const std::string& name);
@@ -135,8 +143,9 @@ struct OptimOptions {
   int grad_bits = 4;
   /// kAuto's choice, called once on every rank with the same argument (so every rank chooses
   /// alike): `halogen train` predicts the epoch with exact and with quantized gradients from
-  /// the cost model of its --cluster, calibrated by this compute time.
-  std::function<GradCompression(double compute_s)> choose_grad_compression;
+  /// the cost model of its --cluster, calibrated by the measured compute time, and by the
+  /// measured all-reduce wait where the link is slower than the cluster says.
+  std::function<GradCompression(const GradTiming&)> choose_grad_compression;
   /// Benchmark floor: weight gradients are not summed over ranks (each rank steps alone), so
   /// with skip_exchange nothing but a few scalars travels (--skip-comm).
   bool skip_gradient_allreduce = false;
