@@ -314,22 +314,32 @@ TEST(CostModel, GradientValuesFollowThePowerSgdRule) {
   EXPECT_EQ(gradient_values(gcn, 100), gradient_values(gcn, 0));
 }
 
+// A described graph of `nodes` and `edges` (undirected) in 4 parts, and a 2-layer GCN of 256
+// hidden units over it: the shapes of the --grad-compression auto tests.
+nlohmann::json described_four_parts(int64_t nodes, int64_t edges, double halo_ratio) {
+  GraphDescription g;
+  g.nodes = nodes;
+  g.undirected_edges = edges;
+  g.parts = 4;
+  g.halo_ratio = halo_ratio;
+  return described_partition(g);
+}
+ModelShape gcn_2x256(int64_t features, int64_t classes) {
+  ModelShape m;
+  m.feature_dim = features;
+  m.num_classes = classes;
+  m.hidden = 256;
+  m.layers = 2;
+  return m;
+}
+
 // --grad-compression auto on a Coauthor-CS-shaped graph (GCN 2 x 256, a 6805 x 256 input
 // weight, 4 ranks): behind a 1 Gbit/s link shared by the node the exact all-reduce dominates
 // and 4-bit codes shorten the epoch by far more than 1.25x; on a fast link, or where compute
 // dwarfs the gradients, the gradients stay exact. The prediction prices the codes' bytes.
 TEST(CostModel, AutoGradCompressionCodesWhereTheAllReduceDominates) {
-  GraphDescription g;
-  g.nodes = 18333;
-  g.undirected_edges = 81894;
-  g.parts = 4;
-  g.halo_ratio = 0.3;
-  const nlohmann::json d = described_partition(g);
-  ModelShape coauthor;
-  coauthor.feature_dim = 6805;
-  coauthor.num_classes = 15;
-  coauthor.hidden = 256;
-  coauthor.layers = 2;
+  const nlohmann::json d = described_four_parts(18333, 81894, 0.3);
+  const ModelShape coauthor = gcn_2x256(6805, 15);
   const auto gbit = two_level(1, 4, 0.125, 0.125, true, true, 10.0);
   const auto choice = choose_grad_compression(d, coauthor, gbit, 0.25, 0.0, 1, "overlap", 4, 1);
   EXPECT_TRUE(choice.quantize);
@@ -349,17 +359,8 @@ TEST(CostModel, AutoGradCompressionCodesWhereTheAllReduceDominates) {
 // in the measured all-reduce wait: the choice follows it. A wait within the prediction (a
 // rank's imbalance on a fast link) changes nothing.
 TEST(CostModel, AutoGradCompressionFollowsAMeasuredSlowLink) {
-  GraphDescription g;
-  g.nodes = 3327;
-  g.undirected_edges = 4552;
-  g.parts = 4;
-  g.halo_ratio = 0.1;
-  const nlohmann::json d = described_partition(g);
-  ModelShape citeseer;
-  citeseer.feature_dim = 3703;
-  citeseer.num_classes = 6;
-  citeseer.hidden = 256;
-  citeseer.layers = 2;
+  const nlohmann::json d = described_four_parts(3327, 4552, 0.1);
+  const ModelShape citeseer = gcn_2x256(3703, 6);
   const auto fast = two_level(1, 4, 100.0, 100.0, false, false, 1.0);
   const auto predicted = choose_grad_compression(d, citeseer, fast, 0.02, 0.0, 1, "overlap", 4, 1);
   EXPECT_FALSE(predicted.quantize);

@@ -25,10 +25,7 @@ class GcnLayer final : public Layer {
     const Device device = ctx_.exec.device;
     y_.reset(device, l_ + 1 == ctx_.layers ? DType::kF32 : ctx_.act, g.owned(), decl_.out);
     if (l_ > 0) allocate_propagated_input(ctx_, l_, decl_.in, in_, z_);
-    if (l_ == 0 && projects_first()) {
-      xw_.reset(device, ctx_.act, g.local(), decl_.out);
-      if (y_.dtype() != ctx_.act) z_.reset(device, ctx_.act, g.owned(), decl_.out);
-    }
+    if (l_ == 0 && projects_first()) allocate_projected_features(ctx_, y_, xw_, z_);
   }
   TensorView input() const override { return l_ == 0 ? TensorView{} : in_.row_range(0, ctx_.graph.owned()); }
   TensorView output() const override { return y_.view(); }
@@ -74,22 +71,12 @@ class GcnLayer final : public Layer {
 
   // y = A_hat (dropout(x) W) + b.
   void forward_projected(const Pass& pass) {
-    const ExecContext& ex = ctx_.exec;
-    const LocalGraph& g = ctx_.graph;
-    project_features(ctx_, pass, ctx_.weight(weight_), xw_);
-    // fp16 with a single layer: the aggregation writes fp16 rows, widened into the fp32 logits.
-    const TensorView out = y_.dtype() == ctx_.act ? y_.view() : z_.view();
-    g.aggregate(xw_, out, /*halo_part=*/false);
-    g.aggregate(xw_, out, /*halo_part=*/true);
-    if (out.data != y_.view().data) copy(ex, out, y_);
-    ops::add_row_vector(ex, y_, ctx_.param(bias_), 1.0f);
+    project_and_aggregate(ctx_, pass, ctx_.weight(weight_), xw_, z_, y_);
+    ops::add_row_vector(ctx_.exec, y_, ctx_.param(bias_), 1.0f);
   }
-  // dW = x^T (A_hat^T dy) over the local rows; A_hat^T dy takes xw's memory.
   TensorView backward_projected(const TensorView& dy) {
-    ctx_.graph.aggregate_transpose(dy, xw_, /*halo_rows=*/true);
-    ctx_.graph.aggregate_transpose(dy, xw_, /*halo_rows=*/false);
-    project_features_backward(ctx_, xw_, ctx_.grad(weight_));
-    return {};  // input features need no gradient
+    project_and_aggregate_backward(ctx_, dy, xw_, ctx_.grad(weight_));  // A_hat^T dy takes xw's memory
+    return {};                                                          // input features need no gradient
   }
 
   LayerContext& ctx_;

@@ -42,24 +42,38 @@ InputNeeds layer_zero_inputs(double feature_density, bool self_term) {
   return {.aggregated = true, .features = self_term};
 }
 
-void project_features(LayerContext& ctx, const Pass& pass, const TensorView& w, const TensorView& xw) {
+void project_and_aggregate(LayerContext& ctx, const Pass& pass, const TensorView& w, const TensorView& xw,
+                           const TensorView& z, const TensorView& y) {
   const ExecContext& ex = ctx.exec;
   const LocalGraph& g = ctx.graph;
   const float p = ctx.dropout(pass);
   const DropoutKey key = ctx.dropout_key(pass.epoch, dropout_site::kFeatures);
   ctx.inputs.features->prepare(ex, p, key, g.gid);
   ctx.inputs.features->multiply(ex, w, 0.0f, xw.row_range(0, g.owned()));
-  if (g.halo() == 0) return;
-  ctx.inputs.halo_features->prepare(ex, p, key, g.halo_gid);
-  ctx.inputs.halo_features->multiply(ex, w, 0.0f, xw.row_range(g.owned(), g.local()));
+  if (g.halo() > 0) {
+    ctx.inputs.halo_features->prepare(ex, p, key, g.halo_gid);
+    ctx.inputs.halo_features->multiply(ex, w, 0.0f, xw.row_range(g.owned(), g.local()));
+  }
+  const TensorView out = y.dtype == ctx.act ? y : z;
+  g.aggregate(xw, out, /*halo_part=*/false);
+  g.aggregate(xw, out, /*halo_part=*/true);
+  if (out.data != y.data) copy(ex, out, y);
 }
 
-void project_features_backward(LayerContext& ctx, const TensorView& dxw, const TensorView& gw) {
+void project_and_aggregate_backward(LayerContext& ctx, const TensorView& dy, const TensorView& dxw,
+                                    const TensorView& gw) {
   const LocalGraph& g = ctx.graph;
+  g.aggregate_transpose(dy, dxw, /*halo_rows=*/true);
+  g.aggregate_transpose(dy, dxw, /*halo_rows=*/false);
   ctx.inputs.features->multiply_transposed(ctx.exec, dxw.row_range(0, g.owned()), gw);
   if (g.halo() > 0)
     ctx.inputs.halo_features->multiply_transposed(ctx.exec, dxw.row_range(g.owned(), g.local()), gw,
                                                   /*accumulate=*/true);
+}
+
+void allocate_projected_features(LayerContext& ctx, const Tensor& y, Tensor& xw, Tensor& z) {
+  xw.reset(ctx.exec.device, ctx.act, ctx.graph.local(), y.cols());
+  if (y.dtype() != ctx.act) z.reset(ctx.exec.device, ctx.act, ctx.graph.owned(), y.cols());
 }
 
 uint64_t projected_features_memory(const std::vector<LayerDecl>& decl, const MemoryShape& m) {

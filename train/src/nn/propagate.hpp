@@ -37,16 +37,25 @@ bool projects_features_first(double feature_density);
 /// What such a layer 0 reads: the owned and halo rows' features, or their aggregation.
 InputNeeds layer_zero_inputs(double feature_density, bool self_term);
 
-/// Layer 0 projecting first: xw (local rows: owned, then halo) = dropout(x) w, x the owned and
-/// halo rows' features (ctx.inputs.features and halo_features) with the keyed mask of site
+/// Layer 0 projecting first, in place of propagate: y (owned rows) = the aggregation of
+/// xw = dropout(x) w over the local rows, x the owned and halo rows' features
+/// (ctx.inputs.features and halo_features) with the keyed mask of site
 /// dropout_site::kFeatures. Each rank projects its halo rows itself with the owners' mask and
-/// weights, so they are the owners' rows and nothing is exchanged. The features stay prepared
-/// with this pass's mask for project_features_backward and for products of the owned rows.
-void project_features(LayerContext& ctx, const Pass& pass, const TensorView& w, const TensorView& xw);
-/// Its weight gradient: gw = x^T dxw over the local rows. The halo rows' share stays on this
-/// rank and reaches w through their features (the owners' rows reach it on the owners).
-void project_features_backward(LayerContext& ctx, const TensorView& dxw, const TensorView& gw);
-/// The activations project_features adds to layer 0 (xw, and with fp16 activations and a single
+/// weights, so they are the owners' rows and nothing is exchanged. `z` (owned rows, the
+/// activations' dtype) takes the aggregation where y's dtype differs (fp16 with a single layer:
+/// widened into the fp32 logits); else it may be empty. The features stay prepared with this
+/// pass's mask for the backward pass and for products of the owned rows (GraphSAGE's self term).
+void project_and_aggregate(LayerContext& ctx, const Pass& pass, const TensorView& w, const TensorView& xw,
+                           const TensorView& z, const TensorView& y);
+/// Its backward pass: dxw (local rows, may be xw's memory) = the transposed aggregation of dy,
+/// then gw = x^T dxw over the local rows. The halo rows' share stays on this rank and reaches w
+/// through their features (the owners' rows reach it on the owners).
+void project_and_aggregate_backward(LayerContext& ctx, const TensorView& dy, const TensorView& dxw,
+                                    const TensorView& gw);
+/// Allocates what project_and_aggregate needs beside y: xw (local rows x y's columns) and, where
+/// y's dtype is not the activations', z.
+void allocate_projected_features(LayerContext& ctx, const Tensor& y, Tensor& xw, Tensor& z);
+/// The activations allocate_projected_features adds to layer 0 (xw, and with fp16 activations and a single
 /// layer the aggregation before it is widened into the fp32 logits); 0 when it aggregates first.
 uint64_t projected_features_memory(const std::vector<LayerDecl>& decl, const MemoryShape& m);
 
