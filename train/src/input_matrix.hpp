@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "halogen/comm/communicator.hpp"
 #include "halogen/core/buffer.hpp"
@@ -68,15 +69,21 @@ class InputMatrix {
   SparseInputView view() const;
 };
 
+/// The non-zero share of a host matrix whose n values on this rank are part of it, over all
+/// ranks of `comm` (collective): the same on every rank.
+double global_density(Communicator& comm, const float* values, int64_t n);
+
 /// A layer-0 input matrix on the trainer's device: on the CPU an InputMatrix (sparse or dense,
 /// chosen from the density over all ranks), on a GPU a dense tensor of the activation dtype and
 /// its dropped copy. Products go through the op layer, so the model code is the same on both.
 class LayerInput {
  public:
   /// Stores `values` (owned rows x features, fp32, on ctx's device). Collective over `comm`
-  /// on the CPU (the sparse-or-dense decision uses global counts). On the CPU, `bf16` keeps
-  /// the values as bfloat16 (--input-storage bf16); on a GPU they are stored as `dtype`.
-  void assign(const ExecContext& ctx, Communicator& comm, const TensorView& values, DType dtype, bool bf16 = false);
+  /// on the CPU (the sparse-or-dense decision uses global counts), unless `density`, the
+  /// matrix's non-zero share over all ranks, is given (then on every rank). On the CPU, `bf16`
+  /// keeps the values as bfloat16 (--input-storage bf16); on a GPU they are stored as `dtype`.
+  void assign(const ExecContext& ctx, Communicator& comm, const TensorView& values, DType dtype, bool bf16 = false,
+              std::optional<double> density = {});
   /// This epoch's input: the stored values with dropout p at `key` (p = 0: as stored).
   void prepare(const ExecContext& ctx, float p, const DropoutKey& key, const TensorView& global_ids);
   /// y = beta * y + D w (D: the prepared input, rows x cols; w: cols x n).

@@ -6,20 +6,22 @@
 
 namespace halogen {
 
-void LayerInput::assign(const ExecContext& ctx, Communicator& comm, const TensorView& values, DType dtype, bool bf16) {
+double global_density(Communicator& comm, const float* values, int64_t n) {
+  std::vector<int64_t> counts = {InputMatrix::count_nonzeros(values, n), n};
+  comm.allreduce_sum(std::span<int64_t>(counts));
+  return static_cast<double>(counts[0]) / static_cast<double>(std::max<int64_t>(counts[1], 1));
+}
+
+void LayerInput::assign(const ExecContext& ctx, Communicator& comm, const TensorView& values, DType dtype, bool bf16,
+                        std::optional<double> density) {
   device_ = ctx.device;
   if (device_ == kDevCpu) {
     const float* v = values.ptr<const float>();
     HALOGEN_EXPECTS(values.contiguous(), "layer input: values must be contiguous");
-    const int64_t n = values.numel();
     // Sparse storage when the matrix is sparse enough over all ranks (global counts, so every
     // rank takes the same path).
-    std::vector<int64_t> counts = {InputMatrix::count_nonzeros(v, n), n};
-    comm.allreduce_sum(std::span<int64_t>(counts));
-    host_.assign(v, values.rows, values.cols,
-                 static_cast<double>(counts[0]) <
-                     InputMatrix::kSparseBelow * static_cast<double>(std::max<int64_t>(counts[1], 1)),
-                 bf16);
+    const double d = density ? *density : global_density(comm, v, values.numel());
+    host_.assign(v, values.rows, values.cols, d < InputMatrix::kSparseBelow, bf16);
     return;
   }
   stored_.reset(device_, dtype, values.rows, values.cols);

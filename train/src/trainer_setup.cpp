@@ -1,7 +1,5 @@
 // Trainer set-up: the local graph, parameters, the halo channel, the layer-0 inputs and the
 // layers.
-#include <span>
-
 #include "halogen/core/io.hpp"
 #include "halogen/quant/quantize.hpp"
 #include "trainer_impl.hpp"
@@ -58,9 +56,8 @@ void Trainer::prepare_inputs() {
   Matrix<float> host = train_detail::input_features(s_, opt_, graph_.local());
   // What layer 0 reads may depend on how sparse the features are: over all ranks, so that every
   // rank, device and rank count takes the same path.
-  std::vector<int64_t> counts = {InputMatrix::count_nonzeros(host.data(), owned() * F), owned() * F};
-  comm_.allreduce_sum(std::span<int64_t>(counts));
-  inputs_.needs = spec_.inputs(static_cast<double>(counts[0]) / static_cast<double>(std::max<int64_t>(counts[1], 1)));
+  const double density = global_density(comm_, host.data(), owned() * F);
+  inputs_.needs = spec_.inputs(density);
   const nn::InputNeeds needs = inputs_.needs;
   release_resident_pages(s_.features.data(), s_.features.size() * sizeof(float));  // copied into `host`
   const TensorView x_host = TensorView::of(host.data(), host.rows(), F);
@@ -98,7 +95,7 @@ void Trainer::prepare_inputs() {
   // computes its halo rows' projections itself: the same keyed dropout and weights as their
   // owners use, so the same rows, without a quantized (or stale) exchange and with exact
   // layer-0 weight gradients.
-  if (needs.features) inputs_.features.assign(ctx(), comm_, x.row_range(0, owned()), act_, bf16);
+  if (needs.features) inputs_.features.assign(ctx(), comm_, x.row_range(0, owned()), act_, bf16, density);
   if (needs.halo_features) inputs_.halo_features.assign(ctx(), comm_, x.row_range(owned(), graph_.local()), act_, bf16);
   // The local features go before the aggregation is stored, so that the set-up never holds
   // them, the aggregation and its stored copy at once.
