@@ -10,9 +10,10 @@ failed, the other runs are still analysed.
 
 Target of a (dataset, layers, seed): fp32-sync's best validation accuracy of that seed minus
 0.005 (0.5 points). A run's time to target: the sum of epoch_s over epochs 0..k, k the first
-epoch whose val_acc >= target (the runs evaluate every epoch). The evaluation after each epoch
-is outside epoch_s and not counted; nor is start-up (loading, the first halo exchange before
-epoch 0). A run that never reaches the target counts as infinitely slow in the medians.
+epoch whose val_acc >= target (the runs evaluate every epoch). epoch_s includes that epoch's
+evaluation (a forward pass with its halo exchanges, as a user who evaluates every epoch waits
+for it, and as `halogen plan` counts an epoch); start-up (loading, the first halo exchange before
+epoch 0) is not counted. A run that never reaches the target counts as infinitely slow in the medians.
 
 Prints one table per (dataset, layers) with, per configuration, over seeds: runs that finished,
 the median epoch time (median of epoch_s over epochs 2.. of each run, then the median over

@@ -34,7 +34,7 @@
 # target (fp32-sync's best validation accuracy of the same seed minus 0.5 points), the median
 # epoch that reached it, the median epoch time and its ratio to the floor, the mean test accuracy
 # at the best-validation epoch and the speed-up to the target over fp32-sync. The time to target
-# sums the epochs' epoch_s: the evaluation after each epoch is not in it. The limit is removed on
+# sums the epochs' epoch_s, each with its evaluation forward pass. The limit is removed on
 # every exit path.
 #
 # usage: sudo bench/time_to_accuracy.sh [--datasets cora,citeseer,amazon-photo,coauthor-cs]
