@@ -149,6 +149,41 @@ TEST(MemoryPlan, CountsAloneGiveTheShardsEstimate) {
   }
 }
 
+// The trainer chooses layer 0's order and the features' storage from their density over all
+// ranks (global_density), so a shard on the other side of the sparse threshold from its graph is
+// priced as it will run: in the graph's order, at the shard's own density.
+TEST(MemoryPlan, LayerZeroIsPricedAsTheDensityOverAllRanksChooses) {
+  TrainOptions t;         // GCN: layer 0 projects sparse features first and aggregates dense ones once
+  t.model.hidden = 1024;  // training, not the set-up, is the peak
+  ShardCounts sparse = counts(1000, 500, 400, 512, 7);
+  sparse.feature_density = 0.25;
+  ShardCounts dense = sparse;
+  dense.feature_density = 0.35;
+  const auto total = [&](const ShardCounts& c) { return estimate_training_memory(c, t).total(); };
+  const auto stored = [&](const ShardCounts& c) { return item(estimate_training_memory(c, t), "input aggregation"); };
+  ASSERT_NE(total(sparse), total(dense));
+
+  // Sparse here, dense over all ranks: aggregated first, which keeps only the aggregation (dense
+  // at either density), so the shard costs what a dense one does.
+  ShardCounts sparse_in_dense = sparse;
+  sparse_in_dense.feature_density_all_ranks = 0.35;
+  EXPECT_EQ(total(sparse_in_dense), total(dense));
+
+  // Dense here, sparse over all ranks: projected first, the owned and halo rows' features stored
+  // sparse at this shard's density (a value, a column and a dropout byte per non-zero).
+  ShardCounts dense_in_sparse = dense;
+  dense_in_sparse.feature_density_all_ranks = 0.25;
+  const double cells = 1000.0 * 512, halo_share = 500.0 / 1000.0;
+  const double extra = (0.35 - 0.25) * cells * 9 * (1.0 + halo_share);
+  EXPECT_NEAR(static_cast<double>(stored(dense_in_sparse)), static_cast<double>(stored(sparse)) + extra, 4.0);
+  EXPECT_EQ(item(estimate_training_memory(dense_in_sparse, t), "activations"),
+            item(estimate_training_memory(sparse, t), "activations"));  // the projection's rows
+
+  // Unknown over all ranks (a described graph), the shard's own density decides.
+  EXPECT_EQ(dense.deciding_feature_density(), 0.35);
+  EXPECT_EQ(dense_in_sparse.deciding_feature_density(), 0.25);
+}
+
 // The set-up exchanges the layer-0 features kSetupExchangeCols columns at a time on the CPU, so
 // where that exchange is the set-up's peak (a halo far larger than the owned rows) its buffers
 // are those of 16 columns whatever the feature width; a GPU exchanges every column at once.

@@ -35,7 +35,8 @@ constexpr uint64_t kRuntimeBytes = uint64_t{24} << 20;
 
 // Bytes of the stored layer-0 input matrices (input_matrix.hpp): CSR (value + column, 8 bytes
 // a nonzero) when under 30% dense, else dense. The aggregation's nonzeros are bounded by the
-// sum of its neighbours' nonzeros, estimated from this rank's feature density.
+// sum of its neighbours' nonzeros, estimated from this rank's feature density. The raw
+// features are stored sparse or dense as their density over all ranks decides (where known).
 // Dropout keeps no dropped copy: the dense products draw the mask as they read the values, a
 // few rows at a time (gemm_dropped, kernels/dense.hpp); the sparse form keeps a byte per
 // non-zero for the epoch.
@@ -50,13 +51,16 @@ uint64_t input_matrix_bytes(const ShardCounts& s, bool aggregated, bool raw, boo
   const double mean_row_entries = static_cast<double>(s.local_edges) / std::max<double>(owned, 1) + 1.0;
   const double aggregated_density = std::min(1.0, density * mean_row_entries);
   const double value_bytes = bf16 ? 2.0 : 4.0;
-  const auto stored = [&](double d) {
-    return d < InputMatrix::kSparseBelow ? static_cast<uint64_t>(d * cells * (value_bytes + 4 + (dropout ? 1 : 0))) +
-                                               static_cast<uint64_t>(owned + 1) * 8
-                                         : static_cast<uint64_t>(cells * value_bytes);
+  // A matrix of density d, stored as the density `deciding` chooses.
+  const auto stored = [&](double d, double deciding) {
+    return deciding < InputMatrix::kSparseBelow
+               ? static_cast<uint64_t>(d * cells * (value_bytes + 4 + (dropout ? 1 : 0))) +
+                     static_cast<uint64_t>(owned + 1) * 8
+               : static_cast<uint64_t>(cells * value_bytes);
   };
-  return (aggregated ? stored(aggregated_density) : 0) + (raw ? stored(density) : 0) +
-         (raw_halo ? static_cast<uint64_t>(static_cast<double>(stored(density)) * halo_scale) : 0);
+  const double deciding = s.deciding_feature_density();
+  return (aggregated ? stored(aggregated_density, aggregated_density) : 0) + (raw ? stored(density, deciding) : 0) +
+         (raw_halo ? static_cast<uint64_t>(static_cast<double>(stored(density, deciding)) * halo_scale) : 0);
 }
 
 uint64_t f32(int64_t rows, int64_t cols) { return static_cast<uint64_t>(std::max<int64_t>(rows, 0) * cols) * 4; }
@@ -183,7 +187,7 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   const int64_t sends = s.sends;
   const nn::ModelSpec& spec = nn::model_spec(opt.model.name);
   const bool attention = spec.aggregation() == nn::Aggregation::kAttention;
-  const nn::InputNeeds needs = spec.inputs(s.feature_density);
+  const nn::InputNeeds needs = spec.inputs(s.deciding_feature_density());
   const std::vector<nn::LayerDecl> layers = nn::layout(opt, F, s.classes);
   // The device holds what the trainer allocates as tensors (trainer.cpp): activations in the
   // activation dtype (fp16 on a GPU in fp16 mode), everything else in fp32 or fp64. On a GPU
@@ -413,7 +417,15 @@ std::optional<uint64_t> parse_memory_limit(const std::string& text) {
 MemoryEstimate check_training_memory(const Shard& shard, Communicator& comm, const TrainOptions& options,
                                      std::optional<uint64_t> limit, int node_local_ranks) {
   // One pass over the shard (its feature density, its symmetry) for both uses below.
-  const ShardCounts counts = ShardCounts::of(shard);
+  ShardCounts counts = ShardCounts::of(shard);
+  // The features' non-zeros over all ranks, as the trainer counts them to choose layer 0's order
+  // and their storage (global_density): a shard on the other side of the threshold from the
+  // whole graph is then priced as it will run.
+  const int64_t cells = counts.owned * counts.feature_dim;
+  std::vector<int64_t> nonzeros = {std::llround(counts.feature_density * static_cast<double>(cells)), cells};
+  comm.allreduce_sum(std::span<int64_t>(nonzeros));
+  if (nonzeros[1] > 0)
+    counts.feature_density_all_ranks = static_cast<double>(nonzeros[0]) / static_cast<double>(nonzeros[1]);
   MemoryEstimate estimate = estimate_training_memory(counts, options);
   if (options.device.kind == Device::kCuda) {
     // The device must hold the estimate: refused on every rank, naming the worst one, before

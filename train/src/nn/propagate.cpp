@@ -77,7 +77,7 @@ void allocate_projected_features(LayerContext& ctx, const Tensor& y, Tensor& xw,
 }
 
 uint64_t projected_features_memory(const std::vector<LayerDecl>& decl, const MemoryShape& m) {
-  if (!projects_features_first(m.counts.feature_density)) return 0;
+  if (!projects_features_first(m.counts.deciding_feature_density())) return 0;
   const int64_t out = decl.front().out;
   return m.act(m.counts.owned + m.counts.halo, out) +
          (decl.size() == 1 && m.act_bytes != 4 ? m.act(m.counts.owned, out) : 0);

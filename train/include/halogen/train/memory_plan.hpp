@@ -40,7 +40,13 @@ struct ShardCounts {
   int64_t sends = 0;        // rows it sends per exchange (to all peers together)
   int64_t feature_dim = 0;
   int64_t classes = 0;
-  double feature_density = 1.0;  // non-zero share of the input features (sparse storage below 0.3)
+  double feature_density = 1.0;  // non-zero share of this shard's input features
+  // Their non-zero share over all ranks, where known (check_training_memory counts it): the
+  // trainer chooses layer 0's order and the features' storage (sparse below 0.3) from it, so
+  // the estimate prices that choice, and sizes it at this shard's own density.
+  std::optional<double> feature_density_all_ranks;
+  /// The density that decides layer 0's order and storage: over all ranks, else this shard's.
+  double deciding_feature_density() const { return feature_density_all_ranks.value_or(feature_density); }
   // Entries of the owned block when its transpose is the block itself (a symmetric graph; the
   // backward pass then shares the forward arrays), else 0. Described graphs: 0.
   int64_t shared_transpose_entries = 0;
