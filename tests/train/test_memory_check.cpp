@@ -18,12 +18,6 @@
 namespace halogen {
 namespace {
 
-uint64_t item(const MemoryEstimate& e, const std::string& what) {
-  for (const auto& i : e.items)
-    if (i.what == what) return i.bytes;
-  return 0;
-}
-
 // Rank 0 keeps a tenth of its feature columns, the other ranks 40% of theirs: over all ranks the
 // features are sparse (under InputMatrix's 30%), on ranks 1 and up dense.
 TEST(MemoryCheck, PricesLayerZeroAtTheDensityOverAllRanks) {
@@ -55,11 +49,11 @@ TEST(MemoryCheck, PricesLayerZeroAtTheDensityOverAllRanks) {
   ASSERT_EQ(checked.phase, "training");
   // The runtime item follows this process's resident memory; the layer-0 items do not.
   for (const char* what : {"input aggregation", "activations", "exchange buffers", "optimizer"})
-    EXPECT_EQ(item(checked, what), item(priced, what)) << what;
+    EXPECT_EQ(checked.bytes_of(what), priced.bytes_of(what)) << what;
   if (comm.rank() > 0) {  // dense here: from its own density alone it would aggregate first
     const MemoryEstimate alone = estimate_training_memory(own, t);
-    EXPECT_NE(item(checked, "activations"), item(alone, "activations"));
-    EXPECT_NE(item(checked, "input aggregation"), item(alone, "input aggregation"));
+    EXPECT_NE(checked.bytes_of("activations"), alone.bytes_of("activations"));
+    EXPECT_NE(checked.bytes_of("input aggregation"), alone.bytes_of("input aggregation"));
   }
 }
 

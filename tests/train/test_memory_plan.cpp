@@ -17,13 +17,6 @@
 namespace halogen {
 namespace {
 
-// The bytes of one item of an estimate (0 when it has none).
-uint64_t item(const MemoryEstimate& e, const std::string& what) {
-  for (const auto& i : e.items)
-    if (i.what == what) return i.bytes;
-  return 0;
-}
-
 // A shard described by its counts alone (ShardCounts), as `halogen plan --nodes` describes one.
 ShardCounts counts(int64_t owned, int64_t halo, int64_t sends, int64_t feature_dim, int64_t classes) {
   ShardCounts c;
@@ -50,13 +43,13 @@ TEST(MemoryPlan, DeviceIsAParameter) {
   const MemoryEstimate gpu16 = estimate_training_memory(shards[0], t);
   EXPECT_EQ(cpu.device, Device::kCpu);
   EXPECT_EQ(gpu32.device, Device::kCuda);
-  EXPECT_GT(item(cpu, "runtime"), 0u);
-  EXPECT_EQ(item(gpu32, "runtime"), 0u);
-  EXPECT_EQ(item(gpu32, "shard"), 0u);
-  EXPECT_GT(item(gpu32, "activations"), 0u);
+  EXPECT_GT(cpu.bytes_of("runtime"), 0u);
+  EXPECT_EQ(gpu32.bytes_of("runtime"), 0u);
+  EXPECT_EQ(gpu32.bytes_of("shard"), 0u);
+  EXPECT_GT(gpu32.bytes_of("activations"), 0u);
   // Activations in fp16, but for the fp32 logits and their gradient.
-  EXPECT_LT(item(gpu16, "activations"), item(gpu32, "activations") * 6 / 10);
-  EXPECT_GT(item(gpu16, "activations"), item(gpu32, "activations") * 4 / 10);
+  EXPECT_LT(gpu16.bytes_of("activations"), gpu32.bytes_of("activations") * 6 / 10);
+  EXPECT_GT(gpu16.bytes_of("activations"), gpu32.bytes_of("activations") * 4 / 10);
 }
 
 // A GPU's aggregation sums rows longer than kAggregationChunk entries in chunks whose partial
@@ -70,7 +63,7 @@ TEST(MemoryPlan, CountsTheLongRowsPartialSumsOnAGpu) {
   TrainOptions t;
   t.model.hidden = 130;  // the widest aggregation: 130 columns, padded to 132 (fp64) or 136 (fp32)
   const auto scratch = [&](const TrainOptions& o) {
-    return item(estimate_training_memory(c, o), "long-row partial sums");
+    return estimate_training_memory(c, o).bytes_of("long-row partial sums");
   };
   EXPECT_EQ(scratch(t), 0u);  // CPU
   t.device.kind = Device::kCuda;
@@ -91,7 +84,7 @@ TEST(MemoryPlan, OptimizerItemIsWhatTheComponentsReport) {
   t.model.layers = 2;
   t.model.hidden = 128;
   const auto optimizer = [&](const TrainOptions& o) {
-    return item(estimate_training_memory(shards[0], o), "optimizer");
+    return estimate_training_memory(shards[0], o).bytes_of("optimizer");
   };
   const auto layers = nn::layout(t, shards[0].feature_dim, shards[0].num_classes);
   const int64_t n = static_cast<int64_t>(layers.back().end);
@@ -160,7 +153,9 @@ TEST(MemoryPlan, LayerZeroIsPricedAsTheDensityOverAllRanksChooses) {
   ShardCounts dense = sparse;
   dense.feature_density = 0.35;
   const auto total = [&](const ShardCounts& c) { return estimate_training_memory(c, t).total(); };
-  const auto stored = [&](const ShardCounts& c) { return item(estimate_training_memory(c, t), "input aggregation"); };
+  const auto stored = [&](const ShardCounts& c) {
+    return estimate_training_memory(c, t).bytes_of("input aggregation");
+  };
   ASSERT_NE(total(sparse), total(dense));
 
   // Sparse here, dense over all ranks: aggregated first, which keeps only the aggregation (dense
@@ -176,8 +171,8 @@ TEST(MemoryPlan, LayerZeroIsPricedAsTheDensityOverAllRanksChooses) {
   const double cells = 1000.0 * 512, halo_share = 500.0 / 1000.0;
   const double extra = (0.35 - 0.25) * cells * 9 * (1.0 + halo_share);
   EXPECT_NEAR(static_cast<double>(stored(dense_in_sparse)), static_cast<double>(stored(sparse)) + extra, 4.0);
-  EXPECT_EQ(item(estimate_training_memory(dense_in_sparse, t), "activations"),
-            item(estimate_training_memory(sparse, t), "activations"));  // the projection's rows
+  EXPECT_EQ(estimate_training_memory(dense_in_sparse, t).bytes_of("activations"),
+            estimate_training_memory(sparse, t).bytes_of("activations"));  // the projection's rows
 
   // Unknown over all ranks (a described graph), the shard's own density decides.
   EXPECT_EQ(dense.deciding_feature_density(), 0.35);
@@ -197,13 +192,13 @@ TEST(MemoryPlan, SetUpExchangesSixteenColumnsAtATime) {
     c.feature_dim = F;
     const MemoryEstimate e = estimate_training_memory(c, t);
     ASSERT_EQ(e.phase, "set-up") << F;
-    EXPECT_EQ(item(e, "exchange buffers"), sixteen) << F;
-    EXPECT_EQ(item(e, "input features (set-up)"), static_cast<uint64_t>((1000 + 200000) * F * 4)) << F;
-    EXPECT_EQ(item(e, "aggregation (set-up)"), 0u) << F;  // a later step, not held with the exchange
+    EXPECT_EQ(e.bytes_of("exchange buffers"), sixteen) << F;
+    EXPECT_EQ(e.bytes_of("input features (set-up)"), static_cast<uint64_t>((1000 + 200000) * F * 4)) << F;
+    EXPECT_EQ(e.bytes_of("aggregation (set-up)"), 0u) << F;  // a later step, not held with the exchange
   }
   t.device.kind = Device::kCuda;
   c.feature_dim = 64;
-  EXPECT_EQ(item(estimate_training_memory(c, t), "exchange buffers"), (2 * 150000 + 200000) * uint64_t{64} * 4);
+  EXPECT_EQ(estimate_training_memory(c, t).bytes_of("exchange buffers"), (2 * 150000 + 200000) * uint64_t{64} * 4);
 }
 
 TEST(MemoryPlan, ParsesLimits) {
@@ -232,7 +227,7 @@ TEST(MemoryPlan, CountsTheHaloGradientsCarriedErrors) {
   t.exchange.bits_fwd = {1};
   t.exchange.bits_bwd = {1};
   const auto carried = [&](const TrainOptions& o) {
-    return item(estimate_training_memory(c, o), "halo error feedback");
+    return estimate_training_memory(c, o).bytes_of("halo error feedback");
   };
   EXPECT_EQ(carried(t), uint64_t{20} * 300 * 32 * 4);  // auto: 20 one-bit layers, more than 16
   t.device.kind = Device::kCuda;

@@ -112,6 +112,12 @@ uint64_t MemoryEstimate::total() const {
   return sum;
 }
 
+uint64_t MemoryEstimate::bytes_of(std::string_view what) const {
+  for (const auto& item : items)
+    if (item.what == what) return item.bytes;
+  return 0;
+}
+
 std::string MemoryEstimate::breakdown() const {
   auto sorted = items;
   std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.bytes > b.bytes; });

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "halogen/comm/communicator.hpp"
@@ -30,6 +31,9 @@ struct MemoryEstimate {
   Device device = Device::kCpu;   // where the items live: host memory, or the GPU's
   uint64_t total() const;
   std::string breakdown() const;  // "activations 1.2 GiB, shard 300 MiB, ..."
+  /// The bytes of the item named `what` ("activations", "input aggregation", ...); 0 when the
+  /// larger phase has none.
+  uint64_t bytes_of(std::string_view what) const;
 };
 /// What the memory model needs of one rank's shard: its counts and its feature density. From a
 /// real shard (`of`), or described, for a graph not partitioned yet (`halogen plan --nodes`).
