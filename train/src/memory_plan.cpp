@@ -36,12 +36,13 @@ constexpr uint64_t kRuntimeBytes = uint64_t{24} << 20;
 // Bytes of the stored layer-0 input matrices (input_matrix.hpp): CSR (value + column, 8 bytes
 // a nonzero) when under 30% dense, else dense. The aggregation's nonzeros are bounded by the
 // sum of its neighbours' nonzeros, estimated from this rank's feature density. The raw
-// features are stored sparse or dense as their density over all ranks decides (where known).
+// features, owned and halo rows alike, are stored sparse or dense as their density over all
+// ranks decides (where known), as the trainer stores them.
 // Dropout keeps no dropped copy: the dense products draw the mask as they read the values, a
 // few rows at a time (gemm_dropped, kernels/dense.hpp); the sparse form keeps a byte per
 // non-zero for the epoch.
-// GAT stores only the raw features (it projects before aggregating), of its halo rows too
-// (`raw_halo`), at the owned rows' density.
+// A layer 0 that projects before aggregating (GAT; GCN and GraphSAGE on sparse features) stores
+// only the raw features, of its halo rows too (`raw_halo`), at the owned rows' density.
 // With bf16 storage a value takes 2 bytes instead of 4 (a non-zero: 6 with its column).
 uint64_t input_matrix_bytes(const ShardCounts& s, bool aggregated, bool raw, bool raw_halo, bool dropout, bool bf16) {
   const int64_t owned = s.owned, F = s.feature_dim;

@@ -96,7 +96,10 @@ void Trainer::prepare_inputs() {
   // owners use, so the same rows, without a quantized (or stale) exchange and with exact
   // layer-0 weight gradients.
   if (needs.features) inputs_.features.assign(ctx(), comm_, x.row_range(0, owned()), act_, bf16, density);
-  if (needs.halo_features) inputs_.halo_features.assign(ctx(), comm_, x.row_range(owned(), graph_.local()), act_, bf16);
+  // The halo rows are other ranks' owned rows: stored as the same density decides (both forms
+  // give the same products).
+  if (needs.halo_features)
+    inputs_.halo_features.assign(ctx(), comm_, x.row_range(owned(), graph_.local()), act_, bf16, density);
   // The local features go before the aggregation is stored, so that the set-up never holds
   // them, the aggregation and its stored copy at once.
   synchronize(ctx());
