@@ -138,10 +138,10 @@ struct Message {
 /// run's halo bits and mode (stale predicted as overlap). Where the measured wait exceeds the
 /// predicted all-reduce, the link is slower than `cluster` describes (a run without --cluster
 /// on a slow network, a shared link): the exact all-reduce takes the measured time, and the
-/// coded one its share of the bytes at the bandwidth that implies (at least its prediction). Codes are chosen where the exact all-reduce
-/// outlasts the exposed halo exchange and the coded epoch is predicted at least kAutoCodedGain
-/// times shorter: quantized gradients can cost a few more epochs to the same accuracy, so a
-/// smaller saving would not shorten the time to it.
+/// coded one its share of the bytes at the bandwidth that implies (at least its prediction).
+/// Codes are chosen where the exact all-reduce outlasts the exposed halo exchange and the coded
+/// epoch is predicted at least kAutoCodedGain times shorter: quantized gradients can cost a few
+/// more epochs to the same accuracy, so a smaller saving would not shorten the time to it.
 inline constexpr double kAutoCodedGain = 1.25;
 struct GradCompressionChoice {
   bool quantize = false;

@@ -5,7 +5,6 @@
 #include <mpi.h>
 
 #include <cmath>
-#include <string>
 #include <vector>
 
 #include "halogen/comm/communicator.hpp"
