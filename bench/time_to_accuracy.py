@@ -19,12 +19,17 @@ Prints one table per (dataset, layers) with, per configuration, over seeds: runs
 the median epoch time (median of epoch_s over epochs 2.. of each run, then the median over
 seeds), its ratio to compute-only's, the median time to target ("never" when more than half the
 seeds never reached it; half or more with an even count), the median epoch that reached it, how
-many seeds reached it, the speed-up to the target over fp32-sync (the ratio of the medians), and
-the mean test accuracy at the best-validation epoch (the summary's test_acc_at_best_val) and
-best validation accuracy. With --csv writes one row per run: dataset, layers, seed, config,
-target, time_to_target_s, epoch_to_target, median_epoch_s, test_acc_at_best_val, best_val_acc,
-status (ok | failed); time_to_target_s and epoch_to_target are empty when the run never reached
-the target, every measured field when it failed.
+many seeds reached it, the speed-up to the target over fp32-sync (the ratio of the medians), the
+speed-up seed by seed (each seed's fp32-sync time over its own: the median, then the least and
+the most; a seed that never reached the target counts 0x), and the mean test accuracy at the
+best-validation epoch (the summary's test_acc_at_best_val) and best validation accuracy. The two
+speed-ups differ when fp32-sync's own epoch of the target moves between seeds: the first
+compares typical times, the second says how often a user's run gains how much. With --csv
+writes one row per run: dataset, layers, seed, config, target, time_to_target_s,
+epoch_to_target, median_epoch_s, speedup (fp32-sync's time to the target of the seed over the
+run's), test_acc_at_best_val, best_val_acc, status (ok | failed); time_to_target_s,
+epoch_to_target and speedup are empty when the run never reached the target, every measured
+field when it failed.
 
 usage: bench/time_to_accuracy.py RUNS [--configs fp32-sync,...] [--csv RUNS/results.csv]
 """
@@ -78,7 +83,7 @@ def analyse(runs_dir, rows):
         ref = metrics.get(key[:3] + (REFERENCE,))
         target = ref[1]["best_val_acc"] - MARGIN if ref else None
         res = dict(row, target=target, status="failed", time=None, epoch=None, epoch_s=None,
-                   test=None, best=None)
+                   test=None, best=None, speedup=None)
         m = metrics[key]
         if m:
             epochs, summary = m
@@ -87,6 +92,13 @@ def analyse(runs_dir, rows):
             if target is not None:
                 res["time"], res["epoch"] = time_to(epochs, target)
         results.append(res)
+    # Each run against its own seed's fp32-sync (which always reaches its target: it defines it).
+    ref_time = {(r["dataset"], r["layers"], r["seed"]): r["time"] for r in results
+                if r["config"] == REFERENCE and r["time"] is not None}
+    for r in results:
+        t_ref = ref_time.get((r["dataset"], r["layers"], r["seed"]))
+        if r["time"] is not None and t_ref is not None and not math.isinf(t_ref):
+            r["speedup"] = 0.0 if math.isinf(r["time"]) else t_ref / r["time"]
     return results
 
 
@@ -117,12 +129,13 @@ def table(group, configs):
             time=statistics.median(r["time"] for r in timed) if timed else None,
             epoch=statistics.median(r["epoch"] for r in timed) if timed else None,
             reached=f"{sum(1 for r in timed if not math.isinf(r['time']))}/{len(timed)}" if timed else "-",
+            per_seed=sorted(r["speedup"] for r in ok if r["speedup"] is not None),
             test=statistics.mean(r["test"] for r in ok) if ok else None,
             best=statistics.mean(r["best"] for r in ok) if ok else None)
     floor = stats.get(FLOOR, {}).get("epoch_s")
     ref = stats.get(REFERENCE, {}).get("time")
     print(f"{'run':22s} {'runs':>5s} {'epoch s':>8s} {'vs floor':>9s} {'to target':>10s} {'epoch':>6s} "
-          f"{'reached':>8s} {'speed-up':>9s} {'test acc':>9s} {'best val':>9s}")
+          f"{'reached':>8s} {'speed-up':>9s} {'per seed (least-most)':>22s} {'test acc':>9s} {'best val':>9s}")
     for c in configs:
         s = stats[c]
         if s["n"] == 0:
@@ -134,9 +147,11 @@ def table(group, configs):
         epoch = "-" if s["epoch"] is None or math.isinf(s["epoch"]) else f"{s['epoch']:g}"
         t = s["time"]
         speed = f"{ref / t:.2f}x" if t is not None and ref is not None and not math.isinf(t) else "-"
+        v = s["per_seed"]
+        per_seed = "-" if not v else "never" if v[-1] == 0.0 else f"{statistics.median(v):.2f}x ({v[0]:.2f}-{v[-1]:.2f})"
         print(f"{c:22s} {str(s['ok']) + '/' + str(s['n']):>5s} {s['epoch_s']:8.4f} {vs_floor:>9s} "
-              f"{fmt_time(t):>10s} {epoch:>6s} {s['reached']:>8s} {speed:>9s} {100 * s['test']:9.2f} "
-              f"{100 * s['best']:9.2f}")
+              f"{fmt_time(t):>10s} {epoch:>6s} {s['reached']:>8s} {speed:>9s} {per_seed:>22s} "
+              f"{100 * s['test']:9.2f} {100 * s['best']:9.2f}")
 
 
 def write_csv(path, results):
@@ -146,10 +161,12 @@ def write_csv(path, results):
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["dataset", "layers", "seed", "config", "target", "time_to_target_s", "epoch_to_target",
-                    "median_epoch_s", "test_acc_at_best_val", "best_val_acc", "status"])
+                    "median_epoch_s", "speedup", "test_acc_at_best_val", "best_val_acc", "status"])
         for r in results:
+            speedup = None if r["speedup"] == 0.0 else r["speedup"]  # empty where never reached
             w.writerow([r["dataset"], r["layers"], r["seed"], r["config"], num(r["target"]), num(r["time"]),
-                        num(r["epoch"]), num(r["epoch_s"]), num(r["test"]), num(r["best"]), r["status"]])
+                        num(r["epoch"]), num(r["epoch_s"]), num(speedup), num(r["test"]), num(r["best"]),
+                        r["status"]])
 
 
 def main():

@@ -33,7 +33,8 @@
 # configuration, over seeds, the median time until the validation accuracy first reached the
 # target (fp32-sync's best validation accuracy of the same seed minus 0.5 points), the median
 # epoch that reached it, the median epoch time and its ratio to the floor, the mean test accuracy
-# at the best-validation epoch and the speed-up to the target over fp32-sync. The time to target
+# at the best-validation epoch and the speed-up to the target over fp32-sync (the ratio of the
+# median times, and seed by seed: the median and range of each seed's ratio). The time to target
 # sums the epochs' epoch_s, each with its evaluation forward pass. The limit is removed on
 # every exit path.
 #
