@@ -40,8 +40,11 @@
 #
 # usage: sudo bench/time_to_accuracy.sh [--datasets cora,citeseer,amazon-photo,coauthor-cs]
 #                                       [--layers 2,3] [--ranks 4] [--hidden 256] [--epochs 150]
-#                                       [--rate 1gbit] [--seeds 1] [--configs fp32-sync,...]
+#                                       [--rate 1gbit] [--seeds 1,2,3,4,5] [--configs fp32-sync,...]
 #                                       [--build build] [--out DIR]
+# Five seeds by default: the epoch at which fp32-sync reaches its target moves by 2x or more
+# between seeds, so one seed's speed-up can be twice another's (docs/performance.md, "Time to
+# accuracy on a limited link"); --seeds 1 gives a first look in a fifth of the time.
 # Datasets: directories, or names under ../shared/data. Configurations run in the order
 # --configs names them (default: all, in the order above); fp32-sync, the reference, is required.
 # --out DIR keeps the runs' metrics (DIR/DATASET-LLAYERS-sSEED-CONFIG.jsonl, indexed by
@@ -52,7 +55,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd); root=$(dirname "$here")
 datasets=cora,citeseer,amazon-photo,coauthor-cs; layers_list=2,3; ranks=4; hidden=256; epochs=150
-rate=1gbit; seeds=1; configs=""; build=$root/build; out=""
+rate=1gbit; seeds=1,2,3,4,5; configs=""; build=$root/build; out=""
 while [ $# -gt 0 ]; do
   case $1 in
     --datasets) datasets=$2; shift 2 ;; --layers) layers_list=$2; shift 2 ;; --ranks) ranks=$2; shift 2 ;;
