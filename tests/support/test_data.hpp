@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -43,8 +44,12 @@ class ScratchDir {
  public:
   explicit ScratchDir(const std::string& tag) {
     const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+    // A parametrised test's name holds a '/' ("Name/0"): kept, it would make a parent
+    // directory that removing the scratch directory leaves behind.
+    std::string name = info ? info->name() : "x";
+    std::replace(name.begin(), name.end(), '/', '_');
     path_ = std::filesystem::temp_directory_path() /
-            ("halogen-test-" + tag + "-" + (info ? std::string(info->name()) : "x") + "-" + std::to_string(::getpid()));
+            ("halogen-test-" + tag + "-" + name + "-" + std::to_string(::getpid()));
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
