@@ -22,7 +22,11 @@ Runs are taken seed by seed (every dataset and configuration of seed 1, then of 
 a sweep cut short still fills every cell with its first seeds. --jobs N runs N of them at once
 (each its own mpirun of --ranks processes): for a host with more cores than the ranks need.
 --train-args adds flags to every run, e.g. "--device cuda --comm mpi" with HALOGEN_DEVICE=0 for
-ranks sharing one GPU; the CPU and GPU paths give the same epochs and accuracies.
+ranks sharing one GPU. The CPU and GPU paths train the same model to rounding (the GPU sums
+in another order): short runs give the same epochs and accuracies, but over hundreds of epochs
+of a deep model the rounding moves the best-validation epoch, so a seed's accuracy can differ
+between them (docs/accuracy.md, GCNII): their runs are seeds of the same distribution, not
+copies of each other.
 
 usage: bench/accuracy.py [--build build] [--ranks 4] [--seeds 10] [--datasets cora,...]
                          [--configs "gcn fp32 sync,gcn 1-bit stale"] [--out DIR] [--report]
