@@ -97,7 +97,7 @@ def analyse(runs_dir, rows):
                 if r["config"] == REFERENCE and r["time"] is not None}
     for r in results:
         t_ref = ref_time.get((r["dataset"], r["layers"], r["seed"]))
-        if r["time"] is not None and t_ref is not None and not math.isinf(t_ref):
+        if r["time"] is not None and t_ref is not None:
             r["speedup"] = 0.0 if math.isinf(r["time"]) else t_ref / r["time"]
     return results
 
