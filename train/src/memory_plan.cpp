@@ -42,7 +42,8 @@ constexpr uint64_t kRuntimeBytes = uint64_t{24} << 20;
 // few rows at a time (gemm_dropped, kernels/dense.hpp); the sparse form keeps a byte per
 // non-zero for the epoch.
 // A layer 0 that projects before aggregating (GAT; GCN and GraphSAGE on sparse features) stores
-// only the raw features, of its halo rows too (`raw_halo`), at the owned rows' density.
+// only the raw features, of its halo rows too (`raw_halo`), whose non-zeros are estimated from
+// the owned rows' density.
 // With bf16 storage a value takes 2 bytes instead of 4 (a non-zero: 6 with its column).
 uint64_t input_matrix_bytes(const ShardCounts& s, bool aggregated, bool raw, bool raw_halo, bool dropout, bool bf16) {
   const int64_t owned = s.owned, F = s.feature_dim;
