@@ -8,15 +8,47 @@
 #include "halogen/core/error.hpp"
 #include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/readers.hpp"
+#include "suggest.hpp"
 
 namespace halogen::cli {
+
+namespace {
+
+// The long option names of `opts`, as `prefix` + name ("--hidden", or "hidden" in a config file).
+std::vector<std::string> long_names(const po::options_description& opts, const std::string& prefix) {
+  std::vector<std::string> names;
+  for (const auto& o : opts.options())
+    if (!o->long_name().empty()) names.push_back(prefix + o->long_name());
+  return names;
+}
+
+// "unknown option '--hiden'; did you mean '--hidden'?" (the top level adds where the options
+// are listed).
+std::string unknown_option_message(const po::unknown_option& e, const po::options_description& opts,
+                                   const std::string& prefix, const std::string& where) {
+  std::string name = e.get_option_name();
+  name = name.substr(0, name.find('='));
+  std::string message = fmt::format("unknown option '{}'{}", name, where);
+  const std::vector<std::string> close = suggest(name, long_names(opts, prefix));
+  if (!close.empty()) message += fmt::format("; did you mean {}?", quoted_alternatives(close));
+  return message;
+}
+
+}  // namespace
 
 bool parse(const std::string& command, const std::string& usage, po::options_description& opts,
            const po::positional_options_description& positional, const std::vector<std::string>& args,
            po::variables_map& vm) {
   opts.add_options()("help,h", "show this help")("config", po::value<std::string>(),
                                                  "read options from an INI-style file (key = value per line)");
-  po::store(po::command_line_parser(args).options(opts).positional(positional).run(), vm);
+  // No abbreviations: "--epoch" is a typo to point out, not a guess at "--epochs" (and a
+  // prefix that is unique today would turn ambiguous when an option is added).
+  const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+  try {
+    po::store(po::command_line_parser(args).options(opts).positional(positional).style(style).run(), vm);
+  } catch (const po::unknown_option& e) {
+    throw po::error(unknown_option_message(e, opts, "--", ""));
+  }
   if (vm.count("help")) {
     std::cout << "usage: halogen " << command << " " << usage << "\n\n" << opts << "\n";
     return false;
@@ -25,7 +57,11 @@ bool parse(const std::string& command, const std::string& usage, po::options_des
     const std::string file = vm["config"].as<std::string>();
     std::ifstream in(file);
     HALOGEN_EXPECTS(in.good(), "cannot open config file '{}'", file);
-    po::store(po::parse_config_file(in, opts), vm);
+    try {
+      po::store(po::parse_config_file(in, opts), vm);
+    } catch (const po::unknown_option& e) {
+      throw po::error(unknown_option_message(e, opts, "", fmt::format(" in config file '{}'", file)));
+    }
   }
   po::notify(vm);
   return true;

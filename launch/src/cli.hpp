@@ -22,7 +22,9 @@ namespace po = boost::program_options;
 
 /// Parses `args` (after the subcommand name) against `opts` and `positional`; handles
 /// --help (prints usage, returns false) and --config FILE (INI-style key = value lines with
-/// the long option names; command-line values take precedence).
+/// the long option names; command-line values take precedence). Option names are taken
+/// whole, never as abbreviations; an unknown one throws po::error "unknown option '--hiden';
+/// did you mean '--hidden'?" (the closest names of `opts`, when any are close).
 bool parse(const std::string& command, const std::string& usage, po::options_description& opts,
            const po::positional_options_description& positional, const std::vector<std::string>& args,
            po::variables_map& vm);

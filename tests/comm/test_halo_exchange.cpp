@@ -134,9 +134,45 @@ TEST(CollectiveError, FailureOnOneRankReachesAll) {
     run_collectively(MPI_COMM_WORLD, "test step", [&] { HALOGEN_EXPECTS(rank != bad, "rank {} is broken", rank); });
     FAIL() << "expected an error on every rank";
   } catch (const CollectiveError& e) {
-    EXPECT_NE(std::string(e.what()).find(fmt::format("rank {} is broken", bad)), std::string::npos) << e.what();
+    // The failing rank's message, location and rank, the same on every rank.
+    EXPECT_EQ(std::string(e.what()), fmt::format("test step failed: rank {} is broken", bad));
+    EXPECT_EQ(e.file(), "tests/comm/test_halo_exchange.cpp");
+    EXPECT_GT(e.line(), 0);
+    EXPECT_EQ(e.rank(), bad);
+    EXPECT_EQ(e.on_every_rank(), size == 1);
   }
   EXPECT_NO_THROW(run_collectively(MPI_COMM_WORLD, "fine step", [] {}));
+}
+
+TEST(CollectiveError, FailureOnEveryRankIsTheLowestRanks) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  try {
+    run_collectively(MPI_COMM_WORLD, "test step", [&] { HALOGEN_FAIL("rank {} is broken", rank); });
+    FAIL() << "expected an error on every rank";
+  } catch (const CollectiveError& e) {
+    EXPECT_EQ(std::string(e.what()), "test step failed: rank 0 is broken");
+    EXPECT_EQ(e.rank(), 0);
+    EXPECT_TRUE(e.on_every_rank());
+  }
+}
+
+TEST(CollectiveError, ANestedStepKeepsItsMessageAndRank) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int bad = size - 1;
+  try {
+    run_collectively(MPI_COMM_WORLD, "outer step", [&] {
+      run_collectively(MPI_COMM_WORLD, "inner step", [&] { HALOGEN_EXPECTS(rank != bad, "rank {} is broken", rank); });
+    });
+    FAIL() << "expected an error on every rank";
+  } catch (const CollectiveError& e) {
+    // Every rank threw the inner error: the outer step still reports the one rank it came from.
+    EXPECT_EQ(std::string(e.what()), fmt::format("inner step failed: rank {} is broken", bad));
+    EXPECT_EQ(e.rank(), bad);
+    EXPECT_EQ(e.on_every_rank(), size == 1);
+  }
 }
 
 }  // namespace

@@ -26,8 +26,8 @@ for fault in kill hang nan; do
   [ $took -le 60 ] && pass "$fault: ended within 60 s" || fail "$fault: took ${took} s"
   case $fault in
     kill) pattern="rank 2 .*(exited on signal|killed)|rank 2.*Killed" ;;
-    hang) pattern="epoch 3, layer 1, .*rank\(s\) 2 did not complete" ;;
-    nan) pattern="\[rank 2\] .*non-finite value nan in forward features of layer 1 .*epoch 3" ;;
+    hang) pattern="^halogen train: error on rank [013]: epoch 3, layer 1, .*rank\(s\) 2 did not complete" ;;
+    nan) pattern="^halogen train: error on rank 2: .*non-finite value nan in forward features of layer 1 .*epoch 3" ;;
   esac
   grep -qE -- "$pattern" "$work/out" && pass "$fault: message names rank 2" || { fail "$fault: no /$pattern/"; cat "$work/out"; }
 done

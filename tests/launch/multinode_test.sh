@@ -302,7 +302,7 @@ run_lost() {
       # The others notice within --timeout. Who they name depends on where they wait: an
       # exchange names its missing peer, an all-reduce cannot know which rank is missing.
       grep -q "no progress for 8 s" "$log" && pass "$how: halogen's --timeout ended it: $(grep -o \
-        '\[rank [0-9]*\] no progress for 8 s[^:]*\(: transfers with rank(s) [0-9, ]*\)\?' "$log" | sort -u | sed 's/ *$//' | tr '\n' ';')" \
+        'error on rank [0-9]*: .*no progress for 8 s[^:]*\(: transfers with rank(s) [0-9, ]*\)\?' "$log" | sort -u | sed 's/ *$//' | tr '\n' ';')" \
         || { fail "$how: no timeout error"; tail -20 "$log"; } ;;
     *) grep -q "on node $n2" "$log" && pass "$how: the error names the lost host: $(grep "Remote daemon" "$log" | head -1 | tr -s ' ')" \
       || { fail "$how: host not named"; tail -20 "$log"; } ;;

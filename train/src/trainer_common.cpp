@@ -151,8 +151,7 @@ TrainResult run_or_end_job(Communicator& comm, const std::function<TrainResult()
     // Report and take the whole job down now, before destructors wait for transfers that
     // cannot complete.
     if (comm.size() > 1) {
-      std::fprintf(stderr, "halogen train: error: %s\n", e.what());
-      std::fflush(stderr);
+      report_error("halogen train", e, /*name_rank=*/true);
       comm.abort();
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
