@@ -1,7 +1,9 @@
 #include "halogen/core/progress.hpp"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -56,6 +58,36 @@ void Progress::finish() {
   if (!enabled_ || finished_) return;
   finished_ = true;
   if (last_print_ >= 0 || forced_) std::fprintf(stderr, "\r%s: done (%.1f s)        \n", what_.c_str(), sw_.seconds());
+}
+
+std::string clock_duration(double seconds) {
+  const long long s = std::isfinite(seconds) && seconds > 0.0 ? std::llround(seconds) : 0;
+  if (s >= 3600) return fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
+  return fmt::format("{}:{:02}", s / 60, s % 60);
+}
+
+std::string rough_duration(double seconds) {
+  const double s = std::isfinite(seconds) && seconds > 0.0 ? seconds : 0.0;
+  if (s < 90.0) return fmt::format("about {} s", std::llround(s));
+  const long long minutes = std::llround(s / 60.0);
+  if (minutes < 60) return fmt::format("about {} min", minutes);
+  if (minutes % 60 == 0) return fmt::format("about {} h", minutes / 60);
+  return fmt::format("about {} h {} min", minutes / 60, minutes % 60);
+}
+
+void LoopClock::step_done_at(double step_s, double now_s) {
+  if (steps_ == 0) {
+    first_step_s_ = step_s;
+    first_end_s_ = now_s;
+  }
+  ++steps_;
+  elapsed_s_ = first_step_s_ + (now_s - first_end_s_);
+}
+
+double LoopClock::mean_step_s() const {
+  if (steps_ == 0) return 0.0;
+  if (steps_ == 1) return first_step_s_;
+  return (elapsed_s_ - first_step_s_) / static_cast<double>(steps_ - 1);
 }
 
 }  // namespace halogen

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 
 #include "halogen/comm/collective_error.hpp"
 #include "halogen/core/error.hpp"
@@ -242,18 +243,69 @@ double EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
   // Share of the transfer time that was hidden behind computation (slowest rank's view).
   rec["overlap"] = mx[5] > 0.0 ? std::clamp(1.0 - mx[3] / mx[5], 0.0, 1.0) : 0.0;
   metrics_.write(rec);
-  if (opt_.output.progress && comm_.rank() == 0) {
-    const int epoch = rec["epoch"].get<int>();
-    const double loss = rec["loss"].get<double>();
-    if (rec.contains("val_acc")) {
-      std::printf("epoch %4d  loss %.4f  train %.4f  val %.4f  test %.4f  %.3f s\n", epoch, loss,
-                  rec["train_acc"].get<double>(), rec["val_acc"].get<double>(), rec["test_acc"].get<double>(), mx[0]);
-    } else {
-      std::printf("epoch %4d  loss %.4f  %.3f s\n", epoch, loss, mx[0]);
-    }
-    std::fflush(stdout);
-  }
+  if (comm_.rank() == 0) print_progress(rec, mx[0]);
   return mx[7];
+}
+
+void EpochLog::print_progress(const nlohmann::json& rec, double epoch_s) {
+  clock_.step_done(epoch_s);
+  const int epoch = rec["epoch"].get<int>();
+  const int left = std::max(0, opt_.optim.epochs - epoch - 1);
+  if (opt_.output.progress) {
+    EpochLine line;
+    line.epoch = epoch;
+    line.epochs = opt_.optim.epochs;
+    line.loss = rec["loss"].get<double>();
+    line.evaluated = rec.contains("val_acc");
+    if (line.evaluated) {
+      const auto share = [&](const char* key, int64_t nodes) {
+        return nodes > 0 ? std::optional<double>(rec[key].get<double>()) : std::nullopt;
+      };
+      line.train_acc = share("train_acc", s_.global_train_count);
+      line.val_acc = share("val_acc", s_.global_valid_count);
+      line.test_acc = share("test_acc", s_.global_test_count);
+    }
+    line.epoch_s = epoch_s;
+    line.elapsed_s = clock_.elapsed_s();
+    line.eta_s = clock_.remaining_s(left);
+    std::printf("%s\n", epoch_line(line).c_str());
+  }
+  // Once the first epochs are timed (two, or a first that took a while), a long run says how
+  // long: also under --quiet, which silences the per-epoch lines only, since a silent run of a
+  // quarter of an hour looks like a hang.
+  if (!estimated_ && left > 0 && (clock_.steps() >= 2 || clock_.elapsed_s() >= 5.0)) {
+    estimated_ = true;
+    const std::string estimate =
+        run_estimate_line(static_cast<int>(clock_.steps()) + left, clock_.mean_step_s(),
+                          clock_.elapsed_s() + clock_.remaining_s(left), opt_.optim.patience > 0);
+    if (!estimate.empty()) std::printf("%s\n", estimate.c_str());
+  }
+  std::fflush(stdout);
+}
+
+std::string epoch_line(const EpochLine& l) {
+  const int width = static_cast<int>(std::to_string(std::max(l.epochs, 1)).size());
+  std::string out = fmt::format("epoch {:>{}}/{}  loss {:.4f}", l.epoch, width, l.epochs, l.loss);
+  constexpr std::string_view kAccuracies = "  train 0.0000  val 0.0000  test 0.0000";
+  if (l.evaluated) {
+    const auto acc = [](const std::optional<double>& a) {
+      return a ? fmt::format("{:.4f}", *a) : std::string("   n/a");
+    };
+    out += fmt::format("  train {}  val {}  test {}", acc(l.train_acc), acc(l.val_acc), acc(l.test_acc));
+  } else {
+    out.append(kAccuracies.size(), ' ');
+  }
+  out += fmt::format("  {:.3f} s  elapsed {}  ETA {}", l.epoch_s, clock_duration(l.elapsed_s), clock_duration(l.eta_s));
+  return out;
+}
+
+std::string run_estimate_line(int epochs, double mean_epoch_s, double total_s, bool may_stop_early) {
+  if (!(total_s > kEstimateAboveSeconds)) return {};
+  const std::string each =
+      mean_epoch_s < 100.0 ? fmt::format("{:.2g}", mean_epoch_s) : fmt::format("{:.0f}", mean_epoch_s);
+  return fmt::format("this run takes {}{} ({} epochs of {} s{})", rough_duration(total_s),
+                     may_stop_early ? " at most" : "", epochs, each,
+                     may_stop_early ? "; early stopping may end it sooner" : "");
 }
 
 nlohmann::json EpochLog::summary(const std::string& device, double total_s, int start_epoch, int epochs_run) const {

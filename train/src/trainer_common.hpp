@@ -10,12 +10,14 @@
 #include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "halogen/comm/communicator.hpp"
 #include "halogen/core/buffer.hpp"
 #include "halogen/core/metrics.hpp"
+#include "halogen/core/progress.hpp"
 #include "halogen/partition/shard.hpp"
 #include "halogen/pipeline/staleness.hpp"
 #include "halogen/train/checkpoint.hpp"
@@ -92,6 +94,31 @@ struct EpochFigures {
   uint64_t grad_bytes = 0;
 };
 
+/// What the progress line of one epoch shows.
+struct EpochLine {
+  int epoch = 0;   // from 0, as in the metrics file and every other message
+  int epochs = 0;  // --epochs: the last epoch is epochs - 1
+  double loss = 0.0;
+  bool evaluated = false;
+  // Accuracy over each split; empty for a split without nodes ("n/a").
+  std::optional<double> train_acc, val_acc, test_acc;
+  double epoch_s = 0.0, elapsed_s = 0.0, eta_s = 0.0;
+};
+
+/// "epoch   14/1000  loss 0.5123  train 0.9000  val 0.7800  test 0.7900  0.031 s  elapsed 0:02
+/// ETA 0:28", the epoch right-aligned to the width of the total; an epoch without evaluation
+/// leaves the accuracy columns blank, so that the times stay aligned.
+std::string epoch_line(const EpochLine& line);
+
+/// Runs estimated to take longer than this get the one-line estimate.
+inline constexpr double kEstimateAboveSeconds = 60.0;
+
+/// "this run takes about 14 min at most (1000 epochs of 0.84 s; early stopping may end it
+/// sooner)": `epochs` the run's epochs (those left of a resumed run included), `mean_epoch_s`
+/// their mean time; without early stopping, no "at most". Empty when the run takes
+/// kEstimateAboveSeconds or less.
+std::string run_estimate_line(int epochs, double mean_epoch_s, double total_s, bool may_stop_early);
+
 /// The per-epoch records (metrics file and progress lines, written by rank 0) and the best
 /// validation epoch. Collective: every rank calls each method in the same order.
 class EpochLog {
@@ -132,6 +159,12 @@ class EpochLog {
   const Shard& s_;
   const TrainOptions& opt_;
   MetricsWriter metrics_;
+  // Rank 0: the epoch's progress line (unless quiet), and once the run's estimate.
+  void print_progress(const nlohmann::json& rec, double epoch_s);
+
+  // The progress lines' elapsed time and ETA, and whether the run's estimate is out.
+  LoopClock clock_;
+  bool estimated_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
