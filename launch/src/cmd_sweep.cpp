@@ -3,7 +3,10 @@
 // per run from the metrics files, time each run to its (dataset, ranks)'s target accuracy and
 // draw the plots with gnuplot.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <limits>
 #include <set>
 
 #include "cli.hpp"
@@ -11,6 +14,8 @@
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
 #include "halogen/core/output.hpp"
+#include "halogen/core/progress.hpp"
+#include "halogen/core/timer.hpp"
 #include "launcher.hpp"
 #include "sweep_grid.hpp"
 #include "sweep_results.hpp"
@@ -28,6 +33,7 @@ struct Sweep {
   int timeout_s = 3600;
   bool force = false;
   bool overwrite = false;
+  double progress_every_s = 10.0;
   sweep::Grid grid;
   std::vector<sweep::TrainOption> train_options;
   std::vector<std::string> train_args;  // after `--`
@@ -54,16 +60,79 @@ int partition(const Sweep& sw, const std::filesystem::path& dataset, const std::
   return rc;
 }
 
-// Trains one point into row.run_dir unless a finished run of the same command is there;
-// returns false when it failed.
-bool train_point(const Sweep& sw, sweep::RunResult& row, const sweep::Point& point,
-                 const std::filesystem::path& parts_dir) {
+// Follows the log of a run while it trains and prints, prefixed with the run's "[k/N] name: ",
+// its estimate line as it comes and its latest epoch line at most every `every_s` seconds (the
+// first at once, so that a run is seen to start; 0: every epoch line).
+class LogFollower {
+ public:
+  LogFollower(std::filesystem::path log, std::string prefix, double every_s)
+      : log_(std::move(log)), prefix_(std::move(prefix)), every_s_(every_s) {}
+
+  void poll() {
+    std::ifstream in(log_, std::ios::binary);
+    if (!in) return;  // not created yet
+    in.seekg(offset_);
+    std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    offset_ += static_cast<std::streamoff>(chunk.size());
+    partial_ += chunk;
+    size_t start = 0;
+    for (size_t end; (end = partial_.find('\n', start)) != std::string::npos; start = end + 1) {
+      const std::string line = partial_.substr(start, end - start);
+      if (line.rfind("this run takes ", 0) == 0) {
+        print(line);
+      } else if (line.rfind("epoch ", 0) == 0) {
+        latest_epoch_ = line;
+        if (every_s_ <= 0.0) flush_epoch();
+      }
+    }
+    partial_.erase(0, start);
+    if (!latest_epoch_.empty() && sw_.seconds() - last_epoch_print_ >= every_s_) flush_epoch();
+  }
+
+ private:
+  void print(const std::string& line) {
+    std::printf("%s%s\n", prefix_.c_str(), line.c_str());
+    std::fflush(stdout);
+  }
+  void flush_epoch() {
+    print(latest_epoch_);
+    latest_epoch_.clear();
+    last_epoch_print_ = sw_.seconds();
+  }
+
+  std::filesystem::path log_;
+  std::string prefix_;
+  double every_s_;
+  std::streamoff offset_ = 0;
+  std::string partial_, latest_epoch_;
+  Stopwatch sw_;
+  double last_epoch_print_ = -std::numeric_limits<double>::infinity();
+};
+
+// The sweep's own clock: its time so far and, from the runs it trained, what is left.
+struct SweepClock {
+  Stopwatch sw;
+  size_t trained = 0;    // runs trained (not reused) so far
+  double trained_s = 0;  // their wall time, partitions included
+  std::string status(size_t runs_left) const {
+    std::string out = fmt::format("sweep {} elapsed", clock_duration(sw.seconds()));
+    if (runs_left > 0 && trained > 0)
+      out += fmt::format(", ETA {}", clock_duration(trained_s / static_cast<double>(trained) * runs_left));
+    return out;
+  }
+};
+
+enum class PointRun { kTrained, kReused, kFailed };
+
+// Trains one point into row.run_dir unless a finished run of the same command is there.
+PointRun train_point(const Sweep& sw, sweep::RunResult& row, const sweep::Point& point,
+                     const std::filesystem::path& parts_dir, const std::string& prefix) {
   const auto metrics = row.run_dir / "metrics.jsonl";
   std::filesystem::create_directories(row.run_dir);
   std::vector<std::string> prog = {"train", "--parts", parts_dir.string(), "--metrics", metrics.string()};
   const auto axis_args = sweep::point_args(point, sw.train_options);
   prog.insert(prog.end(), axis_args.begin(), axis_args.end());
-  prog.push_back("--quiet");
+  // Not --quiet: the sweep follows the epoch lines in the run's log.
   prog.insert(prog.end(), sw.train_args.begin(), sw.train_args.end());
   launch::LaunchRequest rq;
   rq.cluster = sw.cluster;
@@ -78,7 +147,7 @@ bool train_point(const Sweep& sw, sweep::RunResult& row, const sweep::Point& poi
   const auto cmd_file = row.run_dir / "command.txt";
   if (!sw.force && sweep::metrics_complete(metrics) && std::filesystem::exists(cmd_file) &&
       read_text_file(cmd_file) == cmd_line)
-    return true;
+    return PointRun::kReused;
   const auto log = row.run_dir / "log.txt";
   std::filesystem::remove(log);
   std::filesystem::remove(metrics);
@@ -86,22 +155,40 @@ bool train_point(const Sweep& sw, sweep::RunResult& row, const sweep::Point& poi
   int rc = 0;
   try {
     launch::preflight(*sw.cluster, row.ranks, parts_dir, /*check_local_gpus=*/true);
-    rc = launch::run_command(cmd, log, sw.timeout_s);
+    LogFollower follow(log, prefix, sw.progress_every_s);
+    rc = launch::run_command(cmd, log, sw.timeout_s, [&] { follow.poll(); });
+    follow.poll();  // what it wrote after the last look
   } catch (const Error& e) {
     write_file_atomic(log, std::string(e.what()) + "\n");
     rc = 2;
   }
-  if (rc == 0) return true;
+  if (rc == 0) return PointRun::kTrained;
   row.status = fmt::format("failed (exit {})", rc);
   std::fprintf(stderr, "halogen sweep: run %s failed (exit %d), see %s\n", row.run_dir.c_str(), rc, log.c_str());
-  return false;
+  return PointRun::kFailed;
+}
+
+// The line that ends a run: how it went, its test accuracy (at the best validation epoch),
+// epoch time and bytes.
+std::string run_outcome(const sweep::RunResult& row, PointRun how, double run_s) {
+  if (row.status != "ok") return row.status;
+  const std::string head =
+      how == PointRun::kReused ? "reused (finished earlier)" : fmt::format("done in {}", clock_duration(run_s));
+  return fmt::format("{}: test acc {} at best val epoch {} (val {}), {:.4f} s/epoch, {:.0f} B/epoch", head,
+                     sweep::accuracy_text(row.test_acc_at_best_val), row.best_epoch,
+                     sweep::accuracy_text(row.best_val_acc), row.epoch_s, row.bytes_per_epoch);
 }
 
 // The rows of one (dataset, ranks): its partition, then every point of the train axes.
 void run_pair(const Sweep& sw, const std::filesystem::path& dataset, const std::string& ds_name, int ranks,
-              std::set<std::string>& names, std::vector<sweep::RunResult>& rows, size_t total) {
+              std::set<std::string>& names, std::vector<sweep::RunResult>& rows, size_t total, SweepClock& clock) {
   const auto parts_dir = sw.out / "parts" / fmt::format("{}-p{}", ds_name, ranks);
+  std::printf("halogen sweep: partitioning %s into %d part%s\n", ds_name.c_str(), ranks, ranks == 1 ? "" : "s");
+  std::fflush(stdout);
+  Stopwatch part_sw;
   const int part_rc = partition(sw, dataset, ds_name, ranks, parts_dir);
+  // Its time is charged to the first run of the pair that trains.
+  double pending_s = part_sw.seconds();
   for (const auto& point : sweep::expand(sw.grid)) {
     sweep::RunResult row;
     row.dataset = ds_name;
@@ -115,20 +202,26 @@ void run_pair(const Sweep& sw, const std::filesystem::path& dataset, const std::
     std::string name = base;
     for (int k = 2; !names.insert(name).second; ++k) name = fmt::format("{}_{}", base, k);
     row.run_dir = sw.out / "runs" / name;
+    const std::string prefix = fmt::format("[{}/{}] {}: ", rows.size() + 1, total, name);
+    Stopwatch run_sw;
+    PointRun how = PointRun::kFailed;
     if (part_rc != 0) {
       row.status = "failed (partition)";
-    } else if (train_point(sw, row, point, parts_dir)) {
+    } else if ((how = train_point(sw, row, point, parts_dir, prefix)) != PointRun::kFailed) {
       if (sweep::metrics_complete(row.run_dir / "metrics.jsonl")) {
         sweep::fill_from_metrics(row, row.run_dir / "metrics.jsonl");
       } else {
         row.status = "failed (no summary in metrics)";
       }
     }
-    std::printf("[%zu/%zu] %s: %s\n", rows.size() + 1, total, name.c_str(),
-                row.status == "ok" ? fmt::format("{:.4f} s/epoch, {:.0f} B/epoch, test acc {:.4f}", row.epoch_s,
-                                                 row.bytes_per_epoch, row.final_test_acc)
-                                         .c_str()
-                                   : row.status.c_str());
+    const double run_s = run_sw.seconds();
+    if (how != PointRun::kReused) {
+      ++clock.trained;
+      clock.trained_s += run_s + pending_s;
+      pending_s = 0.0;
+    }
+    std::printf("%s%s; %s\n", prefix.c_str(), run_outcome(row, how, run_s).c_str(),
+                clock.status(total - rows.size() - 1).c_str());
     std::fflush(stdout);
     rows.push_back(std::move(row));
   }
@@ -160,6 +253,7 @@ int cmd_sweep(const std::vector<std::string>& all_args) {
       ("cluster,c", po::value(&cluster_name), "cluster config for mpirun settings (default: this machine)")
       ("mpirun", po::value(&sw.mpirun)->default_value(sw.mpirun), "mpirun executable")
       ("timeout", po::value(&sw.timeout_s)->default_value(sw.timeout_s), "seconds per run before it is stopped")
+      ("progress-every", po::value(&sw.progress_every_s)->default_value(sw.progress_every_s), "seconds between a run's progress lines (its latest epoch line); 0: every epoch line")
       ("force", po::bool_switch(&sw.force), "rerun points whose metrics file is already complete")
       ("no-plots", po::bool_switch(&no_plots), "write the CSV only")
       ("gnuplot", po::value(&gnuplot)->default_value(gnuplot), "gnuplot executable")
@@ -168,6 +262,8 @@ int cmd_sweep(const std::vector<std::string>& all_args) {
   po::positional_options_description pos;
   po::variables_map vm;
   if (!parse("sweep", "--grid KEY=V1,V2 ... --out-dir DIR [options] [-- TRAIN-OPTIONS]", opts, pos, args, vm)) return 0;
+  HALOGEN_EXPECTS(sw.progress_every_s >= 0.0, "--progress-every must be 0 or more seconds, got {}",
+                  sw.progress_every_s);
   sw.halogen = launch::self_executable();
   // Keys and the options after `--` are checked against train's own before the first run.
   sw.train_options = sweep::train_options(sw.halogen);
@@ -196,14 +292,22 @@ int cmd_sweep(const std::vector<std::string>& all_args) {
 
   std::vector<sweep::RunResult> rows;
   const size_t total = sw.grid.datasets.size() * sw.grid.ranks.size() * sweep::expand(sw.grid).size();
+  std::printf("halogen sweep: %zu runs (%zu dataset%s x %zu rank count%s x %zu point%s); logs in %s\n", total,
+              sw.grid.datasets.size(), sw.grid.datasets.size() == 1 ? "" : "s", sw.grid.ranks.size(),
+              sw.grid.ranks.size() == 1 ? "" : "s", sweep::expand(sw.grid).size(),
+              sweep::expand(sw.grid).size() == 1 ? "" : "s", (sw.out / "runs").c_str());
   std::set<std::string> names;
+  SweepClock clock;
   for (const auto& dataset_arg : sw.grid.datasets) {
     const std::filesystem::path dataset = std::filesystem::absolute(dataset_arg);
-    for (const int ranks : sw.grid.ranks) run_pair(sw, dataset, dataset_name(dataset), ranks, names, rows, total);
+    for (const int ranks : sw.grid.ranks)
+      run_pair(sw, dataset, dataset_name(dataset), ranks, names, rows, total, clock);
   }
   sweep::set_time_to_target(rows);
   write_file_atomic(csv, sweep::to_csv(rows, axis_columns));
-  std::printf("halogen sweep: %zu runs -> %s\n", rows.size(), csv.c_str());
+  std::printf("\n%s", sweep::summary_table(rows).c_str());
+  std::printf("halogen sweep: %zu runs in %s -> %s (test accuracy: at each run's best validation epoch)\n", rows.size(),
+              clock_duration(clock.sw.seconds()).c_str(), csv.c_str());
   if (!no_plots) {
     const auto plots = sweep::write_plots(rows, sw.out, gnuplot);
     for (const auto& p : plots) std::printf("halogen sweep: plot %s\n", p.c_str());

@@ -230,7 +230,8 @@ std::vector<char*> c_argv(const Command& command) {
 
 }  // namespace
 
-int run_command(const Command& command, const std::filesystem::path& log, int timeout_s) {
+int run_command(const Command& command, const std::filesystem::path& log, int timeout_s,
+                const std::function<void()>& while_running) {
   HALOGEN_EXPECTS(!command.argv.empty(), "empty command");
   int log_fd = -1;
   if (!log.empty()) {
@@ -271,6 +272,7 @@ int run_command(const Command& command, const std::filesystem::path& log, int ti
       return 124;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (while_running) while_running();
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -85,8 +86,10 @@ std::filesystem::path self_executable();
 
 /// Runs `command` to completion with stdout and stderr appended to `log` (or inherited when
 /// empty), killing its process group after `timeout_s` seconds (0: no limit). Returns the
-/// exit status (128 + signal when killed by one, 124 on timeout).
-int run_command(const Command& command, const std::filesystem::path& log, int timeout_s);
+/// exit status (128 + signal when killed by one, 124 on timeout). `while_running`, when given,
+/// is called every 50 ms while the command runs (to follow its log).
+int run_command(const Command& command, const std::filesystem::path& log, int timeout_s,
+                const std::function<void()>& while_running = {});
 
 /// Replaces this process with `command` (environment applied); throws if exec fails.
 [[noreturn]] void exec_command(const Command& command);

@@ -22,7 +22,8 @@ namespace {
 constexpr const char* kSweepKeys = "dataset, ranks, bits";
 // Train options the sweep sets for every run, so neither an axis nor an option after `--`.
 const std::set<std::string> kSetBySweep = {"parts", "dataset", "metrics"};
-// Options no axis may take: the above, plus --quiet (the sweep passes it) and --help.
+// Options no axis may take: the above, plus --quiet (it would hide the epoch lines the sweep
+// follows in each run's log) and --help.
 const std::set<std::string> kNotAnAxis = {"parts", "dataset", "metrics", "quiet", "help"};
 
 bool is_option_char(char ch) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -95,26 +96,31 @@ std::string label(const RunResult& r) {
   return out;
 }
 
+// An accuracy in the plot data: NaN (a split without nodes) is gnuplot's missing value.
+std::string plot_accuracy(double a) { return std::isnan(a) ? std::string("NaN") : fmt::format("{:.4f}", a); }
+
 std::string bar_data(const std::vector<RunResult>& rows) {
   std::string data =
-      "# label,compute_s,quant_s,comm_wait_s,allreduce_s,halo_MB_per_epoch,final_test_acc,test_acc_at_best_val\n";
+      "# label,compute_s,quant_s,comm_wait_s,allreduce_s,halo_MB_per_epoch,best_val_acc,test_acc_at_best_val\n";
   int ok = 0;
   for (const auto& r : rows) {
     if (r.status != "ok") continue;
     ++ok;
-    data +=
-        fmt::format("{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{:.4f}\n", label(r), r.compute_s, r.quant_s,
-                    r.comm_wait_s, r.allreduce_s, r.bytes_per_epoch / 1e6, r.final_test_acc, r.test_acc_at_best_val);
+    data += fmt::format("{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{},{}\n", label(r), r.compute_s, r.quant_s,
+                        r.comm_wait_s, r.allreduce_s, r.bytes_per_epoch / 1e6, plot_accuracy(r.best_val_acc),
+                        plot_accuracy(r.test_acc_at_best_val));
   }
   HALOGEN_EXPECTS(ok > 0, "no successful run to plot");
   return data;
 }
 
-// Gnuplot commands of the bar charts of `data` into pngs[0..2].
-std::string bar_plots(const std::filesystem::path& data, const std::vector<std::filesystem::path>& pngs) {
+// Gnuplot commands of the bar charts of `data` into pngs[0..2]; `acc_yrange` that of the
+// accuracy chart.
+std::string bar_plots(const std::filesystem::path& data, const std::vector<std::filesystem::path>& pngs,
+                      const std::string& acc_yrange) {
   const std::string q = "'" + data.string() + "'";
   std::string gp;
-  gp += "set datafile separator ','\n";
+  gp += "set datafile separator ','\nset datafile missing 'NaN'\n";
   gp += "set terminal pngcairo size 1200,650 noenhanced font ',10'\n";
   gp += "set key outside right top\nset style data histograms\nset style fill solid 0.85 border -1\n";
   gp += "set boxwidth 0.8\nset xtics rotate by -35 scale 0\nset grid ytics\nset yrange [0:*]\n";
@@ -129,8 +135,8 @@ std::string bar_plots(const std::filesystem::path& data, const std::vector<std::
   gp += "set style histogram clustered gap 1\n";
   gp += "plot " + q + " using 6:xtic(1) title 'halo MB per epoch'\n";
   gp += "set output '" + pngs[2].string() + "'\n";
-  gp += "set title 'Accuracy'\nset ylabel 'accuracy'\nset yrange [0:1]\n";
-  gp += "plot " + q + " using 7:xtic(1) title 'final test', '' using 8 title 'test at best validation'\n";
+  gp += "set title 'Accuracy at the best validation epoch'\nset ylabel 'accuracy'\nset yrange " + acc_yrange + "\n";
+  gp += "plot " + q + " using 7:xtic(1) title 'best validation', '' using 8 title 'test at best validation'\n";
   return gp;
 }
 
@@ -209,6 +215,7 @@ void fill_from_metrics(RunResult& row, const std::filesystem::path& metrics) {
       break;
     }
   }
+  row.best_epoch = summary->value("best_epoch", -1);
   row.best_val_acc = summary->value("best_val_acc", 0.0);
   row.test_acc_at_best_val = summary->value("test_acc_at_best_val", 0.0);
   row.total_s = summary->value("total_s", 0.0);
@@ -280,13 +287,53 @@ std::string to_csv(const std::vector<RunResult>& rows, const std::vector<std::st
   return out;
 }
 
+std::string accuracy_text(double accuracy) {
+  return std::isnan(accuracy) ? std::string("n/a") : fmt::format("{:.4f}", accuracy);
+}
+
+std::string accuracy_yrange(const std::vector<double>& values) {
+  double lo = 1.0, hi = 0.0;
+  for (const double v : values) {
+    if (std::isnan(v)) continue;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  if (lo > hi) return "[0:1]";
+  const double margin = std::max(0.25 * (hi - lo), 0.005);
+  // Outward to the hundredth, so that the axis starts and ends on round values.
+  lo = std::max(0.0, std::floor((lo - margin) * 100.0) / 100.0);
+  hi = std::min(1.0, std::ceil((hi + margin) * 100.0) / 100.0);
+  return fmt::format("[{:.2f}:{:.2f}]", lo, hi);
+}
+
+std::string summary_table(const std::vector<RunResult>& rows) {
+  size_t width = 3;
+  for (const auto& r : rows) width = std::max(width, r.run_dir.filename().string().size());
+  std::string out = fmt::format("{:<{}}  {:>9}  {:>12}  {:>8}  {:>12}  {:>11}\n", "run", width, "s/epoch",
+                                "halo B/epoch", "best val", "test at best", "to target");
+  for (const auto& r : rows) {
+    const std::string name = r.run_dir.filename().string();
+    if (r.status != "ok") {
+      out += fmt::format("{:<{}}  {}\n", name, width, r.status);
+      continue;
+    }
+    out += fmt::format("{:<{}}  {:>9.4f}  {:>12.0f}  {:>8}  {:>12}  {:>11}\n", name, width, r.epoch_s,
+                       r.bytes_per_epoch, accuracy_text(r.best_val_acc), accuracy_text(r.test_acc_at_best_val),
+                       r.time_to_target_s ? fmt::format("{:.2f} s", *r.time_to_target_s) : std::string("not reached"));
+  }
+  return out;
+}
+
 std::vector<std::filesystem::path> write_plots(const std::vector<RunResult>& rows, const std::filesystem::path& dir,
                                                const std::string& gnuplot) {
   const auto data_path = dir / "plot_data.csv";
   write_file_atomic(data_path, bar_data(rows));
   std::vector<std::filesystem::path> pngs = {dir / "epoch_time.png", dir / "bytes.png", dir / "accuracy.png"};
   std::string gp = "# Plots of halogen sweep; rerun with: gnuplot " + (dir / "plots.gp").string() + "\n";
-  gp += bar_plots(data_path, pngs);
+  std::vector<double> accuracies;
+  for (const auto& r : rows)
+    if (r.status == "ok") accuracies.insert(accuracies.end(), {r.best_val_acc, r.test_acc_at_best_val});
+  gp += bar_plots(data_path, pngs, accuracy_yrange(accuracies));
   const auto curves_path = dir / "val_acc_vs_time.csv";
   const auto [curves, titles] = curve_data(rows);
   std::filesystem::remove(dir / "val_acc_vs_time.png");

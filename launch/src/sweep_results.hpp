@@ -45,7 +45,10 @@ struct RunResult {
   double final_val_acc = 0.0;
   double final_test_acc = 0.0;
   double best_val_acc = 0.0;
+  // "The test accuracy" of a run everywhere the sweep reports one: at its best-validation
+  // epoch, as train's summary defines it (final_test_acc is the last evaluated epoch's).
   double test_acc_at_best_val = 0.0;
+  int best_epoch = -1;
   double total_s = 0.0;
   double peak_rss_bytes = 0.0;
   std::vector<ValPoint> val_curve;
@@ -80,9 +83,22 @@ std::string csv_header(const std::vector<std::string>& axis_columns);
 /// the sweep's own (epochs).
 std::string csv_column(const std::string& axis);
 
+/// The table the sweep prints at its end: per run its name, status, epoch time, halo bytes,
+/// best validation accuracy, test accuracy at that epoch and time to the target.
+std::string summary_table(const std::vector<RunResult>& rows);
+
+/// An accuracy as the sweep prints it: "0.8120", or "n/a" for a split without nodes (NaN).
+std::string accuracy_text(double accuracy);
+
+/// The y range of the accuracy plot, "[lo:hi]": the values with a margin of a quarter of their
+/// spread (at least 0.005) each side, within [0, 1], so that close accuracies stay apart.
+/// NaN values are left out; "[0:1]" when none is left.
+std::string accuracy_yrange(const std::vector<double>& values);
+
 /// Writes plot_data.csv, val_acc_vs_time.csv and plots.gp into `dir` and runs gnuplot on them:
 /// epoch_time.png (stacked compute / quantize / exposed comm / all-reduce), bytes.png,
-/// accuracy.png and, when a run evaluated, val_acc_vs_time.png (one curve per run).
+/// accuracy.png (best validation accuracy and the test accuracy at that epoch) and, when a run
+/// evaluated, val_acc_vs_time.png (one curve per run).
 /// Returns the PNG paths; throws naming gnuplot's log when it fails.
 std::vector<std::filesystem::path> write_plots(const std::vector<RunResult>& rows, const std::filesystem::path& dir,
                                                const std::string& gnuplot);

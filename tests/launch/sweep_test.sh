@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# End to end: `halogen sweep` runs a 2 x 2 grid (ranks {1,2} x bits {32,1}) on cora and writes
-# the CSV and the PNG plots, then a grid of train options (mode x grad-compression) with its
+# End to end: `halogen sweep` runs a 2 x 2 grid (ranks {1,2} x bits {32,1}) on cora, printing
+# each run's epoch lines as it trains, and writes the CSV (test accuracy at the best validation
+# epoch) and the PNG plots, then a grid of train options (mode x grad-compression) with its
 # axis columns and time to accuracy, and refuses bad keys before any run; `halogen launch`
 # checks, prints and runs a training; `halogen plan` predicts from the sweep's partition and
 # metrics.
@@ -16,7 +17,7 @@ fail() { echo "FAILED: $1"; failures=$((failures + 1)); }
 
 # --- sweep -------------------------------------------------------------------------------
 timeout 400 "$halogen" sweep --grid "dataset=$data/cora" --grid ranks=1,2 --grid bits=32,1 --cluster local-cpu \
-  --out-dir "$work/sweep" -- --epochs 6 --hidden 16 --seed 3 > "$work/sweep.out" 2>&1 \
+  --out-dir "$work/sweep" --progress-every 0 -- --epochs 6 --hidden 16 --seed 3 > "$work/sweep.out" 2>&1 \
   && pass "sweep exits 0" || { fail "sweep"; cat "$work/sweep.out"; }
 for png in epoch_time bytes accuracy val_acc_vs_time; do
   f="$work/sweep/$png.png"
@@ -26,9 +27,22 @@ for png in epoch_time bytes accuracy val_acc_vs_time; do
     fail "$png.png missing, empty or not a PNG"
   fi
 done
-python3 - "$work/sweep/sweep.csv" <<'PY' && pass "sweep.csv rows" || fail "sweep.csv rows"
-import csv, sys
+# The accuracy plot's axis fits its values (the best validation accuracy and the test accuracy
+# there) with a small margin, rather than spanning 0 to 1.
+python3 - "$work/sweep/plots.gp" "$work/sweep/sweep.csv" <<'PY' && pass "accuracy plot's y range fits" \
+  || { fail "accuracy plot's y range"; cat "$work/sweep/plots.gp"; }
+import csv, re, sys
+gp = open(sys.argv[1]).read()
+lo, hi = map(float, re.search(r"Accuracy at the best validation epoch'\n.*\nset yrange \[([0-9.]+):([0-9.]+)\]", gp).groups())
+values = [float(r[k]) for r in csv.DictReader(open(sys.argv[2])) for k in ("best_val_acc", "test_acc_at_best_val")]
+assert lo <= min(values) and hi >= max(values), (lo, hi, values)
+assert hi - lo <= 1.5 * (max(values) - min(values)) + 0.03, (lo, hi, values)
+assert "using 7:xtic(1) title 'best validation', '' using 8 title 'test at best validation'" in gp, gp
+PY
+python3 - "$work/sweep/sweep.csv" "$work/sweep.out" <<'PY' && pass "sweep.csv rows" || fail "sweep.csv rows"
+import csv, json, os, re, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
+out = open(sys.argv[2]).read().splitlines()
 assert len(rows) == 4, f"{len(rows)} data rows"
 by = {(int(r["ranks"]), int(r["bits"])): r for r in rows}
 assert set(by) == {(1, 32), (1, 1), (2, 32), (2, 1)}, set(by)
@@ -43,6 +57,17 @@ for r in rows:
     assert abs(c + q + w + a - e) <= 1e-3 + 0.01 * e, (c + q + w + a, e)
     for k in ("final_test_acc", "best_val_acc", "test_acc_at_best_val"):
         assert 0.15 < float(r[k]) <= 1.0, (k, r)
+    # Its test accuracy is the one at its best validation epoch (the summary's), and the last
+    # evaluated epoch's is the column named final.
+    records = [json.loads(l) for l in open(os.path.join(r["run_dir"], "metrics.jsonl"))]
+    assert float(r["test_acc_at_best_val"]) == round(records[-1]["test_acc_at_best_val"], 4), (r, records[-1])
+    assert float(r["final_test_acc"]) == round(records[-2]["test_acc"], 4), (r, records[-2])
+    # --progress-every 0: every epoch line of the run, in order, before the line that ends it.
+    name = os.path.basename(r["run_dir"])
+    mine = [l for l in out if re.match(rf"\[\d/4\] {name}: ", l)]
+    epochs = [int(m.group(1)) for m in (re.search(r": epoch (\d+)/6  loss ", l) for l in mine) if m]
+    assert epochs == list(range(6)), (name, mine)
+    assert re.search(rf": done in \S+: test acc {r['test_acc_at_best_val']} at best val epoch", mine[-1]), mine
 # One rank exchanges nothing; two ranks do, and 1-bit halos are much smaller than fp32.
 assert float(by[1, 32]["bytes_per_epoch"]) == 0 and float(by[1, 1]["bytes_per_epoch"]) == 0
 b32, b1 = float(by[2, 32]["bytes_per_epoch"]), float(by[2, 1]["bytes_per_epoch"])
