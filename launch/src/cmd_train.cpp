@@ -61,6 +61,11 @@ std::function<GradCompression(const GradTiming&)> auto_grad_compression(const st
   };
 }
 
+// An accuracy of the summary, or n/a where its split has no node (null in the summary).
+std::string accuracy_text(const nlohmann::json& value) {
+  return value.is_number() ? fmt::format("{:.4f}", value.get<double>()) : "n/a";
+}
+
 }  // namespace
 
 int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
@@ -278,10 +283,10 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   result = train(shard, *comm, t);
   if (mpi.rank() == 0) {
     const nlohmann::json& s = result.summary;
-    std::printf("best val acc %.4f at epoch %d, test acc there %.4f; %d epochs%s, %.2f s total\n",
-                s["best_val_acc"].get<double>(), s["best_epoch"].get<int>(), s["test_acc_at_best_val"].get<double>(),
-                s["epochs_run"].get<int>(), s["stopped_early"].get<bool>() ? " (stopped early)" : "",
-                s["total_s"].get<double>());
+    std::printf("best val acc %s at epoch %d, test acc there %s; %d epochs%s, %.2f s total\n",
+                accuracy_text(s["best_val_acc"]).c_str(), s["best_epoch"].get<int>(),
+                accuracy_text(s["test_acc_at_best_val"]).c_str(), s["epochs_run"].get<int>(),
+                s["stopped_early"].get<bool>() ? " (stopped early)" : "", s["total_s"].get<double>());
   }
   return 0;
 }

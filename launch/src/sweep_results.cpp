@@ -215,9 +215,15 @@ void fill_from_metrics(RunResult& row, const std::filesystem::path& metrics) {
       break;
     }
   }
+  // null: a split without nodes has no accuracy.
+  const auto accuracy = [&](const char* key) {
+    const auto it = summary->find(key);
+    if (it == summary->end()) return 0.0;
+    return it->is_number() ? it->get<double>() : std::nan("");
+  };
   row.best_epoch = summary->value("best_epoch", -1);
-  row.best_val_acc = summary->value("best_val_acc", 0.0);
-  row.test_acc_at_best_val = summary->value("test_acc_at_best_val", 0.0);
+  row.best_val_acc = accuracy("best_val_acc");
+  row.test_acc_at_best_val = accuracy("test_acc_at_best_val");
   row.total_s = summary->value("total_s", 0.0);
   row.peak_rss_bytes = summary->value("peak_rss_bytes", 0.0);
   row.val_curve = val_curve(epochs);

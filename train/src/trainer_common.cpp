@@ -315,9 +315,13 @@ nlohmann::json EpochLog::summary(const std::string& device, double total_s, int 
   summary["epochs_run"] = epochs_run;
   summary["stopped_early"] = epochs_run < opt_.optim.epochs;
   summary["patience"] = opt_.optim.patience;
-  summary["best_val_acc"] = best_val;
+  // An accuracy over a split without nodes is none at all (null), not 0.
+  const auto accuracy = [](int64_t nodes, double value) {
+    return nodes > 0 && std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+  };
+  summary["best_val_acc"] = accuracy(s_.global_valid_count, best_val);
   summary["best_epoch"] = best_epoch;
-  summary["test_acc_at_best_val"] = test_at_best;
+  summary["test_acc_at_best_val"] = accuracy(s_.global_test_count, test_at_best);
   summary["total_s"] = total_s;
   summary["device"] = device;
   summary["ranks"] = comm_.size();

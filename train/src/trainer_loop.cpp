@@ -262,7 +262,9 @@ void Trainer::save_model(int epochs_run, const TrainResult& result) const {
       if (last.contains(key)) model.training[std::string("last_") + key] = last[key];
   }
   model.training["best_val_acc"] = log_.best_val;
-  model.training["test_acc_at_best_val"] = log_.test_at_best;
+  // As in the metrics summary: no test node, no test accuracy (null).
+  model.training["test_acc_at_best_val"] =
+      s_.global_test_count > 0 ? nlohmann::json(log_.test_at_best) : nlohmann::json(nullptr);
   model.training["best_epoch"] = log_.best_epoch;
   model.training["ranks"] = comm_.size();
   model.training["settings"] = train_detail::training_description(opt_);
