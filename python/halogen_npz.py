@@ -40,12 +40,14 @@ import os
 import struct
 import sys
 import tempfile
+import warnings
 import zipfile
 
 import numpy as np
 
 __all__ = ["save", "from_pyg", "from_dgl", "demo_graph", "export_halogen_dataset", "open_halogen_dataset",
-           "csr_destinations", "SPLIT_NONE", "SPLIT_TRAIN", "SPLIT_VALID", "SPLIT_TEST"]
+           "csr_destinations", "trainability_problems", "TrainabilityWarning", "SPLIT_NONE", "SPLIT_TRAIN",
+           "SPLIT_VALID", "SPLIT_TEST"]
 
 # Values of the `split` array: halogen's SplitRole (partition/include/halogen/partition/dataset.hpp).
 SPLIT_NONE, SPLIT_TRAIN, SPLIT_VALID, SPLIT_TEST = 0, 1, 2, 3
@@ -254,6 +256,59 @@ def _check_num_nodes(num_nodes):
 
 
 # ----------------------------------------------------------------------------------------
+# Whether the graph can train (the wording of halogen's own check, partition/src/trainability.cpp)
+
+
+class TrainabilityWarning(UserWarning):
+    """`save` wrote an archive that `halogen train` refuses: no features, no labels, fewer than
+    2 classes, no labelled training node or no labelled validation node. The archive is written
+    all the same (it converts, partitions and can be inspected)."""
+
+
+def trainability_problems(num_nodes, x=None, y=None, train=None, valid=None):
+    """Why a graph cannot train, one sentence per reason naming the array (empty: it can).
+
+    `x` the (N, F) features or None, `y` the (N,) labels (-1 = none) or None, `train` and
+    `valid` (N,) bool arrays of the training and validation nodes or None. The sentences are
+    those of `halogen convert`'s warning and `halogen train`'s refusal."""
+    n = int(num_nodes)
+    labels = np.zeros(0, dtype=np.int64) if y is None else np.asarray(y).reshape(-1)
+    has_label = labels >= 0
+    labelled = int(has_label.sum())
+    problems = []
+    if x is None or np.asarray(x).ndim != 2 or np.asarray(x).shape[1] < 1:
+        problems.append(f"there are no node features (x is missing: expected {n} rows of F >= 1 features)")
+    if labelled == 0:
+        problems.append(f"no node has a label (y is missing or all {n} of its values are -1: expected a class >= 0 "
+                        "for the training and validation nodes)")
+    elif int(labels.max()) + 1 < 2:
+        problems.append(f"y has {int(labels.max()) + 1} class (every label is 0 or -1: expected at least 2 classes)")
+    for role, members, array in (("training", train, "train_mask/split"), ("validation", valid, "val_mask/split")):
+        members = np.zeros(n, dtype=np.bool_) if members is None else np.asarray(members, dtype=np.bool_)
+        count = int(members.sum())
+        if count == 0:
+            problems.append(f"no node is in the {role} split ({array} holds none of the {n} nodes)")
+        elif labelled > 0 and not (has_label & members).any():
+            problems.append(f"no node is in the {role} split with a label (y has 0 labelled nodes among the {count} "
+                            f"in {array})")
+    return problems
+
+
+def _trainability_message(path, n, x, y, roles):
+    """The warning `save` gives for the archive at `path`, or None. `roles` is the (N,) split."""
+    train = None if roles is None else roles == SPLIT_TRAIN
+    valid = None if roles is None else roles == SPLIT_VALID
+    problems = trainability_problems(n, x, y, train, valid)
+    if not problems:
+        return None
+    if x is None and (y is None or not (np.asarray(y) >= 0).any()) and (roles is None or not roles.any()):
+        return (f"dataset '{os.fspath(path)}' holds a graph's structure only (no x, no y, no train_mask/split): it "
+                "can be partitioned and inspected, but not trained")
+    return (f"dataset '{os.fspath(path)}' cannot train: {'; '.join(problems)}. It is written all the same: "
+            "halogen convert, partition and info take it, halogen train refuses it")
+
+
+# ----------------------------------------------------------------------------------------
 # Public API
 
 
@@ -285,7 +340,21 @@ def save(path, edge_index, x=None, y=None, train_mask=None, val_mask=None, test_
 
     Raises ValueError, naming the array, for a wrong shape, type or value; nothing is written
     then. Returns `path`.
+
+    A graph that `halogen train` would refuse (no x, no y, fewer than 2 classes, no labelled
+    node in the training or in the validation split) is written all the same, then a
+    TrainabilityWarning names the dataset and each missing array: labels or a split may be
+    added later, and such a dataset still converts, partitions and can be inspected.
     """
+    path, message = _save(path, edge_index, x, y, train_mask, val_mask, test_mask, split, num_nodes, compress)
+    if message:
+        warnings.warn(message, TrainabilityWarning, stacklevel=2)
+    return path
+
+
+def _save(path, edge_index, x=None, y=None, train_mask=None, val_mask=None, test_mask=None, split=None,
+          num_nodes=None, compress=False):
+    """`save`'s work: returns `path` and the trainability warning (None when it can train)."""
     ei = _check_edge_index(edge_index)
     arrays = {}
     n = None if num_nodes is None else _check_num_nodes(num_nodes)
@@ -345,6 +414,21 @@ def save(path, edge_index, x=None, y=None, train_mask=None, val_mask=None, test_
         for name, array in arrays.items():
             out.add(name, array)
         out.add("num_nodes", np.array(n, dtype=np.int64))
+    roles = None
+    if "split" in arrays:
+        roles = arrays["split"]
+    elif "train_mask" in arrays:
+        roles = np.zeros(n, dtype=np.int64)
+        for name, role in zip(_MASKS, (SPLIT_TRAIN, SPLIT_VALID, SPLIT_TEST)):
+            roles[arrays[name]] = role
+    return path, _trainability_message(path, n, arrays.get("x"), arrays.get("y"), roles)
+
+
+def _save_warning(path, found):
+    """`save` of the arguments in `found`, its warning pointing at the caller's caller."""
+    path, message = _save(path, **found)
+    if message:
+        warnings.warn(message, TrainabilityWarning, stacklevel=3)
     return path
 
 
@@ -411,7 +495,7 @@ def from_pyg(data, path, **kw):
     n = field("num_nodes")
     if n is not None:
         found["num_nodes"] = int(n)
-    return save(path, **_merge(found, kw))
+    return _save_warning(path, _merge(found, kw))
 
 
 def from_dgl(graph, path, **kw):
@@ -438,7 +522,7 @@ def from_dgl(graph, path, **kw):
     for name in _MASKS:
         if name in ndata:
             found[name] = _first_column(ndata[name])
-    return save(path, **_merge(found, kw))
+    return _save_warning(path, _merge(found, kw))
 
 
 # ----------------------------------------------------------------------------------------

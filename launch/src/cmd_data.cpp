@@ -12,9 +12,45 @@
 #include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/generate.hpp"
 #include "halogen/partition/readers.hpp"
+#include "halogen/partition/trainability.hpp"
 #include "partition_memory_check.hpp"
 
 namespace halogen::cli {
+
+namespace {
+
+// convert's warning that the dataset it wrote cannot train (train would refuse it), naming the
+// arrays as the input `format` calls them. The dataset is written all the same: partition and
+// info work without labels or a split, and an edge list's dataset has neither.
+void warn_if_untrainable(const std::string& format, const std::string& split_scheme, const std::string& out,
+                         const TrainabilityCounts& counts) {
+  const bool structure_only_format = format == "edgelist" || format == "mtx" || format == "metis";
+  TrainabilityArrays names;
+  if (format == "ogb") {
+    const std::string scheme = split_scheme.empty() ? "*" : split_scheme;
+    names = {.features = "raw/node-feat.csv.gz",
+             .labels = "raw/node-label.csv.gz",
+             .train = fmt::format("split/{}/train.csv.gz", scheme),
+             .valid = fmt::format("split/{}/valid.csv.gz", scheme)};
+  } else if (structure_only_format) {
+    names = {.features = "features", .labels = "labels", .train = "split", .valid = "split"};
+  }
+  const std::string message = trainability_message(fmt::format("dataset '{}'", out), counts, names);
+  if (message.empty()) return;
+  if (structure_only_format) {
+    std::fprintf(stderr, "halogen convert: warning: %s (--format %s reads a graph's structure only)\n", message.c_str(),
+                 format.c_str());
+  } else if (structure_only(counts)) {
+    std::fprintf(stderr, "halogen convert: warning: %s\n", message.c_str());
+  } else {
+    std::fprintf(stderr,
+                 "halogen convert: warning: %s. It is written all the same: partition and info take it, "
+                 "train refuses it\n",
+                 message.c_str());
+  }
+}
+
+}  // namespace
 
 int cmd_generate(int argc, char** argv, const std::vector<std::string>& args) {
   po::options_description opts("generate options");
@@ -117,6 +153,9 @@ int cmd_convert(int argc, char** argv, const std::vector<std::string>& args) {
       std::printf("converted %s (%s) on %d ranks: %lld nodes, %lld edges (stored directed) -> %s (%.2f s)\n",
                   input.c_str(), format.c_str(), mpi.size(), static_cast<long long>(info.num_nodes),
                   static_cast<long long>(info.num_edges), out.c_str(), sw.seconds());
+      std::fflush(stdout);
+      // Mapped, not read: only the labels and split pages are touched.
+      warn_if_untrainable(format, split, out, count_trainability(read_dataset(out, false)));
     }
     return 0;
   }
@@ -147,6 +186,8 @@ int cmd_convert(int argc, char** argv, const std::vector<std::string>& args) {
   std::printf("converted %s (%s): %lld nodes, %lld edges (stored directed) -> %s (%.2f s)\n", input.c_str(),
               format.c_str(), static_cast<long long>(ds.num_nodes()), static_cast<long long>(ds.graph.num_edges()),
               out.c_str(), sw.seconds());
+  std::fflush(stdout);
+  warn_if_untrainable(format, split, out, count_trainability(ds));
   return 0;
 }
 

@@ -1,4 +1,5 @@
 // halogen train: one rank per shard, under mpirun (or srun).
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "halogen/launch/process.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/partition/shard.hpp"
+#include "halogen/partition/trainability.hpp"
 #include "halogen/train/memory_plan.hpp"
 #include "halogen/train/trainer.hpp"
 
@@ -59,6 +61,27 @@ std::function<GradCompression(const GradTiming&)> auto_grad_compression(const st
         cluster.name, c.exact.epoch_s, c.exact.allreduce_s, c.exact.exposed_comm_s, grad_bits, c.coded.epoch_s);
     return c.quantize ? GradCompression::kQuantized : GradCompression::kNone;
   };
+}
+
+// Why the dataset behind the shards cannot train (empty: it can), the same on every rank: each
+// rank counts its owned nodes and the counts are summed. The message names the --dataset
+// path, or the dataset's name and the --parts directory (shards know no dataset path).
+std::string untrainable_reason(const Shard& shard, Communicator& comm, const std::string& dataset,
+                               const std::string& parts_dir) {
+  TrainabilityCounts c = count_trainability(shard);
+  std::array<int64_t, 7> sums = {c.num_nodes, c.labelled, c.train, c.train_labelled, c.valid, c.valid_labelled, c.test};
+  comm.allreduce_sum(std::span<int64_t>(sums));
+  c.num_nodes = sums[0];
+  c.labelled = sums[1];
+  c.train = sums[2];
+  c.train_labelled = sums[3];
+  c.valid = sums[4];
+  c.valid_labelled = sums[5];
+  c.test = sums[6];
+  const std::string subject = dataset.empty()
+                                  ? fmt::format("dataset '{}' (partitioned in '{}')", shard.dataset_name, parts_dir)
+                                  : fmt::format("dataset '{}'", dataset);
+  return trainability_message(subject, c);
 }
 
 // An accuracy of the summary, or n/a where its split has no node (null in the summary).
@@ -279,6 +302,12 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   const std::unique_ptr<Communicator> comm = make_communicator(t.device.kind, comm_name);
   TrainResult result;
   run_collectively(MPI_COMM_WORLD, "checking shards", [&] { check_shards_consistent(shard, *comm); });
+  // Before the model is built or an output written. Every rank reaches the same verdict, so
+  // all exit with status 1 and one rank tells the user.
+  if (const std::string reason = untrainable_reason(shard, *comm, dataset, parts_dir); !reason.empty()) {
+    if (mpi.rank() == 0) std::fprintf(stderr, "halogen train: error: %s\n", reason.c_str());
+    return 1;
+  }
   prepare_process(*comm, t.device.kind);
   result = train(shard, *comm, t);
   if (mpi.rank() == 0) {
