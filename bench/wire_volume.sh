@@ -27,7 +27,8 @@ python3 - "$work" "$hidden" "$(basename "$dataset")" "$ranks" <<'PY'
 import json, sys
 work, hidden, name, ranks = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 report = json.load(open(f"{work}/parts/partition.json"))
-predicted = {int(b): v["total"] for b, v in report["exchange"]["per_epoch_bytes"].items()}
+# A training epoch without evaluation: forward and backward (the report's total adds the evaluation pass).
+predicted = {int(b): v["forward"] + v["backward"] for b, v in report["exchange"]["per_epoch_bytes"].items()}
 def load(bits):
     recs = [json.loads(l) for l in open(f"{work}/b{bits}.jsonl")]
     ep = [r for r in recs if not r.get("summary")][:-1]  # the last epoch also evaluates (an extra forward exchange)

@@ -12,6 +12,7 @@
 #include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/train/memory_plan.hpp"
+#include "halogen/train/trainer.hpp"
 #include "partition_memory_check.hpp"
 
 namespace halogen::cli {
@@ -21,7 +22,8 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
   std::string dataset, out, method = "auto", memory_limit = "auto", objective = "vol", balance = "nodes,train,edges";
   std::string node_order = to_string(kDefaultNodeOrder);
   PartitionOptions popt;
-  int hidden = 256, layers = 2;
+  std::string model = "gcn";
+  int hidden = 0, layers = 0, eval_every = TrainOptions{}.optim.eval_every;
   bool overwrite = false, single_writer = false;
   opts.add_options()("dataset", po::value(&dataset)->required(), "dataset directory (halogen binary or OGB raw)")(
       "parts,p", po::value(&popt.num_parts)->required(), "number of parts (= MPI ranks of training)")(
@@ -38,8 +40,12 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
       "seed", po::value(&popt.seed)->default_value(popt.seed), "partitioner seed")(
       "node-order", po::value(&node_order)->default_value(node_order),
       "order of each shard's nodes for memory locality: degree | rcm | global (ascending id)")(
-      "hidden", po::value(&hidden)->default_value(hidden), "hidden size for the report's halo byte estimates")(
-      "layers", po::value(&layers)->default_value(layers), "layers for the report's halo byte estimates")(
+      "model", po::value(&model)->default_value(model),
+      "the model of halogen train whose halo exchange the report prices (its layers' widths)")(
+      "hidden", po::value(&hidden), "hidden size for the report's halo bytes (default: train's for --model, gcn: 64)")(
+      "layers", po::value(&layers), "layers for the report's halo bytes (default: train's for --model, gcn: 2)")(
+      "eval-every", po::value(&eval_every)->default_value(eval_every),
+      "as train --eval-every: the report counts an evaluation pass's halo exchange every N epochs")(
       "overwrite", po::bool_switch(&overwrite),
       "replace --out when it holds a different partition or other files (the same partition is kept without it)")(
       "single-writer", po::bool_switch(&single_writer),
@@ -55,6 +61,27 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
   popt.node_order = parse_node_order(node_order);
   popt.balance_train = balance.find("train") != std::string::npos;
   popt.balance_edges = balance.find("edges") != std::string::npos;
+  HALOGEN_EXPECTS(eval_every >= 1, "--eval-every must be at least 1, got {}", eval_every);
+  // The report prices the halo exchange of `halogen train --model M` with what it leaves unset
+  // at the model's published setting, as train does, and the widths the trainer declares.
+  TrainOptions model_options = model_defaults(model);
+  if (hidden > 0) model_options.model.hidden = hidden;
+  if (layers > 0) model_options.model.layers = layers;
+  HALOGEN_EXPECTS(vm.count("hidden") == 0 || hidden >= 1, "--hidden must be at least 1, got {}", hidden);
+  HALOGEN_EXPECTS(vm.count("layers") == 0 || layers >= 1, "--layers must be at least 1, got {}", layers);
+  const auto report_shape = [&](int64_t feature_dim, int64_t classes) {
+    HaloReportShape shape;
+    shape.model = model_options.model.name;
+    shape.hidden = model_options.model.hidden;
+    shape.layers = model_options.model.layers;
+    shape.eval_every = eval_every;
+    // A graph without features or labels (structure only) is priced as one of each.
+    for (const LayerCost& layer :
+         layer_costs(model_options, std::max<int64_t>(feature_dim, 1), std::max<int64_t>(classes, 1)))
+      shape.exchanged_cols.push_back(layer.exchanged_cols);
+    return shape;
+  };
+  report_shape(1, 1);  // refuses a bad --model, --hidden or --layers before any work
 
   // The method, and the check that its predicted peak fits, before anything is read (a binary
   // dataset's counts are in its meta.json; a text input's are known only once it is loaded).
@@ -83,7 +110,8 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
   Stopwatch sw;
   const auto partition_here = [&] {
     const Dataset ds = load_dataset(dataset);
-    const auto report = write_partition(ds, partition_graph(ds, popt), popt, out, hidden, layers, overwrite);
+    const auto report = write_partition(ds, partition_graph(ds, popt), popt, out,
+                                        report_shape(ds.feature_dim, ds.num_classes), overwrite);
     std::cout << format_partition_report(report);
     std::printf("partitioned with %s in %.2f s -> %s\n", to_string(popt.method).c_str(), sw.seconds(), out.c_str());
   };
@@ -120,13 +148,17 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
   nlohmann::json report;
   if (is_dataset_dir(dataset) && !single_writer) {
     // Distributed end to end: every rank reads its slice and writes its parts' shards.
-    report = partition_dataset_distributed(dataset, popt, out, hidden, layers, overwrite, MPI_COMM_WORLD, collectively);
+    const DatasetInfo info = read_dataset_info(dataset);
+    report = partition_dataset_distributed(dataset, popt, out, report_shape(info.feature_dim, info.num_classes),
+                                           overwrite, MPI_COMM_WORLD, collectively);
   } else if (is_dataset_dir(dataset)) {
     // The assignment from the slices, then rank 0 alone loads everything and writes (the
     // single writer, kept to compare the distributed writer against).
     const std::vector<int32_t> part = ptscotch_assignment_from_slices(dataset, popt, MPI_COMM_WORLD, collectively);
     run_collectively(MPI_COMM_WORLD, "writing the shards", [&] {
-      if (mpi->rank() == 0) report = write_partition(load_dataset(dataset), part, popt, out, hidden, layers, overwrite);
+      if (mpi->rank() != 0) return;
+      const Dataset ds = load_dataset(dataset);
+      report = write_partition(ds, part, popt, out, report_shape(ds.feature_dim, ds.num_classes), overwrite);
     });
   } else {
     // Text input (e.g. the OGB raw layout) has no slices to read: every rank loads it whole.
@@ -144,7 +176,8 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
                 : partition_graph_distributed(ds, popt, MPI_COMM_WORLD);
     });
     run_collectively(MPI_COMM_WORLD, "writing the shards", [&] {
-      if (mpi->rank() == 0) report = write_partition(ds, part, popt, out, hidden, layers, overwrite);
+      if (mpi->rank() == 0)
+        report = write_partition(ds, part, popt, out, report_shape(ds.feature_dim, ds.num_classes), overwrite);
     });
   }
   if (mpi->rank() == 0) {

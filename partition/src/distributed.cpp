@@ -150,7 +150,7 @@ ArrayRef<T> to_array(const std::vector<T>& v) {
 }
 
 nlohmann::json write_slices(const fs::path& dataset_dir, DatasetSlice s, std::span<const int32_t> part_of,
-                            const PartitionOptions& options, const fs::path& out_dir, int hidden, int layers,
+                            const PartitionOptions& options, const fs::path& out_dir, const HaloReportShape& shape,
                             bool overwrite, MPI_Comm comm, const CollectiveStep& collectively) {
   const Ranks ranks(comm);
   const DatasetInfo info = s.info;
@@ -166,8 +166,7 @@ nlohmann::json write_slices(const fs::path& dataset_dir, DatasetSlice s, std::sp
       HALOGEN_EXPECTS(part_of[v] >= 0 && part_of[v] < P, "node {} is assigned to part {}, expected [0, {})", v,
                       part_of[v], P);
     }
-    HALOGEN_EXPECTS(hidden >= 1 && layers >= 1, "report needs hidden >= 1 and layers >= 1, got hidden {} layers {}",
-                    hidden, layers);
+    detail::check_report_shape(shape);
   });
 
   // Rank 0 hashes the dataset files for the partition id while the rows move.
@@ -307,7 +306,7 @@ nlohmann::json write_slices(const fs::path& dataset_dir, DatasetSlice s, std::sp
   collectively("preparing the partition directory", [&] {
     if (ranks.rank != 0) return;
     id = id_future.get();
-    plan = detail::plan_partition_dir(out_dir, id, P, hidden, layers, overwrite, info.name);
+    plan = detail::plan_partition_dir(out_dir, id, P, shape, overwrite, info.name);
     action = plan.action;
     if (action == detail::PartitionDirPlan::kWrite) {
       tmp = detail::make_temp_dir(plan.dir);
@@ -323,8 +322,8 @@ nlohmann::json write_slices(const fs::path& dataset_dir, DatasetSlice s, std::sp
   HALOGEN_CHECK_MPI(MPI_Bcast(tmp_name.data(), tmp_len, MPI_CHAR, 0, comm));
   tmp = tmp_name;
 
-  const nlohmann::json report = detail::directory_report(
-      detail::report_from_counts(info.name, n, info.num_edges, P, hidden, layers, counts), id, options);
+  const nlohmann::json report =
+      detail::directory_report(detail::report_from_counts(info.name, n, info.num_edges, P, shape, counts), id, options);
   if (action == detail::PartitionDirPlan::kUpToDate) {
     std::string text = ranks.rank == 0 ? plan.existing.dump() : std::string();
     int len = static_cast<int>(text.size());
@@ -488,22 +487,35 @@ nlohmann::json write_slices(const fs::path& dataset_dir, DatasetSlice s, std::sp
 }  // namespace
 
 nlohmann::json partition_dataset_distributed(const fs::path& dataset_dir, const PartitionOptions& options,
-                                             const fs::path& out_dir, int hidden, int layers, bool overwrite,
+                                             const fs::path& out_dir, const HaloReportShape& shape, bool overwrite,
                                              MPI_Comm comm, const CollectiveStep& collectively) {
   DatasetSlice s = read_my_slice(dataset_dir, comm, collectively);
   const std::vector<int32_t> part_of = assign_from_slices(s, options, comm, collectively);
-  return write_slices(dataset_dir, std::move(s), part_of, options, out_dir, hidden, layers, overwrite, comm,
-                      collectively);
+  return write_slices(dataset_dir, std::move(s), part_of, options, out_dir, shape, overwrite, comm, collectively);
+}
+
+nlohmann::json partition_dataset_distributed(const fs::path& dataset_dir, const PartitionOptions& options,
+                                             const fs::path& out_dir, int hidden, int layers, bool overwrite,
+                                             MPI_Comm comm, const CollectiveStep& collectively) {
+  return partition_dataset_distributed(dataset_dir, options, out_dir, HaloReportShape::uniform(hidden, layers),
+                                       overwrite, comm, collectively);
+}
+
+nlohmann::json write_partition_distributed(const fs::path& dataset_dir, std::span<const int32_t> part_of,
+                                           const PartitionOptions& options, const fs::path& out_dir,
+                                           const HaloReportShape& shape, bool overwrite, MPI_Comm comm,
+                                           const CollectiveStep& collectively) {
+  DatasetSlice s = read_my_slice(dataset_dir, comm, collectively);
+  check_symmetric(s, comm, collectively);
+  return write_slices(dataset_dir, std::move(s), part_of, options, out_dir, shape, overwrite, comm, collectively);
 }
 
 nlohmann::json write_partition_distributed(const fs::path& dataset_dir, std::span<const int32_t> part_of,
                                            const PartitionOptions& options, const fs::path& out_dir, int hidden,
                                            int layers, bool overwrite, MPI_Comm comm,
                                            const CollectiveStep& collectively) {
-  DatasetSlice s = read_my_slice(dataset_dir, comm, collectively);
-  check_symmetric(s, comm, collectively);
-  return write_slices(dataset_dir, std::move(s), part_of, options, out_dir, hidden, layers, overwrite, comm,
-                      collectively);
+  return write_partition_distributed(dataset_dir, part_of, options, out_dir, HaloReportShape::uniform(hidden, layers),
+                                     overwrite, comm, collectively);
 }
 
 std::vector<int32_t> ptscotch_assignment_from_slices(const fs::path& dataset_dir, const PartitionOptions& options,

@@ -98,8 +98,8 @@ nlohmann::json directory_report(nlohmann::json report, uint64_t id, const Partit
   return report;
 }
 
-PartitionDirPlan plan_partition_dir(const fs::path& out_dir, uint64_t id, int P, int hidden, int layers, bool overwrite,
-                                    const std::string& dataset_name) {
+PartitionDirPlan plan_partition_dir(const fs::path& out_dir, uint64_t id, int P, const HaloReportShape& shape,
+                                    bool overwrite, const std::string& dataset_name) {
   PartitionDirPlan plan;
   fs::path dir = fs::absolute(out_dir).lexically_normal();
   if (dir.filename().empty()) dir = dir.parent_path();
@@ -111,7 +111,7 @@ PartitionDirPlan plan_partition_dir(const fs::path& out_dir, uint64_t id, int P,
     bool complete = true;
     for (int p = 0; p < P; ++p) complete = complete && fs::is_regular_file(shard_path(dir, p, P));
     if (complete) {
-      if (existing.value("hidden", 0) == hidden && existing.value("layers", 0) == layers) {
+      if (report_has_shape(existing, shape)) {
         plan.action = PartitionDirPlan::kUpToDate;
         plan.existing = std::move(existing);
         return plan;

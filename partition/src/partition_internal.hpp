@@ -48,8 +48,8 @@ struct PartitionDirPlan {
   nlohmann::json existing;  // the directory's report when kUpToDate
   std::filesystem::path dir;
 };
-PartitionDirPlan plan_partition_dir(const std::filesystem::path& out_dir, uint64_t id, int num_parts, int hidden,
-                                    int layers, bool overwrite, const std::string& dataset_name);
+PartitionDirPlan plan_partition_dir(const std::filesystem::path& out_dir, uint64_t id, int num_parts,
+                                    const HaloReportShape& shape, bool overwrite, const std::string& dataset_name);
 /// A fresh temporary sibling of `dir` (created).
 std::filesystem::path make_temp_dir(const std::filesystem::path& dir);
 /// fsyncs `tmp`, swaps it into `dir` and fsyncs the parent.
@@ -83,6 +83,11 @@ struct PartitionCounts {
         halo_from(static_cast<size_t>(num_parts) * static_cast<size_t>(num_parts)) {}
 };
 nlohmann::json report_from_counts(const std::string& dataset_name, int64_t num_nodes, int64_t num_edges, int num_parts,
-                                  int hidden, int layers, const PartitionCounts& counts);
+                                  const HaloReportShape& shape, const PartitionCounts& counts);
+/// Whether a report's halo byte figures were computed for `shape` (a report written before
+/// the shape was recorded never matches).
+bool report_has_shape(const nlohmann::json& report, const HaloReportShape& shape);
+/// Throws unless `shape` describes a model (hidden, layers >= 1, one column count per layer).
+void check_report_shape(const HaloReportShape& shape);
 
 }  // namespace halogen::detail

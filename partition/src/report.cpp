@@ -34,16 +34,31 @@ double max_over_avg(const std::vector<int64_t>& v) {
 
 }  // namespace
 
+HaloReportShape HaloReportShape::uniform(int hidden, int layers) {
+  HALOGEN_EXPECTS(hidden >= 1 && layers >= 1, "report needs hidden >= 1 and layers >= 1, got hidden {} layers {}",
+                  hidden, layers);
+  HaloReportShape shape;
+  shape.hidden = hidden;
+  shape.layers = layers;
+  shape.exchanged_cols.assign(static_cast<size_t>(layers), hidden);
+  shape.exchanged_cols[0] = 0;
+  return shape;
+}
+
 nlohmann::json partition_report(const Dataset& ds, std::span<const int32_t> part_of, int num_parts, int hidden,
                                 int layers) {
+  return partition_report(ds, part_of, num_parts, HaloReportShape::uniform(hidden, layers));
+}
+
+nlohmann::json partition_report(const Dataset& ds, std::span<const int32_t> part_of, int num_parts,
+                                const HaloReportShape& shape) {
   const CsrGraph& g = ds.graph;
   const int64_t n = g.num_nodes();
   const int P = num_parts;
   HALOGEN_EXPECTS(P >= 1, "number of parts must be at least 1, got {}", P);
   HALOGEN_EXPECTS(static_cast<int64_t>(part_of.size()) == n, "assignment has {} entries, dataset '{}' has {} nodes",
                   part_of.size(), ds.name, n);
-  HALOGEN_EXPECTS(hidden >= 1 && layers >= 1, "report needs hidden >= 1 and layers >= 1, got hidden {} layers {}",
-                  hidden, layers);
+  detail::check_report_shape(shape);
   for (int64_t v = 0; v < n; ++v) {
     HALOGEN_EXPECTS(part_of[static_cast<size_t>(v)] >= 0 && part_of[static_cast<size_t>(v)] < P,
                     "node {} is assigned to part {}, expected [0, {})", v, part_of[static_cast<size_t>(v)], P);
@@ -129,13 +144,31 @@ nlohmann::json partition_report(const Dataset& ds, std::span<const int32_t> part
   counts.cut = cut;
   counts.cut_entries = cut_entries;
   counts.undirected = undirected;
-  return detail::report_from_counts(ds.name, n, g.num_edges(), P, hidden, layers, counts);
+  return detail::report_from_counts(ds.name, n, g.num_edges(), P, shape, counts);
 }
 
 namespace detail {
 
+void check_report_shape(const HaloReportShape& shape) {
+  HALOGEN_EXPECTS(shape.hidden >= 1 && shape.layers >= 1,
+                  "report needs hidden >= 1 and layers >= 1, got hidden {} layers {}", shape.hidden, shape.layers);
+  HALOGEN_EXPECTS(!shape.exchanged_cols.empty(), "report: no exchanged column count for the model's layers");
+  for (const int64_t cols : shape.exchanged_cols)
+    HALOGEN_EXPECTS(cols >= 0, "report: a layer cannot exchange {} columns", cols);
+  HALOGEN_EXPECTS(shape.eval_every >= 0, "report: --eval-every must be at least 1 (0: no evaluation), got {}",
+                  shape.eval_every);
+}
+
+bool report_has_shape(const nlohmann::json& report, const HaloReportShape& shape) {
+  if (report.value("hidden", 0) != shape.hidden || report.value("layers", 0) != shape.layers ||
+      report.value("model", std::string()) != shape.model || !report.contains("eval_every") ||
+      report.at("eval_every") != shape.eval_every || !report.contains("exchanged_cols"))
+    return false;
+  return report.at("exchanged_cols") == nlohmann::json(shape.exchanged_cols);
+}
+
 nlohmann::json report_from_counts(const std::string& dataset_name, int64_t n, int64_t num_edges, int num_parts,
-                                  int hidden, int layers, const PartitionCounts& counts) {
+                                  const HaloReportShape& shape, const PartitionCounts& counts) {
   const int P = num_parts;
   const std::vector<int64_t>& owned = counts.owned;
   const std::vector<int64_t>& train = counts.train;
@@ -172,28 +205,40 @@ nlohmann::json report_from_counts(const std::string& dataset_name, int64_t n, in
                      {"halo_from", halo_from[static_cast<size_t>(p)]}});
   }
 
-  // Per-epoch exchange volume: layers 1..L-1 exchange `hidden`-wide embeddings forward and
-  // their gradients backward, one message per (sender, receiver) pair with rows.
+  // Per-epoch exchange volume: every layer with exchanged columns sends its halo rows forward
+  // and their gradients backward (the same pairs reversed, the same row counts), one message per
+  // (sender, receiver) pair with rows; an evaluation pass sends the forward rows once more.
   nlohmann::json layer_list = nlohmann::json::array();
   nlohmann::json per_epoch = nlohmann::json::object();
-  for (int bits : kReportBits) per_epoch[std::to_string(bits)] = {{"forward", 0}, {"backward", 0}, {"total", 0}};
-  for (int layer = 1; layer < layers; ++layer) {
+  for (int bits : kReportBits)
+    per_epoch[std::to_string(bits)] = {{"forward", 0}, {"backward", 0}, {"evaluation", 0}, {"total", 0}};
+  for (int layer = 0; layer < static_cast<int>(shape.exchanged_cols.size()); ++layer) {
+    const int64_t cols = shape.exchanged_cols[static_cast<size_t>(layer)];
+    if (cols == 0) continue;
     nlohmann::json by_bits = nlohmann::json::object();
     for (int bits : kReportBits) {
       int64_t bytes = 0;
       for (int p = 0; p < P; ++p) {
         for (int q = 0; q < P; ++q) {
-          bytes += 4 * message_words(bits, halo_from[static_cast<size_t>(p)][static_cast<size_t>(q)], hidden);
+          bytes += 4 * message_words(bits, halo_from[static_cast<size_t>(p)][static_cast<size_t>(q)], cols);
         }
       }
-      // Backward messages mirror the forward ones: same pairs reversed, same row counts.
       by_bits[std::to_string(bits)] = {{"forward", bytes}, {"backward", bytes}};
       nlohmann::json& e = per_epoch[std::to_string(bits)];
       e["forward"] = e["forward"].get<int64_t>() + bytes;
       e["backward"] = e["backward"].get<int64_t>() + bytes;
-      e["total"] = e["total"].get<int64_t>() + 2 * bytes;
+      if (shape.eval_every > 0) e["evaluation"] = e["evaluation"].get<int64_t>() + bytes;
     }
-    layer_list.push_back({{"layer", layer}, {"cols", hidden}, {"bytes", by_bits}});
+    layer_list.push_back({{"layer", layer}, {"cols", cols}, {"bytes", by_bits}});
+  }
+  // The total of an epoch: training's forward and backward, and the evaluation pass averaged
+  // over its period (exact at --eval-every 1, train's default).
+  for (int bits : kReportBits) {
+    nlohmann::json& e = per_epoch[std::to_string(bits)];
+    const int64_t evaluation = e["evaluation"].get<int64_t>();
+    const int64_t per_epoch_evaluation =
+        shape.eval_every > 0 ? (evaluation + shape.eval_every / 2) / shape.eval_every : 0;
+    e["total"] = e["forward"].get<int64_t>() + e["backward"].get<int64_t>() + per_epoch_evaluation;
   }
 
   nlohmann::json report;
@@ -202,8 +247,11 @@ nlohmann::json report_from_counts(const std::string& dataset_name, int64_t n, in
   report["num_edges"] = num_edges;
   report["num_undirected_edges"] = undirected;
   report["num_parts"] = P;
-  report["hidden"] = hidden;
-  report["layers"] = layers;
+  if (!shape.model.empty()) report["model"] = shape.model;
+  report["hidden"] = shape.hidden;
+  report["layers"] = shape.layers;
+  report["exchanged_cols"] = shape.exchanged_cols;
+  report["eval_every"] = shape.eval_every;
   report["parts"] = parts;
   report["edge_cut"] = cut;
   report["cut_entries"] = cut_entries;
@@ -212,14 +260,17 @@ nlohmann::json report_from_counts(const std::string& dataset_name, int64_t n, in
   report["messages_per_exchange"] = messages;
   report["imbalance"] = {
       {"nodes", max_over_avg(owned)}, {"train", max_over_avg(train)}, {"edges", max_over_avg(edges)}};
-  report["exchange"] = {{"bits", kReportBits}, {"layers", layer_list}, {"per_epoch_bytes", per_epoch}};
+  report["exchange"] = {
+      {"bits", kReportBits}, {"layers", layer_list}, {"eval_every", shape.eval_every}, {"per_epoch_bytes", per_epoch}};
   report["notes"] =
       "Imbalance is max/avg over parts (1.0 when a quantity is zero everywhere); local_edges counts the stored entries "
-      "of owned rows. Exchange bytes: layer 0 input features are exchanged once before training and never "
-      "per epoch, so each epoch exchanges layers 1..L-1 with `hidden` columns: forward embeddings and backward "
-      "gradients, one message per (sender, receiver) pair with rows. Message size in 32-bit words: fp32 rows*cols, "
-      "fp16 1 exponent word + rows*ceil(cols/2), b in {1,2,4,8}: 1 exponent word + rows*(1 metadata word + "
-      "ceil(cols*b/32)).";
+      "of owned rows. Exchange bytes, summed over ranks: layer 0 input features are exchanged once before training "
+      "and never per epoch; each layer with exchanged_cols > 0 sends forward embeddings and backward gradients every "
+      "epoch, and an evaluation pass (every eval_every-th epoch; 0: none counted) sends the forward embeddings once "
+      "more, one message per (sender, receiver) pair with rows. total = forward + backward + evaluation / eval_every: "
+      "at eval_every 1 what halogen train sends per epoch (bytes_sent). Message size in 32-bit words: fp32 "
+      "rows*cols, fp16 1 exponent word + rows*ceil(cols/2), b in {1,2,4,8}: 1 exponent word + rows*(1 metadata word "
+      "+ ceil(cols*b/32)).";
   return report;
 }
 
@@ -246,16 +297,41 @@ std::string format_partition_report(const nlohmann::json& r) {
                    100.0 * r.at("edge_cut_fraction").get<double>(), r.at("total_halo").get<int64_t>()));
   line(fmt::format("imbalance (max/avg): nodes {:.3f}, train {:.3f}, edges {:.3f}", imb.at("nodes").get<double>(),
                    imb.at("train").get<double>(), imb.at("edges").get<double>()));
-  line(fmt::format("halo exchange per epoch (layers 1..{}, {} columns, forward + backward):",
-                   r.at("layers").get<int>() - 1, r.at("hidden").get<int>()));
-  line(fmt::format("{:>6} {:>16} {:>16} {:>16} {:>12}", "bits", "forward B", "backward B", "total B", "vs fp32"));
+  // Which layers exchange how many columns, in runs of equal width ("layers 1-63: 64 columns").
+  std::string widths;
+  const auto& layer_list = r.at("exchange").at("layers");
+  for (size_t i = 0; i < layer_list.size();) {
+    const int first = layer_list[i].at("layer").get<int>();
+    const int64_t cols = layer_list[i].at("cols").get<int64_t>();
+    size_t j = i + 1;
+    while (j < layer_list.size() && layer_list[j].at("cols").get<int64_t>() == cols &&
+           layer_list[j].at("layer").get<int>() == first + static_cast<int>(j - i))
+      ++j;
+    const int last = first + static_cast<int>(j - i) - 1;
+    if (!widths.empty()) widths += ", ";
+    widths += first == last ? fmt::format("layer {}: {} columns", first, cols)
+                            : fmt::format("layers {}-{}: {} columns", first, last, cols);
+    i = j;
+  }
+  if (widths.empty()) widths = "no layer exchanges";
+  const int eval_every = r.value("eval_every", 0);
+  const std::string model = r.contains("model") ? r.at("model").get<std::string>() + ", " : std::string();
+  line(fmt::format("halo exchange per epoch, summed over ranks ({}{} layers, hidden {}; {}): forward, backward{}:",
+                   model, r.at("layers").get<int>(), r.at("hidden").get<int>(), widths,
+                   eval_every == 1  ? " and the evaluation pass of every epoch (train's --eval-every 1)"
+                   : eval_every > 1 ? fmt::format(" and the evaluation pass of every {}th epoch (--eval-every {}; "
+                                                  "total: its share per epoch)",
+                                                  eval_every, eval_every)
+                                    : " (no evaluation pass counted)"));
+  line(fmt::format("{:>6} {:>16} {:>16} {:>16} {:>16} {:>12}", "bits", "forward B", "backward B", "evaluation B",
+                   "total B", "vs fp32"));
   const auto& per_epoch = r.at("exchange").at("per_epoch_bytes");
   const int64_t fp32_total = per_epoch.at("32").at("total").get<int64_t>();
   for (int bits : kReportBits) {
     const auto& e = per_epoch.at(std::to_string(bits));
     const int64_t total = e.at("total").get<int64_t>();
-    line(fmt::format("{:>6} {:>16} {:>16} {:>16} {:>12}", bits, e.at("forward").get<int64_t>(),
-                     e.at("backward").get<int64_t>(), total,
+    line(fmt::format("{:>6} {:>16} {:>16} {:>16} {:>16} {:>12}", bits, e.at("forward").get<int64_t>(),
+                     e.at("backward").get<int64_t>(), e.value("evaluation", int64_t{0}), total,
                      total > 0 ? fmt::format("{:.2f}x", static_cast<double>(fp32_total) / static_cast<double>(total))
                                : std::string("-")));
   }

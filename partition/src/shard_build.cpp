@@ -374,15 +374,17 @@ uint64_t partition_fingerprint(const Dataset& ds, std::span<const int32_t> part_
 
 nlohmann::json write_partition(const Dataset& ds, std::span<const int32_t> part_of, const PartitionOptions& options,
                                const fs::path& out_dir, int hidden, int layers, bool overwrite) {
+  return write_partition(ds, part_of, options, out_dir, HaloReportShape::uniform(hidden, layers), overwrite);
+}
+
+nlohmann::json write_partition(const Dataset& ds, std::span<const int32_t> part_of, const PartitionOptions& options,
+                               const fs::path& out_dir, const HaloReportShape& shape, bool overwrite) {
   const int P = options.num_parts;
   check_assignment(ds, part_of, P);
-  HALOGEN_EXPECTS(hidden >= 1 && layers >= 1, "report needs hidden >= 1 and layers >= 1, got hidden {} layers {}",
-                  hidden, layers);
+  detail::check_report_shape(shape);
   const uint64_t id = partition_fingerprint(ds, part_of, P, options.node_order);
-  auto make_report = [&]() {
-    return detail::directory_report(partition_report(ds, part_of, P, hidden, layers), id, options);
-  };
-  const detail::PartitionDirPlan plan = detail::plan_partition_dir(out_dir, id, P, hidden, layers, overwrite, ds.name);
+  auto make_report = [&]() { return detail::directory_report(partition_report(ds, part_of, P, shape), id, options); };
+  const detail::PartitionDirPlan plan = detail::plan_partition_dir(out_dir, id, P, shape, overwrite, ds.name);
   if (plan.action == detail::PartitionDirPlan::kUpToDate) return plan.existing;
   if (plan.action == detail::PartitionDirPlan::kReportOnly) {
     nlohmann::json report = make_report();

@@ -246,6 +246,43 @@ TEST(Report, TinyNumbersByHand) {
   EXPECT_EQ(partition_report(ds, kTinyParts, 3, 5, 1)["exchange"]["per_epoch_bytes"]["32"]["total"].get<int64_t>(), 0);
 }
 
+// A model's own widths per layer, and the evaluation pass: each evaluating epoch sends the
+// forward rows once more, averaged over --eval-every in the total.
+TEST(Report, ModelShapeWithTheEvaluationPass) {
+  const Dataset ds = tiny_dataset();
+  HaloReportShape shape;
+  shape.model = "gcn";
+  shape.hidden = 5;
+  shape.layers = 3;
+  shape.exchanged_cols = {0, 5, 3};  // layer 2 narrower (its output's columns)
+  shape.eval_every = 1;
+  const nlohmann::json r = partition_report(ds, kTinyParts, 3, shape);
+  EXPECT_EQ(r["model"], "gcn");
+  EXPECT_EQ(r["eval_every"], 1);
+  ASSERT_EQ(r["exchange"]["layers"].size(), 2u);
+  EXPECT_EQ(r["exchange"]["layers"][1]["cols"].get<int64_t>(), 3);
+  const int64_t fwd = 11 * 5 * 4 + 11 * 3 * 4;  // 11 halo rows, fp32
+  const auto& fp32 = r["exchange"]["per_epoch_bytes"]["32"];
+  EXPECT_EQ(fp32["forward"].get<int64_t>(), fwd);
+  EXPECT_EQ(fp32["backward"].get<int64_t>(), fwd);
+  EXPECT_EQ(fp32["evaluation"].get<int64_t>(), fwd);
+  EXPECT_EQ(fp32["total"].get<int64_t>(), 3 * fwd);
+  const std::string table = format_partition_report(r);
+  EXPECT_NE(table.find("layer 1: 5 columns, layer 2: 3 columns"), std::string::npos) << table;
+  EXPECT_NE(table.find("the evaluation pass of every epoch"), std::string::npos) << table;
+  shape.eval_every = 4;
+  EXPECT_EQ(partition_report(ds, kTinyParts, 3, shape)["exchange"]["per_epoch_bytes"]["32"]["total"].get<int64_t>(),
+            2 * fwd + (fwd + 2) / 4);
+  shape.eval_every = 0;
+  EXPECT_EQ(partition_report(ds, kTinyParts, 3, shape)["exchange"]["per_epoch_bytes"]["32"]["total"].get<int64_t>(),
+            2 * fwd);
+  // The (hidden, layers) form: layers 1..L-1 at hidden columns, no evaluation pass.
+  EXPECT_EQ(partition_report(ds, kTinyParts, 3, 5, 3)["exchange"]["per_epoch_bytes"]["32"]["total"].get<int64_t>(),
+            4 * 11 * 5 * 4);
+  shape.exchanged_cols = {};
+  EXPECT_THROW(partition_report(ds, kTinyParts, 3, shape), Error);
+}
+
 // ------------------------------------------------------------------------------------------
 
 class SharedDatasets : public ::testing::TestWithParam<std::string> {};

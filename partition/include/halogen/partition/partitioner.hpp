@@ -89,6 +89,27 @@ std::vector<int32_t> label_propagation_partition_rows(const std::string& name, i
 /// slice); every rank gets the full assignment. The graph must be symmetric (checked).
 std::vector<int32_t> label_propagation_partition(const Dataset& ds, const PartitionOptions& options, MPI_Comm comm);
 
+/// The model whose halo exchange the partition report prices. `halogen partition` takes it from
+/// the trainer's declarations of its --model, so that the report's bytes per epoch are what
+/// `halogen train` with the same settings sends (the metrics' bytes_sent): each layer with
+/// exchanged columns sends its halo rows forward and their gradients backward every epoch, and
+/// an evaluation forward pass (every `eval_every`-th epoch) sends the forward rows once more.
+/// Layer 0's input features travel once, before training, and count for no epoch.
+struct HaloReportShape {
+  std::string model;  // the model's name, for the record ("" where no model is named)
+  int hidden = 256;   // for the record: the shape the columns come from
+  int layers = 2;
+  /// Columns of each layer's halo rows, one entry per layer of the model as the trainer lays it
+  /// out (APPNP: its MLP, then its propagation steps), 0 where a layer exchanges nothing.
+  std::vector<int64_t> exchanged_cols;
+  /// The evaluation pass of every eval_every-th epoch (as train's --eval-every); 0: none.
+  int eval_every = 0;
+  /// Layers 1..layers-1 exchange `hidden` columns, layer 0 nothing, and no evaluation pass is
+  /// counted: the shape of the (hidden, layers) functions below. Throws unless both are >= 1.
+  static HaloReportShape uniform(int hidden, int layers);
+  bool operator==(const HaloReportShape&) const = default;
+};
+
 /// Runs one step on every rank and, if it failed on any, throws on every rank (the launcher
 /// and the tests pass halogen::run_collectively of halogen::comm, which the partition library
 /// cannot depend on). A step either makes no collective call or cannot fail between two.
@@ -112,11 +133,20 @@ using CollectiveStep = std::function<void(const std::string& what, const std::fu
 /// Returns the report on every rank. `options.method` must be kPtScotch or kLabelProp (step 2
 /// then runs label_propagation_partition_rows on the slices instead of PT-Scotch).
 nlohmann::json partition_dataset_distributed(const std::filesystem::path& dataset_dir, const PartitionOptions& options,
+                                             const std::filesystem::path& out_dir, const HaloReportShape& shape,
+                                             bool overwrite, MPI_Comm comm, const CollectiveStep& collectively);
+/// The same with HaloReportShape::uniform(hidden, layers).
+nlohmann::json partition_dataset_distributed(const std::filesystem::path& dataset_dir, const PartitionOptions& options,
                                              const std::filesystem::path& out_dir, int hidden, int layers,
                                              bool overwrite, MPI_Comm comm, const CollectiveStep& collectively);
 
 /// Step 3 alone, for an assignment every rank passes whole (the same on every rank): the
 /// distributed writer for any method's assignment (the graph must be symmetric).
+nlohmann::json write_partition_distributed(const std::filesystem::path& dataset_dir, std::span<const int32_t> part_of,
+                                           const PartitionOptions& options, const std::filesystem::path& out_dir,
+                                           const HaloReportShape& shape, bool overwrite, MPI_Comm comm,
+                                           const CollectiveStep& collectively);
+/// The same with HaloReportShape::uniform(hidden, layers).
 nlohmann::json write_partition_distributed(const std::filesystem::path& dataset_dir, std::span<const int32_t> part_of,
                                            const PartitionOptions& options, const std::filesystem::path& out_dir,
                                            int hidden, int layers, bool overwrite, MPI_Comm comm,
@@ -129,7 +159,11 @@ std::vector<int32_t> ptscotch_assignment_from_slices(const std::filesystem::path
                                                      const CollectiveStep& collectively);
 
 /// Partition report (JSON): per part owned/train/local edges/halo/peers, edge cut,
-/// imbalance per constraint, halo bytes per epoch per layer at 32/16/8/4/2/1 bits.
+/// imbalance per constraint, halo bytes per epoch per layer at 32/16/8/4/2/1 bits for `shape`
+/// (docs/partition.md, "The report").
+nlohmann::json partition_report(const Dataset& ds, std::span<const int32_t> part_of, int num_parts,
+                                const HaloReportShape& shape);
+/// The same with HaloReportShape::uniform(hidden, layers).
 nlohmann::json partition_report(const Dataset& ds, std::span<const int32_t> part_of, int num_parts, int hidden,
                                 int layers);
 /// Human-readable table of a report.
@@ -140,9 +174,12 @@ std::string format_partition_report(const nlohmann::json& report);
 /// assignment `part_of` into `out_dir`. Everything is written into a temporary sibling
 /// directory that is renamed into place, so `out_dir` never holds a half-written partition.
 /// If `out_dir` already holds this very partition (same fingerprint and part count), its
-/// shards are left alone and its report is returned (rewritten only if hidden/layers
-/// differ). A directory holding anything else is an error naming it, unless `overwrite`,
+/// shards are left alone and its report is returned (rewritten only if its halo shape differs
+/// from `shape`). A directory holding anything else is an error naming it, unless `overwrite`,
 /// in which case it is replaced atomically. Returns the report.
+nlohmann::json write_partition(const Dataset& ds, std::span<const int32_t> part_of, const PartitionOptions& options,
+                               const std::filesystem::path& out_dir, const HaloReportShape& shape, bool overwrite);
+/// The same with HaloReportShape::uniform(hidden, layers).
 nlohmann::json write_partition(const Dataset& ds, std::span<const int32_t> part_of, const PartitionOptions& options,
                                const std::filesystem::path& out_dir, int hidden, int layers, bool overwrite);
 
