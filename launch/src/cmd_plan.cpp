@@ -21,7 +21,7 @@ namespace halogen::cli {
 
 int cmd_plan(const std::vector<std::string>& args) {
   po::options_description opts("plan options");
-  std::string report_arg, cluster_name, metrics, bits = "32,16,8,4,2,1", modes = "sync,overlap", model = "gcn",
+  std::string report_arg, cluster_name, metrics, bits = "32,16,8,4,2,1", modes = "sync,overlap,stale", model = "gcn",
                                                  json_out, input_storage = "fp32";
   double compute_s = 0.0;
   int calib_ranks = 0, hidden = 0, layers = 0;
@@ -33,26 +33,26 @@ int cmd_plan(const std::vector<std::string>& args) {
   // clang-format off
   opts.add_options()
       ("report", po::value(&report_arg), "partition.json of `halogen partition` (or its directory)")
-      ("nodes", po::value(&described.nodes), "instead of a report: a graph described by its node count (with --edges, --parts, --halo-ratio, --features, --classes, --hidden, --layers)")
+      ("nodes", po::value(&described.nodes), "instead of a report: a graph described by its node count (with --edges, --parts, --halo-ratio, --features, --classes)")
       ("edges", po::value(&described.undirected_edges), "described graph: undirected edges")
       ("parts", po::value(&described.parts), "described graph: ranks (equal parts)")
       ("halo-ratio", po::value(&described.halo_ratio), "described graph: halo nodes per owned node of a part (from a partition of a smaller graph of the kind, or a paper)")
       ("name", po::value(&described.name), "described graph: its name in the output")
       ("feature-density", po::value(&feature_density)->default_value(feature_density), "described graph: non-zero share of the input features")
-      ("cluster,c", po::value(&cluster_name)->required(), "cluster config: a YAML file or a name in cluster_configs/")
+      ("cluster,c", po::value(&cluster_name), "cluster config: a YAML file or a name in cluster_configs/ (default: this machine, as train without --cluster)")
       ("metrics", po::value(&metrics), "calibrate from a metrics file of a real run (compute_s and comm_s per epoch)")
       ("compute-rate", po::value(&metrics), "same as --metrics")
       ("compute-s", po::value(&compute_s), "calibrate compute from this many seconds per epoch (with --calib-ranks)")
       ("wait-s", po::value<double>(), "with --compute-s: synchronisation slack per epoch of that run (default 0)")
       ("calib-ranks", po::value(&calib_ranks), "ranks of the calibration run (default: from the metrics summary)")
-      ("gflops", po::value(&co.gflops), "no calibration run: a nominal rate in GFLOP/s per rank")
+      ("gflops", po::value(&co.gflops), "no calibration run: a rate in GFLOP/s per rank (default without any calibration: a nominal rate of the cluster's cores or GPUs)")
       ("features", po::value(&features), "input features (default: from the shards beside the report)")
       ("classes", po::value(&classes), "classes (default: from the shards beside the report)")
-      ("model", po::value(&model)->default_value(model), "a model of halogen train (its published setting for what --layers and --hidden or the report do not give)")
-      ("hidden", po::value(&hidden), "hidden size (default: the report's)")
-      ("layers", po::value(&layers), "layers (default: the report's)")
+      ("model", po::value(&model), "a model of halogen train (default: the report's, else gcn)")
+      ("hidden", po::value(&hidden), "hidden size (default: the report's for its model, else the model's published one: gcn 64)")
+      ("layers", po::value(&layers), "layers (default: the report's for its model, else the model's published count: gcn 2)")
       ("bits", po::value(&bits)->default_value(bits), "bit widths to predict")
-      ("modes", po::value(&modes)->default_value(modes), "exchange modes to predict: sync,overlap")
+      ("modes", po::value(&modes)->default_value(modes), "exchange modes to predict: any of sync,overlap,stale (stale: every epoch stale, the best case)")
       ("eval-every", po::value(&co.eval_every)->default_value(co.eval_every), "as train --eval-every")
       ("sparse-cost", po::value(&co.sparse_flop_cost)->default_value(co.sparse_flop_cost), "cost of an aggregation flop relative to a GEMM flop")
       ("quant-ns", po::value(&co.quant_ns_per_value), "quantize ns per value at the sender, bits < 16 (default: CPU 2.5, GPU 0.01)")
@@ -70,8 +70,8 @@ int cmd_plan(const std::vector<std::string>& args) {
   pos.add("report", 1);
   po::variables_map vm;
   if (!parse("plan",
-             "(PARTITION_REPORT | --nodes N --edges E --parts P --halo-ratio R --features F --classes C --hidden H "
-             "--layers L) --cluster CONFIG (--metrics FILE | --compute-s S --calib-ranks P | --gflops G)",
+             "(PARTITION_REPORT | --nodes N --edges E --parts P --halo-ratio R --features F --classes C) [--cluster "
+             "CONFIG] [--metrics FILE | --compute-s S --calib-ranks P | --gflops G] [--model M --hidden H --layers L]",
              opts, pos, args, vm)) {
     return 0;
   }
@@ -89,7 +89,7 @@ int cmd_plan(const std::vector<std::string>& args) {
   std::filesystem::path report_path(report_arg);
   nlohmann::json report;
   if (is_described) {
-    for (const char* needed : {"edges", "parts", "halo-ratio", "features", "classes", "hidden", "layers"})
+    for (const char* needed : {"edges", "parts", "halo-ratio", "features", "classes"})
       HALOGEN_EXPECTS(vm.count(needed), "a graph described by --nodes also needs --{}", needed);
     HALOGEN_EXPECTS(feature_density > 0.0 && feature_density <= 1.0, "--feature-density must be in (0, 1], got {}",
                     feature_density);
@@ -103,12 +103,21 @@ int cmd_plan(const std::vector<std::string>& args) {
       HALOGEN_FAIL("{}: not valid JSON: {}", report_path.string(), e.what());
     }
   }
-  const cluster::ClusterConfig cluster = cluster::load_cluster_config(cluster_name);
+  // Without --cluster: this machine, as `halogen train` and `launch` take it.
+  const cluster::ClusterConfig cluster = cluster_name.empty() ? cluster::local_cluster(report.value("num_parts", 1))
+                                                              : cluster::load_cluster_config(cluster_name);
 
+  // The model: --model, else the report's (`halogen partition --model`), else gcn. What
+  // --hidden and --layers leave unset comes from the report where it priced that model (a
+  // report written before reports named their model counts as gcn's), else from the model's
+  // published setting, as train takes it.
+  const std::string report_model = report.value("model", std::string(is_described ? "" : "gcn"));
   plan::ModelShape shape;
-  shape.model = model_name(model);
-  shape.hidden = hidden > 0 ? hidden : report.value("hidden", 0);
-  shape.layers = layers > 0 ? layers : report.value("layers", 0);
+  shape.model = model_name(vm.count("model") ? model : report_model.empty() ? model : report_model);
+  const bool report_prices_model = !report_model.empty() && model_name(report_model) == shape.model;
+  const TrainOptions published = model_defaults(shape.model);
+  shape.hidden = hidden > 0 ? hidden : report_prices_model ? report.value("hidden", 0) : published.model.hidden;
+  shape.layers = layers > 0 ? layers : report_prices_model ? report.value("layers", 0) : published.model.layers;
   shape.feature_dim = features;
   shape.num_classes = classes;
   if (features == 0 || classes == 0) {

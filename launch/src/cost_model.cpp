@@ -192,8 +192,28 @@ Calibration calibration_from_metrics(const std::filesystem::path& metrics, int f
 
 const Prediction& Plan::fastest() const {
   HALOGEN_EXPECTS(!predictions.empty(), "the plan holds no predictions");
-  return *std::min_element(predictions.begin(), predictions.end(),
-                           [](const Prediction& a, const Prediction& b) { return a.epoch_s < b.epoch_s; });
+  const double quickest =
+      std::min_element(predictions.begin(), predictions.end(), [](const Prediction& a, const Prediction& b) {
+        return a.epoch_s < b.epoch_s;
+      })->epoch_s;
+  // Within the tolerance of the quickest the predictions tie: more bits, then fresh halos,
+  // buy accuracy for (about) the same time; among equals the quickest.
+  const auto better = [](const Prediction& a, const Prediction& b) {
+    if (a.bits != b.bits) return a.bits > b.bits;
+    const bool a_stale = a.mode == "stale", b_stale = b.mode == "stale";
+    if (a_stale != b_stale) return !a_stale;
+    return a.epoch_s < b.epoch_s;
+  };
+  const Prediction* best = nullptr;
+  for (const Prediction& p : predictions)
+    if (p.epoch_s <= quickest * (1.0 + kTieTolerance) && (best == nullptr || better(p, *best))) best = &p;
+  return *best;
+}
+
+double nominal_gflops(const cluster::ClusterConfig& cluster, int ranks) {
+  if (cluster.has_gpus()) return kNominalGpuGflops;
+  const int ranks_here = std::max(1, std::min(ranks, cluster.ranks_per_node));
+  return kNominalCoreGflops * static_cast<double>(cluster.cores_per_node) / ranks_here;
 }
 
 const Prediction* Plan::find(int bits, const std::string& mode) const {
@@ -334,7 +354,9 @@ CodingCosts coding_costs(const CostOptions& options, const cluster::ClusterConfi
 // One bit width and mode on one cluster, with compute at `seconds_per_work`.
 Prediction evaluate(const Model& m, const cluster::ClusterConfig& cluster, const CostOptions& options, int bits,
                     const std::string& mode, double seconds_per_work, double slack_s) {
-  HALOGEN_EXPECTS(mode == "sync" || mode == "overlap", "unknown mode '{}' (sync | overlap)", mode);
+  HALOGEN_EXPECTS(mode == "sync" || mode == "overlap" || mode == "stale", "unknown mode '{}' (sync | overlap | stale)",
+                  mode);
+  const bool stale = mode == "stale";
   HALOGEN_EXPECTS(m.P <= cluster.max_ranks(),
                   "the partition has {} parts (one rank each) but cluster '{}' holds {} ranks ({} nodes x {} per node)",
                   m.P, cluster.name, cluster.max_ranks(), cluster.nodes, cluster.ranks_per_node);
@@ -377,7 +399,10 @@ Prediction evaluate(const Model& m, const cluster::ClusterConfig& cluster, const
   }
 
   // Each exchanging layer: its forward exchange in training and evaluation, its backward one.
-  double halo_bytes = 0.0;
+  // A stale epoch waits for none of its training exchanges (they are in flight until the next
+  // epoch uses them: `in_flight_s` sums them, priced below); its evaluation pass exchanges fresh
+  // halos like overlap (the trainer aggregates the owned rows while they travel, in every mode).
+  double halo_bytes = 0.0, in_flight_s = 0.0;
   int64_t exchanged_cols = 0;  // summed over the layers
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const int64_t cols = m.layers[l].exchanged_cols;
@@ -394,9 +419,14 @@ Prediction evaluate(const Model& m, const cluster::ClusterConfig& cluster, const
     pr.halo_comm_s += (1.0 + m.evals) * t_forward + t_backward;
     const double hide_forward_s = crit.hide_forward[l] * seconds_per_work;
     const double hide_backward_s = crit.hide_backward[l] * seconds_per_work;
-    const double exposed_forward = mode == "overlap" ? std::max(0.0, t_forward - hide_forward_s) : t_forward;
+    const double exposed_forward = mode == "sync" ? t_forward : std::max(0.0, t_forward - hide_forward_s);
     const double exposed_backward = std::max(0.0, t_backward - hide_backward_s);
-    pr.exposed_comm_s += (1.0 + m.evals) * exposed_forward + exposed_backward;
+    if (stale) {
+      in_flight_s += t_forward + t_backward;
+      pr.exposed_comm_s += m.evals * exposed_forward;
+    } else {
+      pr.exposed_comm_s += (1.0 + m.evals) * exposed_forward + exposed_backward;
+    }
   }
   pr.halo_bytes_per_epoch = static_cast<int64_t>(std::llround(halo_bytes));
 
@@ -411,6 +441,10 @@ Prediction evaluate(const Model& m, const cluster::ClusterConfig& cluster, const
         quant_ns_per_col, static_cast<double>(r.send_rows) * send_ns + static_cast<double>(r.recv_rows) * recv_ns);
   }
   pr.quant_s = (2.0 + m.evals) * quant_ns_per_col * static_cast<double>(exchanged_cols) * cost.slowdown * 1e-9;
+  // Stale: the training exchanges of an epoch travel behind the whole epoch's computation (the
+  // next epoch finishes them), but not behind its all-reduce or evaluation exchanges, which use
+  // the same links; what the computation cannot cover is waited for.
+  if (stale) pr.exposed_comm_s += std::max(0.0, in_flight_s - pr.compute_s - pr.quant_s);
   pr.wait_s = std::max(0.0, slack_s - pr.exposed_comm_s - pr.allreduce_s);
   pr.epoch_s = pr.compute_s + pr.quant_s + pr.exposed_comm_s + pr.allreduce_s + pr.wait_s;
   return pr;
@@ -439,10 +473,9 @@ Plan predict(const nlohmann::json& report, const ModelShape& shape, const cluste
     plan.seconds_per_work = calibration.compute_s / reference;
     if (calibration.ranks == m.P) plan.slack_s = calibration.wait_s;
   } else {
-    HALOGEN_EXPECTS(options.gflops > 0.0,
-                    "the cost model needs a compute calibration: a metrics file of a real run (--metrics) or a rate "
-                    "(--compute-s with --calib-ranks, or --gflops)");
-    plan.seconds_per_work = 1.0 / (options.gflops * 1e9);
+    plan.gflops = options.gflops > 0.0 ? options.gflops : nominal_gflops(cluster, m.P);
+    plan.nominal_rate = options.gflops <= 0.0;
+    plan.seconds_per_work = 1.0 / (plan.gflops * 1e9);
   }
   for (const std::string& mode : options.modes) {
     for (int bits : options.bits) {
@@ -471,8 +504,18 @@ std::string format_plan(const Plan& plan, const nlohmann::json& report, const cl
     line(fmt::format("synchronisation slack: {:.4f} s/epoch{}", plan.slack_s,
                      calibration.ranks == plan.ranks ? " (median comm_s of that run; communication hides in it)"
                                                      : " (the calibration ran on another part count)"));
+  } else if (plan.nominal_rate) {
+    line(
+        fmt::format("uncalibrated: nominal {:g} GFLOP/s per rank ({}); calibrate with --metrics for real figures: "
+                    "{:.4f} s/epoch of compute",
+                    plan.gflops,
+                    cluster.has_gpus()
+                        ? fmt::format("{:g} per GPU", kNominalGpuGflops)
+                        : fmt::format("{:g} per core, {} cores per node", kNominalCoreGflops, cluster.cores_per_node),
+                    plan.work_max * plan.seconds_per_work));
   } else {
-    line(fmt::format("compute from a nominal rate: {:.4f} s/epoch", plan.work_max * plan.seconds_per_work));
+    line(fmt::format("compute from --gflops {:g} per rank: {:.4f} s/epoch", plan.gflops,
+                     plan.work_max * plan.seconds_per_work));
   }
   line(fmt::format(
       "{} parameters: gradient all-reduce {:.3f} MB per epoch ({})", plan.parameters,
@@ -491,10 +534,19 @@ std::string format_plan(const Plan& plan, const nlohmann::json& report, const cl
                      p.halo_comm_s, p.exposed_comm_s, p.allreduce_s, p.wait_s, p.epoch_s,
                      base ? fmt::format("{:.2f}x", base->epoch_s / p.epoch_s) : std::string("-")));
   }
+  bool has_stale = false;
+  for (const auto& p : plan.predictions) has_stale = has_stale || p.mode == "stale";
+  if (has_stale)
+    line(
+        "stale: the best case, every epoch stale. The adaptive policy (train's default) makes an epoch synchronous "
+        "until two evaluations have measured how fast the halos change, and whenever the estimated error exceeds "
+        "--stale-error-bound; such an epoch costs what the overlap row does");
   const Prediction& best = plan.fastest();
   line(fmt::format("expected fastest: --bits-fwd {0} --bits-bwd {0} --mode {1}: {2:.4f} s/epoch{3}", best.bits,
                    best.mode, best.epoch_s,
                    base ? fmt::format(" ({:.2f}x fp32 sync)", base->epoch_s / best.epoch_s) : std::string()));
+  line(fmt::format("(epochs within {:g}% of the quickest tie: more bits, then fresh halos, win a tie)",
+                   100.0 * kTieTolerance));
   // Which traffic dominates the fastest configuration, and what would shrink it.
   line(fmt::format("there: halo exchange {:.4f} s exposed, weight gradients {:.4f} s", best.exposed_comm_s,
                    best.allreduce_s));
@@ -532,6 +584,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
   }
   const auto& best = plan.fastest();
   j["fastest"] = {{"bits", best.bits}, {"mode", best.mode}, {"epoch_s", best.epoch_s}};
+  j["tie_tolerance"] = kTieTolerance;
+  if (plan.nominal_rate) j["nominal_gflops_per_rank"] = plan.gflops;
   return j;
 }
 

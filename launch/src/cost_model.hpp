@@ -18,7 +18,13 @@
 //   slack is the synchronisation wait measured by the calibration run (0 without one).
 //   overlap: a forward exchange hides behind the owned-only aggregation of its layer:
 //   max(owned aggregation, exchange) instead of their sum. Backward exchanges hide behind the
-//   transposed aggregation of owned rows in both modes (the trainer posts them first).
+//   transposed aggregation of owned rows in every mode (the trainer posts them first).
+//   stale (every epoch stale: the best case of the adaptive policy, whose synchronous epochs
+//   cost what overlap does): the training exchanges are in flight until the next epoch uses
+//   them, so they hide behind the whole epoch's compute and quantization; only what those
+//   cannot cover is exposed, plus the evaluation pass's fresh exchange, priced as overlap.
+// - The recommendation (Plan::fastest) takes, among the predictions within kTieTolerance of
+//   the quickest, the widest bits, then fresh halos over stale ones.
 #pragma once
 
 #include <cstdint>
@@ -58,9 +64,22 @@ struct Calibration {
   std::string source;
 };
 
+/// Predicted epoch times within this relative distance of the quickest tie (2%: below what a
+/// calibration pins down); the plan then recommends the widest bits among them.
+inline constexpr double kTieTolerance = 0.02;
+
+/// Without a calibration: a nominal rate in flop-equivalents per second, per CPU core (a core of
+/// the development machine measured 65-70 GFLOP-equivalents/s on GraphSAGE, docs/launch.md) or
+/// per GPU.
+inline constexpr double kNominalCoreGflops = 50.0;
+inline constexpr double kNominalGpuGflops = 5000.0;
+/// The nominal GFLOP/s of one rank on `cluster` with `ranks` ranks: a GPU each, or the node's
+/// cores shared by the ranks on it.
+double nominal_gflops(const cluster::ClusterConfig& cluster, int ranks);
+
 struct CostOptions {
   std::vector<int> bits = {32, 16, 8, 4, 2, 1};
-  std::vector<std::string> modes = {"sync", "overlap"};
+  std::vector<std::string> modes = {"sync", "overlap", "stale"};
   int eval_every = 1;  // as `halogen train --eval-every`: an evaluation forward pass per N epochs
   /// Cost of one sparse aggregation flop relative to one dense (GEMM) flop: aggregation is
   /// memory-bound. Used to split the calibrated compute time between layers and to size the
@@ -73,7 +92,8 @@ struct CostOptions {
   double quant_ns_per_value = -1.0;
   double dequant_ns_per_value = -1.0;
   double copy_ns_per_value = -1.0;
-  /// Without a measured calibration: seconds per epoch = work / (gflops * 1e9).
+  /// Without a measured calibration: seconds per epoch = work / (gflops * 1e9); 0: the
+  /// cluster's nominal_gflops.
   double gflops = 0.0;
   /// The weight-gradient all-reduce as `halogen train` does it: bytes per value on the wire
   /// (4: --grad-allreduce layerwise, the default; 8: packed), and the PowerSGD rank (0 = none:
@@ -112,7 +132,9 @@ struct Plan {
   int nodes = 0;
   double work_max = 0.0;  // flop-equivalents of the busiest rank per epoch
   double seconds_per_work = 0.0;
-  double slack_s = 0.0;  // synchronisation slack from the calibration (0 without)
+  double slack_s = 0.0;       // synchronisation slack from the calibration (0 without)
+  double gflops = 0.0;        // the rate per rank without a calibration
+  bool nominal_rate = false;  // that rate is nominal_gflops (no calibration, no --gflops)
   int64_t parameters = 0;
   int64_t gradient_values = 0;           // sent per rank and epoch with the options' gradients
   int64_t gradient_values_powersgd = 0;  // the same with PowerSGD rank 4 (in the JSON)
@@ -120,6 +142,8 @@ struct Plan {
   int grad_rank = 0;
   int grad_bits = 0;  // quantized codes of the large matrices (0: none)
   std::vector<Prediction> predictions;
+  /// The recommendation: the widest bits (then fresh halos) within kTieTolerance of the
+  /// quickest prediction.
   const Prediction& fastest() const;
   const Prediction* find(int bits, const std::string& mode) const;
 };

@@ -104,7 +104,7 @@ TEST(CostModel, PredictionsAreConsistent) {
   calib.ranks = 4;
   CostOptions opt;
   const Plan plan = predict(r, shape(), slow, calib, opt);
-  ASSERT_EQ(plan.predictions.size(), 12u);
+  ASSERT_EQ(plan.predictions.size(), 18u);  // sync, overlap, stale x 6 widths
   // GCN 24 -> 32 -> 32 -> 5.
   EXPECT_EQ(plan.parameters, 24 * 32 + 32 + 32 * 32 + 32 + 32 * 5 + 5);
   const int64_t report_total_32 = r.at("exchange").at("per_epoch_bytes").at("32").at("total").get<int64_t>();
@@ -136,6 +136,107 @@ TEST(CostModel, PredictionsAreConsistent) {
   opt.eval_every = 2;
   const Plan half = predict(r, shape(), slow, calib, opt);
   EXPECT_EQ(half.find(32, "sync")->halo_bytes_per_epoch, report_total_32 + report_fwd_32 / 2);
+}
+
+// Stale: the training exchanges travel behind the whole epoch's computation; only what it
+// cannot cover is waited for, plus the evaluation pass's fresh exchange (hidden like overlap's).
+TEST(CostModel, StaleEpochHidesTheTrainingExchangesBehindItsComputation) {
+  const auto& r = report();
+  Calibration calib;
+  calib.compute_s = 0.2;
+  calib.ranks = 4;
+  CostOptions opt;
+  opt.modes = {"sync", "overlap", "stale"};
+  opt.eval_every = 1000000;  // practically no evaluation pass: only training exchanges
+  for (const double MBps : {1.0, 100.0, 1000.0}) {
+    const auto link = two_level(1, 4, MBps * 1e-3, MBps * 1e-3, true, false, 50.0);
+    const Plan plan = predict(r, shape(), link, calib, opt);
+    for (int bits : opt.bits) {
+      const Prediction& stale = *plan.find(bits, "stale");
+      const Prediction& overlap = *plan.find(bits, "overlap");
+      EXPECT_EQ(stale.halo_bytes_per_epoch, overlap.halo_bytes_per_epoch);
+      EXPECT_DOUBLE_EQ(stale.halo_comm_s, overlap.halo_comm_s);
+      EXPECT_NEAR(stale.exposed_comm_s, std::max(0.0, stale.halo_comm_s - stale.compute_s - stale.quant_s), 1e-6)
+          << MBps << " MB/s, " << bits << " bits";
+      EXPECT_LE(stale.epoch_s, overlap.epoch_s + 1e-12);
+    }
+  }
+  // 1 MB/s: fp32's transfers outlast the epoch's computation, which hides more of them than
+  // the owned rows' aggregations that overlap hides them behind.
+  const auto slow = two_level(1, 4, 0.001, 0.001, true, false, 50.0);
+  const Plan slow_plan = predict(r, shape(), slow, calib, opt);
+  const Prediction& stale32 = *slow_plan.find(32, "stale");
+  EXPECT_GT(stale32.halo_comm_s, stale32.compute_s);
+  EXPECT_GT(stale32.exposed_comm_s, 0.0);
+  EXPECT_GT(slow_plan.find(32, "overlap")->exposed_comm_s, stale32.exposed_comm_s + stale32.quant_s);
+  // 1 GB/s: all of them hide; sync still waits for its forward exchanges.
+  const auto fast = two_level(1, 4, 1.0, 1.0, true, false, 50.0);
+  const Plan fast_plan = predict(r, shape(), fast, calib, opt);
+  EXPECT_NEAR(fast_plan.find(1, "stale")->exposed_comm_s, 0.0, 1e-6);
+  EXPECT_GT(fast_plan.find(1, "sync")->exposed_comm_s, 0.0);
+  // With an evaluation pass every epoch, a stale epoch waits for that pass's forward exchanges
+  // as overlap does, and never longer than an overlap epoch.
+  opt.eval_every = 1;
+  const Plan evaluating = predict(r, shape(), slow, calib, opt);
+  for (int bits : opt.bits) {
+    EXPECT_GT(evaluating.find(bits, "stale")->exposed_comm_s, 0.0);
+    EXPECT_LE(evaluating.find(bits, "stale")->epoch_s, evaluating.find(bits, "overlap")->epoch_s + 1e-12);
+  }
+  opt.modes = {"stale", "later"};
+  EXPECT_THROW(predict(r, shape(), slow, calib, opt), Error);
+}
+
+// Predictions within kTieTolerance of the quickest tie: more bits win, then fresh halos.
+TEST(CostModel, TiesGoToTheWiderBitsThenFreshHalos) {
+  const auto pred = [](int bits, const char* mode, double epoch_s) {
+    Prediction p;
+    p.bits = bits;
+    p.mode = mode;
+    p.epoch_s = epoch_s;
+    return p;
+  };
+  Plan plan;
+  plan.predictions = {pred(32, "sync", 1.10), pred(8, "overlap", 1.019), pred(8, "stale", 1.01), pred(1, "sync", 1.005),
+                      pred(1, "stale", 1.00)};
+  EXPECT_EQ(plan.fastest().bits, 8);
+  EXPECT_EQ(plan.fastest().mode, "overlap");  // fresh halos over the stale 8-bit row
+  plan.predictions[1].epoch_s = 1.021;        // out of the tie: 8-bit stale is left
+  EXPECT_EQ(plan.fastest().mode, "stale");
+  EXPECT_EQ(plan.fastest().bits, 8);
+  plan.predictions[2].epoch_s = 1.03;  // only 1 bit ties: sync, fresh halos
+  EXPECT_EQ(plan.fastest().bits, 1);
+  EXPECT_EQ(plan.fastest().mode, "sync");
+  // An exact tie between widths goes to the wider.
+  plan.predictions = {pred(1, "overlap", 2.0), pred(4, "overlap", 2.0), pred(2, "overlap", 2.0)};
+  EXPECT_EQ(plan.fastest().bits, 4);
+  // Beyond the tolerance the quickest wins, whatever its width.
+  plan.predictions = {pred(32, "sync", 1.03), pred(1, "sync", 1.0)};
+  EXPECT_EQ(plan.fastest().bits, 1);
+  EXPECT_DOUBLE_EQ(kTieTolerance, 0.02);
+}
+
+// Without a calibration or --gflops: a nominal rate per rank, the node's cores shared by its
+// ranks (a GPU each on GPU clusters), and the plan says it is nominal.
+TEST(CostModel, UncalibratedPlansUseANominalRate) {
+  const auto& r = report();
+  auto cpu = two_level(1, 4, 1.0, 1.0, true, false);
+  cpu.cores_per_node = 2;  // 4 ranks on 2 cores
+  const Plan plan = predict(r, shape(), cpu, Calibration{}, CostOptions{});
+  EXPECT_TRUE(plan.nominal_rate);
+  EXPECT_DOUBLE_EQ(plan.gflops, kNominalCoreGflops * 2 / 4);
+  EXPECT_DOUBLE_EQ(plan.seconds_per_work, 1.0 / (plan.gflops * 1e9));
+  const std::string text = format_plan(plan, r, cpu, Calibration{});
+  EXPECT_NE(text.find("uncalibrated: nominal 25 GFLOP/s per rank"), std::string::npos) << text;
+  EXPECT_NE(text.find("calibrate with --metrics for real figures"), std::string::npos) << text;
+  EXPECT_NE(text.find("stale: the best case"), std::string::npos) << text;
+  CostOptions given;
+  given.gflops = 10.0;
+  const Plan rated = predict(r, shape(), cpu, Calibration{}, given);
+  EXPECT_FALSE(rated.nominal_rate);
+  EXPECT_DOUBLE_EQ(rated.gflops, 10.0);
+  auto gpus = cpu;
+  gpus.gpus_per_node = 4;
+  EXPECT_DOUBLE_EQ(nominal_gflops(gpus, 4), kNominalGpuGflops);
 }
 
 // Quantization runs on the rank's threads: a CPU rank with 8 cores quantizes 8 times faster
@@ -216,8 +317,8 @@ TEST(CostModel, CalibrationOnOtherRankCountScalesByWork) {
   // The whole work on one rank took 1 s; the busiest of 4 parts does a bit more than a quarter.
   EXPECT_GT(plan.find(32, "sync")->compute_s, 0.25);
   EXPECT_LT(plan.find(32, "sync")->compute_s, 0.35);
-  // Without a calibration or a rate the model refuses.
-  EXPECT_THROW(predict(r, shape(), c, Calibration{}, CostOptions{}), Error);
+  // Without a calibration or a rate: the nominal one (UncalibratedPlansUseANominalRate).
+  EXPECT_TRUE(predict(r, shape(), c, Calibration{}, CostOptions{}).nominal_rate);
   CostOptions rate;
   rate.gflops = 1.0;
   EXPECT_NEAR(predict(r, shape(), c, Calibration{}, rate).find(32, "sync")->compute_s, plan.work_max * 1e-9, 1e-12);
