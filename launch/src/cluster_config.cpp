@@ -272,6 +272,10 @@ ClusterConfig load_cluster_config(const std::string& name_or_path) {
   if (bare_name && !std::filesystem::exists(path)) {
     std::vector<std::filesystem::path> dirs;
     if (const char* env = std::getenv("HALOGEN_CLUSTER_CONFIGS")) dirs.emplace_back(env);
+    // An installed halogen (cmake --install) keeps them in PREFIX/share/halogen beside its bin/.
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) dirs.push_back(exe.parent_path().parent_path() / "share" / "halogen" / "cluster_configs");
     dirs.emplace_back(std::filesystem::path(HALOGEN_SOURCE_DIR) / "cluster_configs");
     std::vector<std::string> tried;
     for (const auto& dir : dirs) {

@@ -13,8 +13,10 @@ namespace halogen::cli {
 
 namespace {
 
+// The subcommands that run under mpirun; anything else after "--" is train's options.
 bool is_halogen_command(const std::string& s) {
-  return s == "train" || s == "partition" || s == "generate" || s == "info" || s == "convert";
+  return s == "train" || s == "partition" || s == "generate" || s == "info" || s == "convert" || s == "predict" ||
+         s == "evaluate";
 }
 
 }  // namespace
