@@ -197,6 +197,9 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "skip-comm", po::bool_switch(&t.optim.skip_gradient_allreduce),
       "benchmark floor: --skip-exchange and no gradient all-reduce (each rank steps alone; compute only)")(
       "device", po::value(&device)->default_value(device), "cpu | cuda (one GPU per rank)")(
+      "device-exchange", po::value<std::string>()->default_value("staged"),
+      "cuda: how halo rows are quantized to send: staged (per peer, one host wait per message) | fused (all "
+      "peers in one pass on the device, no host wait; new, not yet measured on a GPU)")(
       "precision", po::value(&precision)->default_value(precision),
       "cuda: fp32 | fp16 (fp16 storage, fp32 accumulation and master weights, dynamic loss scaling)")(
       "loss-scale", number(&t.optim.loss_scale, t.optim.loss_scale),
@@ -244,6 +247,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     t.exchange.bits_bwd = parse_int_list(bits_bwd, "--bits-bwd");
     t.exchange.mode = parse_exchange_mode(mode);
     t.exchange.error_feedback = parse_halo_error_feedback(vm["halo-error-feedback"].as<std::string>());
+    t.exchange.device_exchange = parse_device_exchange(vm["device-exchange"].as<std::string>());
     t.output.metrics_path = metrics;
     const std::string nonfinite = vm["on-nonfinite"].as<std::string>();
     HALOGEN_EXPECTS(nonfinite == "stop" || nonfinite == "skip-step",

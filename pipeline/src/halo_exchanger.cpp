@@ -382,14 +382,14 @@ Exchange HostHaloExchanger::restore(const std::string& bytes) {
 #if HALOGEN_HAVE_CUDA
 // pipeline/src/cuda/device_halo_exchanger.cpp
 std::unique_ptr<HaloExchanger> make_device_halo_exchanger(const Shard& shard, Communicator& comm, void* stream,
-                                                          DType dtype, ProgressThread* progress);
+                                                          DType dtype, ProgressThread* progress, bool fused);
 #endif
 
 std::unique_ptr<HaloExchanger> make_halo_exchanger(const Shard& shard, Communicator& comm, const ExecContext& ctx,
-                                                   DType dtype, ProgressThread* progress) {
+                                                   DType dtype, ProgressThread* progress, bool fused_device_send) {
   if (ctx.device == kDevCuda) {
 #if HALOGEN_HAVE_CUDA
-    return make_device_halo_exchanger(shard, comm, ctx.stream, dtype, progress);
+    return make_device_halo_exchanger(shard, comm, ctx.stream, dtype, progress, fused_device_send);
 #else
     HALOGEN_FAIL("a GPU halo exchange in a halogen built without CUDA");
 #endif

@@ -11,6 +11,10 @@ if [ "$device" = cuda ]; then
   command -v nvidia-smi >/dev/null 2>&1 && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   if [ "$gpus" -eq 0 ]; then echo "HALOGEN_TEST_DEVICE=cuda but no GPU: skipped"; exit 77; fi
   device_flags+=(--comm mpi)
+  # HALOGEN_TEST_DEVICE_EXCHANGE=fused: the same scenarios with the fused device send.
+  if [ -n "${HALOGEN_TEST_DEVICE_EXCHANGE:-}" ]; then
+    device_flags+=(--device-exchange "$HALOGEN_TEST_DEVICE_EXCHANGE")
+  fi
   if [ "$gpus" -lt 4 ]; then
     export HALOGEN_DEVICE=0
     device_env=(-x HALOGEN_DEVICE)

@@ -27,7 +27,8 @@ HaloChannel::HaloChannel(const Shard& shard, Communicator& comm, const ExecConte
       progress_(opt.exchange.mode == ExchangeMode::kSync ? nullptr
                                                          : std::make_unique<ProgressThread>(std::chrono::microseconds(
                                                                comm.sleep_while_waiting() ? 200 : 20))),
-      exch_(make_halo_exchanger(shard, comm, ctx, act, progress_.get())),
+      exch_(make_halo_exchanger(shard, comm, ctx, act, progress_.get(),
+                                opt.exchange.device_exchange == DeviceExchange::kFused)),
       policy_(make_exchange_policy(opt, ctx, comm, graph, error_gains)),
       feedback_(ctx, act, graph.halo(), static_cast<int>(error_gains.size()), gradient_feedback),
       layers_(error_gains.size()) {

@@ -83,6 +83,14 @@ HaloErrorFeedback parse_halo_error_feedback(const std::string& name) {
   HALOGEN_FAIL("--halo-error-feedback must be auto, on or off, got '{}'", name);
 }
 
+DeviceExchange parse_device_exchange(const std::string& name) {
+  if (name == "staged") return DeviceExchange::kStaged;
+  if (name == "fused") return DeviceExchange::kFused;
+  HALOGEN_FAIL("--device-exchange must be staged or fused, got '{}'", name);
+}
+
+std::string to_string(DeviceExchange d) { return d == DeviceExchange::kFused ? "fused" : "staged"; }
+
 std::string to_string(HaloErrorFeedback f) {
   return f == HaloErrorFeedback::kOn ? "on" : f == HaloErrorFeedback::kOff ? "off" : "auto";
 }

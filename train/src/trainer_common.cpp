@@ -7,7 +7,11 @@
 #include <string_view>
 
 #include "halogen/comm/collective_error.hpp"
+#include "halogen/config.hpp"
 #include "halogen/core/error.hpp"
+#if HALOGEN_HAVE_CUDA
+#include "halogen/core/cuda/host_syncs.hpp"
+#endif
 #include "halogen/core/io.hpp"
 #include "halogen/core/log.hpp"
 #include "halogen/core/rng.hpp"
@@ -164,7 +168,11 @@ EpochLog::EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& o
     : comm_(comm),
       s_(shard),
       opt_(opt),
-      metrics_(comm.rank() == 0 ? opt.output.metrics_path : std::filesystem::path()) {}
+      metrics_(comm.rank() == 0 ? opt.output.metrics_path : std::filesystem::path()) {
+#if HALOGEN_HAVE_CUDA
+  host_syncs_ = cuda::host_sync_count();  // the first epoch's count includes the set-up after this
+#endif
+}
 
 EvalCounts evaluate_logits(const float* logits, const Shard& s) {
   EvalCounts e;
@@ -222,7 +230,14 @@ double EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
                             static_cast<double>(f.max_staleness),
                             f.transfer_s,
                             f.grad_wait_s,
-                            std::max(0.0, f.epoch_s - f.comm_s - f.quant_s)};
+                            std::max(0.0, f.epoch_s - f.comm_s - f.quant_s),
+                            0.0};
+#if HALOGEN_HAVE_CUDA
+  // Host waits since the last epoch was written (0 on the CPU path, which never waits on a GPU).
+  const uint64_t syncs = cuda::host_sync_count();
+  mx[8] = static_cast<double>(syncs - host_syncs_);
+  host_syncs_ = syncs;
+#endif
   std::vector<int64_t> bytes = {static_cast<int64_t>(f.bytes_sent), static_cast<int64_t>(f.grad_bytes)};
   comm_.allreduce_max(mx.data(), mx.size());
   comm_.allreduce_sum(std::span<int64_t>(bytes));
@@ -242,6 +257,7 @@ double EpochLog::finish(nlohmann::json& rec, const EpochFigures& f) {
   rec["max_staleness"] = static_cast<int>(mx[4]);
   // Share of the transfer time that was hidden behind computation (slowest rank's view).
   rec["overlap"] = mx[5] > 0.0 ? std::clamp(1.0 - mx[3] / mx[5], 0.0, 1.0) : 0.0;
+  rec["host_syncs"] = static_cast<int64_t>(mx[8]);
   metrics_.write(rec);
   if (comm_.rank() == 0) print_progress(rec, mx[0]);
   return mx[7];

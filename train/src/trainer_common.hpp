@@ -159,6 +159,7 @@ class EpochLog {
   const Shard& s_;
   const TrainOptions& opt_;
   MetricsWriter metrics_;
+  uint64_t host_syncs_ = 0;  // the process's host waits on the GPU when the last epoch was written
   // Rank 0: the epoch's progress line (unless quiet), and once the run's estimate.
   void print_progress(const nlohmann::json& rec, double epoch_s);
 

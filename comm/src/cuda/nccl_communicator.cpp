@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "halogen/comm/nccl_communicator.hpp"
+#include "halogen/core/cuda/host_syncs.hpp"
 #include "halogen/core/error.hpp"
 
 namespace halogen {
@@ -66,6 +67,7 @@ class NcclRequest final : public CommRequest {
     if (!done_) {
       // Never let the buffers go while the transfer runs; errors cannot be thrown here (an
       // aborted communicator completes its kernels, so this returns).
+      cuda::count_host_sync();
       cudaEventSynchronize(event_.get());
     }
   }
@@ -113,6 +115,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm)
 
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ != nullptr && !aborted()) {
+    cuda::count_host_sync();
     cudaStreamSynchronize(stream_.get());
     ncclCommDestroy(comm_);
   }
@@ -151,6 +154,7 @@ void NcclCommunicator::wait_event(cudaEvent_t event, const std::string& what) {
   // NCCL itself waits forever for a peer that is gone. Past the timeout the communicator is
   // aborted (ncclCommAbort ends the kernels in flight, which nothing else can) and the wait
   // fails, naming what it waited for, so the job ends instead of hanging.
+  cuda::count_host_sync();  // a host wait like cudaEventSynchronize, polled so that it can time out
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout());
   poll_until([&] {
     if (event_done(event)) return true;

@@ -136,13 +136,13 @@ void memset_async(void* dst, size_t bytes, void* stream) {
 void copy_to_device_sync(void* dst, const void* host, size_t bytes, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   HALOGEN_CHECK_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
-  HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
+  stream_synchronize(s);
 }
 
 void copy_to_host_sync(void* host, const void* src, size_t bytes, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   HALOGEN_CHECK_CUDA(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, s));
-  HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
+  stream_synchronize(s);
 }
 
 void* pinned_allocate(size_t bytes) {

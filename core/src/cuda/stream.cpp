@@ -3,9 +3,34 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <atomic>
+
 #include "halogen/core/error.hpp"
 
 namespace halogen::cuda {
+
+namespace {
+std::atomic<uint64_t> host_syncs{0};
+}  // namespace
+
+uint64_t host_sync_count() noexcept { return host_syncs.load(std::memory_order_relaxed); }
+
+void count_host_sync() noexcept { host_syncs.fetch_add(1, std::memory_order_relaxed); }
+
+void stream_synchronize(cudaStream_t stream) {
+  count_host_sync();
+  HALOGEN_CHECK_CUDA(cudaStreamSynchronize(stream));
+}
+
+void event_synchronize(cudaEvent_t event) {
+  count_host_sync();
+  HALOGEN_CHECK_CUDA(cudaEventSynchronize(event));
+}
+
+void device_synchronize() {
+  count_host_sync();
+  HALOGEN_CHECK_CUDA(cudaDeviceSynchronize());
+}
 
 int current_device() {
   int device = 0;
@@ -50,7 +75,7 @@ CudaStream& CudaStream::operator=(CudaStream&& o) noexcept {
   return *this;
 }
 
-void CudaStream::synchronize() const { HALOGEN_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
+void CudaStream::synchronize() const { stream_synchronize(stream_); }
 
 void CudaStream::wait(const CudaEvent& event) const {
   HALOGEN_CHECK_CUDA(cudaStreamWaitEvent(stream_, event.get(), 0));
@@ -74,7 +99,7 @@ CudaEvent& CudaEvent::operator=(CudaEvent&& o) noexcept {
 
 void CudaEvent::record(cudaStream_t stream) { HALOGEN_CHECK_CUDA(cudaEventRecord(event_, stream)); }
 
-void CudaEvent::synchronize() const { HALOGEN_CHECK_CUDA(cudaEventSynchronize(event_)); }
+void CudaEvent::synchronize() const { event_synchronize(event_); }
 
 bool CudaEvent::query() const {
   const cudaError_t status = cudaEventQuery(event_);

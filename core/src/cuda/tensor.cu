@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "halogen/core/cuda/device_memory.hpp"
+#include "halogen/core/cuda/stream.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/tensor.hpp"
 
@@ -81,7 +82,7 @@ void copy(const TensorView& src, const TensorView& dst, void* stream) {
   HALOGEN_FAIL("copy: no conversion from {} to {} on the GPU", to_string(src.dtype), to_string(dst.dtype));
 }
 
-void synchronize(void* stream) { HALOGEN_CHECK_CUDA(cudaStreamSynchronize(as_stream(stream))); }
+void synchronize(void* stream) { cuda::stream_synchronize(as_stream(stream)); }
 
 void* create_stream() {
   cudaStream_t stream = nullptr;
@@ -90,6 +91,7 @@ void* create_stream() {
 }
 
 void destroy_stream(void* stream) noexcept {
+  cuda::count_host_sync();
   cudaStreamSynchronize(as_stream(stream));
   cudaStreamDestroy(as_stream(stream));
 }

@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "halogen/comm/nccl_communicator.hpp"
@@ -23,8 +24,8 @@ void grow(B& buffer, size_t n) {
 
 template <typename T>
 DeviceHaloExchanger<T>::DeviceHaloExchanger(const Shard& shard, Communicator& comm, cudaStream_t stream,
-                                            ProgressThread* progress)
-    : shard_(shard), comm_(comm), stream_(stream), progress_(progress) {
+                                            ProgressThread* progress, bool fused)
+    : shard_(shard), comm_(comm), stream_(stream), progress_(progress), fused_(fused) {
 #if HALOGEN_HAVE_NCCL
   if (auto* nccl = dynamic_cast<NcclCommunicator*>(&comm)) {
     direct_ = true;
@@ -34,6 +35,23 @@ DeviceHaloExchanger<T>::DeviceHaloExchanger(const Shard& shard, Communicator& co
   if (direct_) progress_ = nullptr;  // NCCL progresses on the GPU
   const std::vector<int32_t> indices(shard.send_indices.begin(), shard.send_indices.end());
   send_indices_.upload(indices, stream);
+  if (!fused_) return;
+  // Row i of a direction's send rows belongs to the message of row_peer[i], whose rows start at
+  // peer_rows[that peer]: forward, the send list grouped by peer; backward, the halo rows
+  // grouped by owner.
+  for (const bool backward : {false, true}) {
+    std::vector<int32_t> row_peer;
+    std::vector<int64_t> peer_rows(1, 0);
+    for (int q = 0; q < shard.num_parts; ++q) {
+      const int64_t n = HaloExchanger::rows_to(shard, backward, q);
+      row_peer.insert(row_peer.end(), static_cast<size_t>(n), q);
+      peer_rows.push_back(peer_rows.back() + n);
+    }
+    row_peer_[backward].upload(row_peer, stream);
+    peer_rows_[backward].upload(peer_rows, stream);
+  }
+  status_.resize(1);
+  status_.zero(stream);
 }
 
 template <typename T>
@@ -53,12 +71,10 @@ void DeviceHaloExchanger<T>::give_back(cuda::PinnedBuffer<uint32_t>&& buffer) {
 }
 
 template <typename T>
-typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backward, int64_t cols, int64_t fp32_tail,
-                                                                      int bits, const quant::QuantKey& key, int tag,
-                                                                      const float* send_rows) {
+typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::begin(bool backward, int64_t cols, int64_t fp32_tail,
+                                                                       int bits, const quant::QuantKey& key) {
   HALOGEN_EXPECTS(fp32_tail >= 0 && fp32_tail < std::max<int64_t>(cols, 1), "halo exchange: {} fp32 columns of {}",
                   fp32_tail, cols);
-  const int64_t quantized = cols - fp32_tail;
   const int P = shard_.num_parts;
   Pending p;
   p.active_ = true;
@@ -71,10 +87,17 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backw
   p.layout_ = HaloExchanger::message_layout(shard_, backward, bits, cols, fp32_tail);
   p.send_words_.resize(p.layout_.send[P]);
   p.recv_words_.resize(p.layout_.recv[P]);
+  return p;
+}
+
+template <typename T>
+void DeviceHaloExchanger<T>::quantize_staged(Pending& p, const quant::QuantKey& key, const float* send_rows) {
+  const int64_t cols = p.cols_, fp32_tail = p.fp32_tail_, quantized = cols - fp32_tail;
+  const int bits = p.bits_;
   // Row r of peer q's message is row (first row of q) + r of send_rows.
   int64_t first_row = 0;
-  for (int q = 0; q < P; ++q) {
-    const int64_t n = HaloExchanger::rows_to(shard_, backward, q);
+  for (int q = 0; q < shard_.num_parts; ++q) {
+    const int64_t n = HaloExchanger::rows_to(shard_, p.backward_, q);
     if (n > 0) {
       quant::QuantKey k = key;
       k.rank = static_cast<uint32_t>(shard_.part);
@@ -90,6 +113,56 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backw
     }
     first_row += n;
   }
+}
+
+template <typename T>
+void DeviceHaloExchanger<T>::quantize_fused(Pending& p, const quant::QuantKey& key, const T* local) {
+  const bool backward = p.backward_;
+  quant::SendRowMap map;
+  map.source_rows = backward ? nullptr : send_indices_.data();
+  map.source_base = backward ? shard_.num_owned : 0;
+  map.row_peer = row_peer_[backward].data();
+  map.peer_rows = peer_rows_[backward].data();
+  map.rows = static_cast<int64_t>(row_peer_[backward].size());
+  map.num_peers = shard_.num_parts;
+  if (map.rows == 0) return;
+  grow(scratch_, quant::fused_send_scratch_bytes(map.rows, map.num_peers));
+  quant::QuantKey k = key;
+  k.rank = static_cast<uint32_t>(shard_.part);
+  quant::quantize_send_fused(local, p.cols_, p.cols_ - p.fp32_tail_, p.fp32_tail_, p.bits_, k, map, scratch_.data(),
+                             p.send_words_.data(), status_.data(), stream_);
+  // The status travels to the host behind the codes; check_status reads it when the exchange
+  // is finished.
+  constexpr size_t kStatusWords = sizeof(quant::NonFiniteStatus) / sizeof(uint32_t);
+  if (status_pool_.empty()) {
+    p.status_host_.reserve(kStatusWords);
+  } else {
+    p.status_host_ = std::move(status_pool_.back());
+    status_pool_.pop_back();
+  }
+  HALOGEN_CHECK_CUDA(cudaMemcpyAsync(p.status_host_.data(), status_.data(), sizeof(quant::NonFiniteStatus),
+                                     cudaMemcpyDeviceToHost, stream_));
+  p.status_copied_.emplace();
+  p.status_copied_->record(stream_);
+}
+
+template <typename T>
+void DeviceHaloExchanger<T>::check_status(Pending& p) {
+  if (!p.status_copied_) return;
+  // The copy was queued before the transfer was posted, so it has landed once the transfer
+  // has been waited for (MPI staging synchronised the stream; NCCL's stream waited for this
+  // one); the synchronisation is for a communicator that orders its stream otherwise.
+  if (!p.status_copied_->query()) p.status_copied_->synchronize();
+  p.status_copied_.reset();
+  quant::NonFiniteStatus status;
+  std::memcpy(&status, p.status_host_.data(), sizeof status);
+  status_pool_.push_back(std::move(p.status_host_));
+  quant::throw_if_flagged(status, static_cast<uint32_t>(shard_.part));
+}
+
+template <typename T>
+void DeviceHaloExchanger<T>::post(Pending& p, int tag) {
+  const int P = shard_.num_parts;
   uint32_t* send_base = p.send_words_.data();
   uint32_t* recv_base = p.recv_words_.data();
   if (!direct_) {
@@ -98,7 +171,7 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backw
     if (p.layout_.send[P] > 0)
       HALOGEN_CHECK_CUDA(cudaMemcpyAsync(p.send_host_.data(), p.send_words_.data(),
                                          p.layout_.send[P] * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream_));
-    HALOGEN_CHECK_CUDA(cudaStreamSynchronize(stream_));  // MPI reads the host copy
+    cuda::stream_synchronize(stream_);  // MPI reads the host copy
     send_base = p.send_host_.data();
     recv_base = p.recv_host_.data();
   }
@@ -107,7 +180,6 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::post(bool backw
   stats_.bytes_sent += bytes;
   stats_.messages += sends.size();
   p.transfer_ = Transfer::post(comm_, progress_, std::move(sends), std::move(recvs), tag);
-  return p;
 }
 
 template <typename T>
@@ -127,11 +199,12 @@ void DeviceHaloExchanger<T>::fetch(Pending& p) {
       HALOGEN_CHECK_CUDA(cudaMemcpyAsync(p.recv_words_.data(), p.recv_host_.data(), words * sizeof(uint32_t),
                                          cudaMemcpyHostToDevice, stream_));
     // The host copies are done with once the upload above has run.
-    HALOGEN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+    cuda::stream_synchronize(stream_);
     give_back(std::move(p.send_host_));
     give_back(std::move(p.recv_host_));
   }
   p.fetched_ = true;
+  check_status(p);
 }
 
 template <typename T>
@@ -150,7 +223,7 @@ std::string DeviceHaloExchanger<T>::save(Pending& p) {
   if (!saved.words.empty())
     HALOGEN_CHECK_CUDA(cudaMemcpyAsync(saved.words.data(), p.recv_words_.data(), saved.words.size() * sizeof(uint32_t),
                                        cudaMemcpyDeviceToHost, stream_));
-  HALOGEN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  cuda::stream_synchronize(stream_);
   return saved.encode();
 }
 
@@ -177,10 +250,16 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::start_forward(c
                                                                                const quant::QuantKey& key, int tag,
                                                                                int64_t fp32_tail) {
   Stopwatch sw;
-  const int64_t n = static_cast<int64_t>(shard_.send_indices.size());
-  grow(rows_, static_cast<size_t>(std::max<int64_t>(n, shard_.num_halo) * cols));
-  exchange_cuda::gather_rows(local, cols, send_indices_.data(), n, cols, rows_.data(), stream_);
-  Pending p = post(/*backward=*/false, cols, fp32_tail, bits, key, tag, rows_.data());
+  Pending p = begin(/*backward=*/false, cols, fp32_tail, bits, key);
+  if (takes_fused(key)) {
+    quantize_fused(p, key, local);
+  } else {
+    const int64_t n = static_cast<int64_t>(shard_.send_indices.size());
+    grow(rows_, static_cast<size_t>(std::max<int64_t>(n, shard_.num_halo) * cols));
+    exchange_cuda::gather_rows(local, cols, send_indices_.data(), n, cols, rows_.data(), stream_);
+    quantize_staged(p, key, rows_.data());
+  }
+  post(p, tag);
   stats_.quant_s += sw.seconds();
   return p;
 }
@@ -227,18 +306,24 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::start_backward(
                                                                                 int bits, const quant::QuantKey& key,
                                                                                 int tag) {
   Stopwatch sw;
-  // The halo rows are contiguous, grouped by owner: they are the messages as they stand.
-  const T* halo = local_grad + shard_.num_owned * cols;
-  const float* send_rows = nullptr;
-  if constexpr (std::is_same_v<T, float>) {
-    send_rows = halo;
+  Pending p = begin(/*backward=*/true, cols, 0, bits, key);
+  if (takes_fused(key)) {
+    quantize_fused(p, key, local_grad);
   } else {
-    grow(rows_, static_cast<size_t>(shard_.num_halo * cols));
-    copy(ExecContext{kDevCuda, stream_}, TensorView::of(halo, shard_.num_halo * cols, 1, kDevCuda),
-         TensorView::of(rows_.data(), shard_.num_halo * cols, 1, kDevCuda));
-    send_rows = rows_.data();
+    // The halo rows are contiguous, grouped by owner: they are the messages as they stand.
+    const T* halo = local_grad + shard_.num_owned * cols;
+    const float* send_rows = nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      send_rows = halo;
+    } else {
+      grow(rows_, static_cast<size_t>(shard_.num_halo * cols));
+      copy(ExecContext{kDevCuda, stream_}, TensorView::of(halo, shard_.num_halo * cols, 1, kDevCuda),
+           TensorView::of(rows_.data(), shard_.num_halo * cols, 1, kDevCuda));
+      send_rows = rows_.data();
+    }
+    quantize_staged(p, key, send_rows);
   }
-  Pending p = post(/*backward=*/true, cols, 0, bits, key, tag, send_rows);
+  post(p, tag);
   stats_.quant_s += sw.seconds();
   return p;
 }
@@ -367,10 +452,10 @@ Exchange DeviceHaloExchanger<T>::restore(const std::string& bytes) {
 }
 
 std::unique_ptr<HaloExchanger> make_device_halo_exchanger(const Shard& shard, Communicator& comm, void* stream,
-                                                          DType dtype, ProgressThread* progress) {
+                                                          DType dtype, ProgressThread* progress, bool fused) {
   const auto s = static_cast<cudaStream_t>(stream);
-  if (dtype == DType::kF32) return std::make_unique<DeviceHaloExchanger<float>>(shard, comm, s, progress);
-  if (dtype == DType::kF16) return std::make_unique<DeviceHaloExchanger<__half>>(shard, comm, s, progress);
+  if (dtype == DType::kF32) return std::make_unique<DeviceHaloExchanger<float>>(shard, comm, s, progress, fused);
+  if (dtype == DType::kF16) return std::make_unique<DeviceHaloExchanger<__half>>(shard, comm, s, progress, fused);
   HALOGEN_FAIL("the device halo exchange takes fp32 or fp16 matrices, not {}", to_string(dtype));
 }
 

@@ -12,22 +12,34 @@
 //
 // T is the element type of the local matrices (float, or __half in fp16 training; the wire
 // format is the fp32 one either way). Calls queue their kernels on the compute stream given at
-// construction and synchronise it where the host must wait (the quantizer picks each
-// message's exponent on the host; staged copies must land before MPI reads them).
+// construction and synchronise it where the host must wait (staged copies must land before MPI
+// reads them).
+//
+// Two send paths make the same words. Staged (the default): the send rows gathered into fp32
+// rows, then quantize_rows per peer, which waits on the host once per message to pick its
+// exponent. Fused (`fused` at construction): quant::quantize_send_fused, one scan and one
+// packing kernel over the send rows of all peers, read straight from the local matrix by a
+// row -> (peer, slot) map built here once per direction, with no host wait; its non-finite
+// input is flagged on the device and reported when the exchange is finished (the host has
+// waited for the transfer by then, so reading the flag costs no wait of its own). Rounding
+// kDeterministic (error feedback) always takes the staged path.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "halogen/comm/communicator.hpp"
 #include "halogen/core/cuda/device_memory.hpp"
+#include "halogen/core/cuda/stream.hpp"
 #include "halogen/partition/shard.hpp"
 #include "halogen/pipeline/halo_exchanger.hpp"
 #include "halogen/pipeline/progress_thread.hpp"
 #include "halogen/quant/quantize.hpp"
+#include "halogen/quant/quantize_fused.hpp"
 
 namespace halogen {
 
@@ -50,10 +62,15 @@ class DeviceHaloExchanger final : public HaloExchanger {
     HaloExchanger::MessageLayout layout_;  // per peer, in words
     cuda::DeviceBuffer<uint32_t> send_words_, recv_words_;
     cuda::PinnedBuffer<uint32_t> send_host_, recv_host_;
+    // Fused sends: the exchanger's non-finite status as it stood after this send, copied to
+    // the host behind the codes, and the event of that copy.
+    cuda::PinnedBuffer<uint32_t> status_host_;
+    std::optional<cuda::CudaEvent> status_copied_;
     Transfer transfer_;  // last: destroyed (waited for) before the buffers
   };
 
-  DeviceHaloExchanger(const Shard& shard, Communicator& comm, cudaStream_t stream, ProgressThread* progress = nullptr);
+  DeviceHaloExchanger(const Shard& shard, Communicator& comm, cudaStream_t stream, ProgressThread* progress = nullptr,
+                      bool fused = false);
 
   /// Gathers the send rows of `local` (num_local x cols, contiguous; owned rows are read),
   /// quantizes them to `bits` (all but the last fp32_tail columns, which travel as fp32 after
@@ -91,10 +108,17 @@ class DeviceHaloExchanger final : public HaloExchanger {
   const ExchangeStats& stats() const noexcept { return stats_; }
   ExchangeStats& stats() noexcept override { return stats_; }
   bool uses_device_buffers() const noexcept { return direct_; }
+  bool fused() const noexcept { return fused_; }
 
  private:
-  Pending post(bool backward, int64_t cols, int64_t fp32_tail, int bits, const quant::QuantKey& key, int tag,
-               const float* send_rows);
+  Pending begin(bool backward, int64_t cols, int64_t fp32_tail, int bits, const quant::QuantKey& key);
+  void quantize_staged(Pending& p, const quant::QuantKey& key, const float* send_rows);
+  void quantize_fused(Pending& p, const quant::QuantKey& key, const T* local);
+  void post(Pending& p, int tag);
+  bool takes_fused(const quant::QuantKey& key) const { return fused_ && key.rounding == quant::Rounding::kStochastic; }
+  /// Throws the fused sends' non-finite report as `p`'s send left it (its copy has landed once
+  /// the transfer has been waited for).
+  void check_status(Pending& p);
   void wait_and_fetch(Pending& p);  // fetch, then the exchange is finished
   void fetch(Pending& p);           // waits; the received words end up on the device
   cuda::PinnedBuffer<uint32_t> take_pinned(size_t words);
@@ -107,8 +131,16 @@ class DeviceHaloExchanger final : public HaloExchanger {
   cudaStream_t stream_;
   ProgressThread* progress_;
   bool direct_ = false;  // NCCL: transfers straight from device memory
+  bool fused_ = false;
   cuda::DeviceBuffer<int32_t> send_indices_;
-  cuda::DeviceBuffer<float> rows_;  // fp32 rows: gathered to send, or dequantized on arrival
+  // Fused sends: per direction the peer of each send row and each peer's first row; scratch;
+  // the non-finite status, sticky over the exchanger's sends.
+  cuda::DeviceBuffer<int32_t> row_peer_[2];
+  cuda::DeviceBuffer<int64_t> peer_rows_[2];
+  cuda::DeviceBuffer<unsigned char> scratch_;
+  cuda::DeviceBuffer<quant::NonFiniteStatus> status_;
+  std::vector<cuda::PinnedBuffer<uint32_t>> status_pool_;  // pinned copies of it, reused
+  cuda::DeviceBuffer<float> rows_;                         // fp32 rows: gathered to send, or dequantized on arrival
   // Pinned staging buffers of finished exchanges, reused (cudaHostAlloc is slow).
   std::vector<cuda::PinnedBuffer<uint32_t>> pinned_pool_;
   ExchangeStats stats_;

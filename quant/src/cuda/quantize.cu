@@ -14,6 +14,7 @@
 
 #include "../quantize_common.hpp"
 #include "../quantize_host.hpp"
+#include "halogen/core/cuda/stream.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/quant/quantize.hpp"
 
@@ -236,14 +237,14 @@ void quantize_rows<kDevCuda>(const float* in, int64_t rows, int64_t cols, int64_
   HALOGEN_CHECK_CUDA(cudaGetLastError());
   ScanState host_state{};
   HALOGEN_CHECK_CUDA(cudaMemcpyAsync(&host_state, state, sizeof(ScanState), cudaMemcpyDeviceToHost, s));
-  HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
+  cuda::stream_synchronize(s);
   if (host_state.inverted_first_bad != 0) {
     const auto index = static_cast<int64_t>(~host_state.inverted_first_bad);
     const int64_t row = index / cols;
     const int64_t col = index % cols;
     float value = 0.0f;
     HALOGEN_CHECK_CUDA(cudaMemcpyAsync(&value, in + row * ld + col, sizeof(float), cudaMemcpyDeviceToHost, s));
-    HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
+    cuda::stream_synchronize(s);
     detail::throw_non_finite(key, bits, row, col, value);
   }
 

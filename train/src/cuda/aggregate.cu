@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "device_kernels.hpp"
+#include "halogen/core/cuda/stream.hpp"
 #include "halogen/core/error.hpp"
 #include "kernels.hpp"
 #include "kernels/aggregate.hpp"
@@ -354,7 +355,7 @@ void aggregate_with(const typename P::Args& a, const AggregationPlan* plan, void
   StreamScratch scratch(static_cast<size_t>(view.num_items * scratch_ld) * sizeof(typename P::Acc), s);
   launch_widest<P>(a, view, static_cast<typename P::Acc*>(scratch.data()), scratch_ld, s);
   // A plan built here is freed at return: its arrays must not be reused under the kernels.
-  if (plan == nullptr) HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
+  if (plan == nullptr) cuda::stream_synchronize(s);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "device_kernels.hpp"
 #include "halogen/core/cuda/device_memory.hpp"
+#include "halogen/core/cuda/stream.hpp"
 #include "halogen/core/error.hpp"
 #include "kernels.hpp"
 
@@ -71,7 +72,7 @@ AggregationPlan::AggregationPlan(const CsrBlock& graph, int chunk, void* stream)
       cudaMemcpyAsync(&totals[0], long_pos.data() + graph.rows, sizeof(int64_t), cudaMemcpyDeviceToHost, s));
   HALOGEN_CHECK_CUDA(
       cudaMemcpyAsync(&totals[1], chunk_pos.data() + graph.rows, sizeof(int64_t), cudaMemcpyDeviceToHost, s));
-  HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
+  cuda::stream_synchronize(s);
   num_long_ = totals[0];
   num_items_ = totals[1];
   if (num_long_ == 0) return;
@@ -83,7 +84,7 @@ AggregationPlan::AggregationPlan(const CsrBlock& graph, int chunk, void* stream)
   HALOGEN_CHECK_CUDA(cudaGetLastError());
   // The temporaries return to the allocator's cache at scope exit, and the plan may be used
   // on another stream: wait for the kernel.
-  HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
+  cuda::stream_synchronize(s);
 }
 
 }  // namespace halogen

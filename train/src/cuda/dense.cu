@@ -9,6 +9,7 @@
 
 #include "device_kernels.hpp"
 #include "halogen/core/cuda/device_memory.hpp"
+#include "halogen/core/cuda/stream.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
 #include "kernels.hpp"
@@ -281,7 +282,7 @@ bool all_finite_impl(const T* x, int64_t n, void* stream) {
   check_launch();
   unsigned int host = 0;
   HALOGEN_CHECK_CUDA(cudaMemcpyAsync(&host, count.data(), sizeof(host), cudaMemcpyDeviceToHost, s));
-  HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
+  cuda::stream_synchronize(s);
   return host == 0;
 }
 
@@ -359,7 +360,7 @@ double cuda::softmax_xent(const float* logits, int64_t rows, int64_t classes, co
   cuda::softmax_xent(logits, rows, classes, labels, mask, grad_scale, grad, loss.data(), stream);
   double host = 0.0;
   HALOGEN_CHECK_CUDA(cudaMemcpyAsync(&host, loss.data(), sizeof(double), cudaMemcpyDeviceToHost, s));
-  HALOGEN_CHECK_CUDA(cudaStreamSynchronize(s));
+  cuda::stream_synchronize(s);
   return host;
 }
 

@@ -129,10 +129,12 @@ class HaloExchanger {
 
 /// The exchanger for local matrices of `dtype` on ctx's device (ctx.stream: the compute stream
 /// a device exchanger queues on). `progress`: the thread that drives transfers in overlap and
-/// stale modes (ignored where NCCL progresses on the GPU). A CUDA request in a CPU-only build,
-/// or fp16 on the CPU, throws.
+/// stale modes (ignored where NCCL progresses on the GPU). `fused_device_send`: a device
+/// exchanger quantizes each exchange's sends in one fused pass without host waits (the same
+/// words; ignored on the CPU). A CUDA request in a CPU-only build, or fp16 on the CPU, throws.
 std::unique_ptr<HaloExchanger> make_halo_exchanger(const Shard& shard, Communicator& comm, const ExecContext& ctx,
-                                                   DType dtype, ProgressThread* progress = nullptr);
+                                                   DType dtype, ProgressThread* progress = nullptr,
+                                                   bool fused_device_send = false);
 
 /// An exchange in flight of the host exchanger: owns the packed buffers and the transfer handle.
 class PendingExchange final : public InFlightExchange {

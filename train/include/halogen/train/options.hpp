@@ -103,6 +103,14 @@ HaloErrorFeedback parse_halo_error_feedback(const std::string& name);
 std::string to_string(HaloErrorFeedback f);
 inline constexpr int kErrorFeedbackDepth = 16;
 
+/// How a GPU rank quantizes the rows it sends (the same words either way): kStaged gathers them
+/// into fp32 rows and quantizes each peer's message in turn, the host waiting once per message
+/// to choose its exponent; kFused quantizes all peers' messages in one pass on the device,
+/// without host waits (new, not yet measured on a GPU).
+enum class DeviceExchange { kStaged, kFused };
+DeviceExchange parse_device_exchange(const std::string& name);
+std::string to_string(DeviceExchange d);
+
 /// How halo rows travel between ranks: their bits, and when they may be stale.
 struct ExchangeOptions {
   /// Bits per layer for forward features and backward gradients; one value = all layers.
@@ -115,6 +123,7 @@ struct ExchangeOptions {
   bool skip_exchange = false;  // benchmark floor: compute only, halos left stale from epoch 0
   /// Applies to the layers that send gradients below 16 bits; see HaloErrorFeedback.
   HaloErrorFeedback error_feedback = HaloErrorFeedback::kAuto;
+  DeviceExchange device_exchange = DeviceExchange::kStaged;  // --device cuda only
 
   int bits_fwd_at(int layer) const { return bits_fwd.size() == 1 ? bits_fwd[0] : bits_fwd[layer]; }
   int bits_bwd_at(int layer) const { return bits_bwd.size() == 1 ? bits_bwd[0] : bits_bwd[layer]; }

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "halogen/config.hpp"
+#include "halogen/core/cuda/host_syncs.hpp"
 
 #if !HALOGEN_HAVE_CUDA
 #error "halogen/core/cuda/stream.hpp is only for CUDA builds (HALOGEN_HAVE_CUDA)"
@@ -36,6 +37,15 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
+/// cudaStreamSynchronize(stream) (nullptr: the legacy default stream), counted as a host wait
+/// (host_syncs.hpp); throws on a CUDA error. Every host wait on a stream goes through here or
+/// through the methods below, so the count is complete.
+void stream_synchronize(cudaStream_t stream);
+/// cudaEventSynchronize(event), counted; throws on a CUDA error.
+void event_synchronize(cudaEvent_t event);
+/// cudaDeviceSynchronize(), counted; throws on a CUDA error.
+void device_synchronize();
+
 class CudaEvent;
 
 /// An owned non-blocking stream on the device current at construction.
@@ -53,7 +63,8 @@ class CudaStream {
   /// The stream as the `void* stream` argument of halogen's kernels.
   void* handle() const noexcept { return static_cast<void*>(stream_); }
   int device() const noexcept { return device_; }
-  /// Blocks until all work queued so far has finished; throws on a CUDA error.
+  /// Blocks until all work queued so far has finished (a counted host wait); throws on a CUDA
+  /// error.
   void synchronize() const;
   /// Work queued on this stream after this call waits for `event` (recorded elsewhere).
   void wait(const CudaEvent& event) const;
@@ -77,7 +88,7 @@ class CudaEvent {
   /// Captures the work queued on `stream` so far (nullptr = legacy default stream).
   void record(cudaStream_t stream);
   void record(const CudaStream& stream) { record(stream.get()); }
-  /// Blocks until the captured work has finished; throws on a CUDA error.
+  /// Blocks until the captured work has finished (a counted host wait); throws on a CUDA error.
   void synchronize() const;
   /// True when the captured work has finished, false while it runs; throws on a CUDA error.
   bool query() const;
