@@ -16,10 +16,15 @@
 //     bytes written (as CUDA's bandwidthTest does for device-to-device copies); a quantize call
 //     includes its one stream synchronisation. dequantize_rows is timed the same way, and its
 //     result checked against the CPU's dequantization of the same words.
+//  3. The device exchange's send side at 1 bit, staged against fused, on the same message
+//     split over --peers peers (rows gathered through a shuffled row map, so the gather is
+//     timed too): staged is quantize_rows per peer (its host waits included), fused is
+//     quant::quantize_send_fused over all peers at once (no host wait). Both checked against
+//     the CPU quantizer's words, beside the device copy of the same fp32 bytes.
 //
 // Usage: bench_spmm_gpu [--graph rmat|sbm] [--dataset DIR] [--scale 18] [--edge-factor 16] [--nodes N]
 //                       [--cols 32,64,128,256] [--warmup 5] [--iters 20]
-//                       [--quant-rows 262144] [--quant-cols 128]
+//                       [--quant-rows 262144] [--quant-cols 128] [--peers 4] [--only spmm|quant|send]
 // --dataset reads the graph of a dataset written by `halogen generate` (or `halogen convert`)
 // instead of generating one, so the kernels run on the CSR a training run uses.
 // The device is HALOGEN_DEVICE (default 0).
@@ -50,6 +55,7 @@
 #include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/generate.hpp"
 #include "halogen/quant/quantize.hpp"
+#include "halogen/quant/quantize_fused.hpp"
 #include "kernels/aggregate.hpp"
 
 #define CHECK_CUSPARSE(call)                                                                 \
@@ -77,6 +83,8 @@ struct Options {
   int iters = 20;
   int64_t quant_rows = 1 << 18;
   int64_t quant_cols = 128;
+  int peers = 4;
+  std::string only;  // spmm, quant or send: that part alone
 };
 
 std::vector<int64_t> parse_list(std::string_view s) {
@@ -116,11 +124,18 @@ Options parse(int argc, char** argv) {
       o.quant_rows = std::stoll(value);
     } else if (arg == "--quant-cols") {
       o.quant_cols = std::stoll(value);
+    } else if (arg == "--peers") {
+      o.peers = std::stoi(value);
+    } else if (arg == "--only") {
+      o.only = value;
+      HALOGEN_EXPECTS(value == "spmm" || value == "quant" || value == "send",
+                      "--only: expected spmm, quant or send, got '{}'", value);
     } else {
       HALOGEN_FAIL("unknown option '{}' (see the comment at the top of bench/bench_spmm_gpu.cpp)", arg);
     }
   }
   HALOGEN_EXPECTS(o.iters >= 1 && o.warmup >= 0, "--iters must be >= 1 and --warmup >= 0");
+  HALOGEN_EXPECTS(o.peers >= 1 && o.peers <= 1024, "--peers must be in [1, 1024], got {}", o.peers);
   return o;
 }
 
@@ -409,6 +424,155 @@ int bench_quantize(const Options& o, cudaStream_t stream) {
   return failures;
 }
 
+int bench_send(const Options& o, cudaStream_t stream) {
+  const int64_t rows = o.quant_rows, cols = o.quant_cols;
+  const int P = o.peers;
+  const size_t values = static_cast<size_t>(rows * cols);
+  std::printf(
+      "#\n# send side, 1 bit: %lld rows x %lld fp32 columns (%.1f MiB) gathered by a shuffled row map into %d "
+      "peers' messages; algbw = (bytes read + bytes written) / time\n#\n",
+      static_cast<long long>(rows), static_cast<long long>(cols), values * 4.0 / (1 << 20), P);
+  std::printf("  %-34s %12s %12s %12s %8s\n", "operation", "time(us)", "algbw(GB/s)", "of memcpy", "check");
+  std::vector<float> x(values);
+  const RngStream rng = RngStream::make(6, RngPurpose::kGenerator);
+  for (size_t i = 0; i < values; ++i)
+    x[i] =
+        2.0f * uniform_from_bits(rng.bits(static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), 0, 0).v[0]) - 1.0f;
+  // Row i of the send rows reads local row perm[i]; peer q gets rows [q * rows / P, (q + 1) * rows / P).
+  std::vector<int32_t> perm(static_cast<size_t>(rows)), row_peer(static_cast<size_t>(rows));
+  std::vector<int64_t> peer_rows(static_cast<size_t>(P) + 1);
+  for (int64_t i = 0; i < rows; ++i) perm[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  for (int64_t i = rows - 1; i > 0; --i) {
+    const auto j =
+        static_cast<int64_t>(rng.bits(static_cast<uint32_t>(i), 0, 1, 0).v[0] % static_cast<uint32_t>(i + 1));
+    std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(j)]);
+  }
+  for (int q = 0; q <= P; ++q) peer_rows[static_cast<size_t>(q)] = rows * q / P;
+  for (int q = 0; q < P; ++q) {
+    for (int64_t i = peer_rows[static_cast<size_t>(q)]; i < peer_rows[static_cast<size_t>(q) + 1]; ++i)
+      row_peer[static_cast<size_t>(i)] = q;
+  }
+  std::vector<float> gathered(values);
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(&gathered[static_cast<size_t>(i * cols)], &x[static_cast<size_t>(perm[static_cast<size_t>(i)]) * cols],
+                static_cast<size_t>(cols) * sizeof(float));
+  const int bits = 1;
+  quant::QuantKey key;
+  key.seed = 11;
+  key.rank = 0;
+  // The CPU's words: each peer's message in turn.
+  std::vector<size_t> offsets(static_cast<size_t>(P) + 1, 0);
+  for (int q = 0; q < P; ++q)
+    offsets[static_cast<size_t>(q) + 1] =
+        offsets[static_cast<size_t>(q)] +
+        quant::packed_words(bits, peer_rows[static_cast<size_t>(q) + 1] - peer_rows[static_cast<size_t>(q)], cols);
+  const size_t words = offsets.back();
+  auto cpu_words = [&](const quant::QuantKey& k0) {
+    std::vector<uint32_t> cpu(words);
+    for (int q = 0; q < P; ++q) {
+      quant::QuantKey k = k0;
+      k.peer = static_cast<uint32_t>(q);
+      const int64_t first = peer_rows[static_cast<size_t>(q)], n = peer_rows[static_cast<size_t>(q) + 1] - first;
+      if (n > 0)
+        quant::quantize_rows<kDevCpu>(gathered.data() + first * cols, n, cols, cols, bits, k,
+                                      cpu.data() + offsets[static_cast<size_t>(q)]);
+    }
+    return cpu;
+  };
+
+  DeviceBuffer<float> d_x = DeviceBuffer<float>::from_host(x), d_rows(values);
+  DeviceBuffer<int32_t> d_perm = DeviceBuffer<int32_t>::from_host(perm),
+                        d_row_peer = DeviceBuffer<int32_t>::from_host(row_peer);
+  DeviceBuffer<int64_t> d_peer_rows = DeviceBuffer<int64_t>::from_host(peer_rows);
+  DeviceBuffer<uint32_t> d_packed(words);
+  const double in_bytes = static_cast<double>(values) * 4;
+  const double out_bytes = static_cast<double>(words) * 4;
+  const double copy_ms = time_ms(o, stream, [&] {
+    HALOGEN_CHECK_CUDA(cudaMemcpyAsync(d_rows.data(), d_x.data(), d_x.bytes(), cudaMemcpyDeviceToDevice, stream));
+  });
+  const double copy_gbs = 2 * in_bytes / (copy_ms * 1e-3) / 1e9;
+  std::printf("  %-34s %12.1f %12.1f %11.0f%% %8s\n", "cudaMemcpy D2D", copy_ms * 1e3, copy_gbs, 100.0, "");
+  auto report = [&](const char* name, double ms, bool same) {
+    const double gbs = (in_bytes + out_bytes) / (ms * 1e-3) / 1e9;
+    std::printf("  %-34s %12.1f %12.1f %11.0f%% %8s\n", name, ms * 1e3, gbs, 100.0 * gbs / copy_gbs,
+                same ? "ok" : "FAIL");
+  };
+  int failures = 0;
+
+  // Staged: the gather into fp32 rows is a device copy of the shuffled rows (timed as one 2D
+  // copy per row would be too slow to be fair: the exchanger's gather kernel reads each value
+  // once, which the plain copy of the same bytes stands for), then quantize_rows per peer.
+  key.epoch = 1;
+  const double staged_ms = time_ms(o, stream, [&] {
+    HALOGEN_CHECK_CUDA(cudaMemcpyAsync(d_rows.data(), d_x.data(), d_x.bytes(), cudaMemcpyDeviceToDevice, stream));
+    for (int q = 0; q < P; ++q) {
+      quant::QuantKey k = key;
+      k.peer = static_cast<uint32_t>(q);
+      const int64_t first = peer_rows[static_cast<size_t>(q)], n = peer_rows[static_cast<size_t>(q) + 1] - first;
+      if (n > 0)
+        quant::quantize_rows<kDevCuda>(d_rows.data() + first * cols, n, cols, cols, bits, k,
+                                       d_packed.data() + offsets[static_cast<size_t>(q)], stream);
+    }
+  });
+  {
+    // Checked on the gathered rows (the timed copy stands in for the gather).
+    DeviceBuffer<float> d_gathered = DeviceBuffer<float>::from_host(gathered);
+    for (int q = 0; q < P; ++q) {
+      quant::QuantKey k = key;
+      k.peer = static_cast<uint32_t>(q);
+      const int64_t first = peer_rows[static_cast<size_t>(q)], n = peer_rows[static_cast<size_t>(q) + 1] - first;
+      if (n > 0)
+        quant::quantize_rows<kDevCuda>(d_gathered.data() + first * cols, n, cols, cols, bits, k,
+                                       d_packed.data() + offsets[static_cast<size_t>(q)], stream);
+    }
+    const bool same = d_packed.to_host(stream) == cpu_words(key);
+    failures += !same;
+    report("staged: copy + quantize_rows/peer", staged_ms, same);
+  }
+
+  // Fused: one scan and one packing kernel over all peers, rows read through the map.
+  quant::SendRowMap map;
+  map.source_rows = d_perm.data();
+  map.row_peer = d_row_peer.data();
+  map.peer_rows = d_peer_rows.data();
+  map.rows = rows;
+  map.num_peers = P;
+  DeviceBuffer<unsigned char> scratch(quant::fused_send_scratch_bytes(rows, P));
+  DeviceBuffer<quant::NonFiniteStatus> status(1);
+  status.zero(stream);
+  key.epoch = 2;
+  const double fused_ms = time_ms(o, stream, [&] {
+    quant::quantize_send_fused(d_x.data(), cols, cols, 0, bits, key, map, scratch.data(), d_packed.data(),
+                               status.data(), stream);
+  });
+  const bool fused_same = d_packed.to_host(stream) == cpu_words(key) && status.to_host(stream)[0].flagged == 0;
+  failures += !fused_same;
+  report("fused: quantize_send_fused", fused_ms, fused_same);
+
+  // Receive side at 1 bit: dequantize_rows per peer into the rows.
+  const std::vector<uint32_t> cpu = cpu_words(key);
+  const double deq_ms = time_ms(o, stream, [&] {
+    for (int q = 0; q < P; ++q) {
+      const int64_t first = peer_rows[static_cast<size_t>(q)], n = peer_rows[static_cast<size_t>(q) + 1] - first;
+      if (n > 0)
+        quant::dequantize_rows<kDevCuda>(d_packed.data() + offsets[static_cast<size_t>(q)], n, cols, bits,
+                                         d_rows.data() + first * cols, cols, false, stream);
+    }
+  });
+  std::vector<float> cpu_rows(values);
+  for (int q = 0; q < P; ++q) {
+    const int64_t first = peer_rows[static_cast<size_t>(q)], n = peer_rows[static_cast<size_t>(q) + 1] - first;
+    if (n > 0)
+      quant::dequantize_rows<kDevCpu>(cpu.data() + offsets[static_cast<size_t>(q)], n, cols, bits,
+                                      cpu_rows.data() + first * cols, cols);
+  }
+  const bool deq_same = max_rel_error(d_rows.to_host(stream), cpu_rows) <= 1e-6;
+  failures += !deq_same;
+  report("dequantize_rows/peer", deq_ms, deq_same);
+  std::printf("  %-34s %12.2f\n", "fused / staged time", fused_ms / staged_ms);
+  return failures;
+}
+
 int run(int argc, char** argv) {
   const Options o = parse(argc, argv);
   HALOGEN_EXPECTS(cuda_device_count() > 0, "bench_spmm_gpu: no CUDA device visible");
@@ -417,8 +581,10 @@ int run(int argc, char** argv) {
   HALOGEN_CHECK_CUDA(cudaSetDevice(device));
   std::printf("# halogen bench_spmm_gpu on device %d: %s\n", device, cuda::device_description(device).c_str());
   CudaStream stream;
-  int failures = bench_spmm(o, stream.get());
-  failures += bench_quantize(o, stream.get());
+  int failures = 0;
+  if (o.only.empty() || o.only == "spmm") failures += bench_spmm(o, stream.get());
+  if (o.only.empty() || o.only == "quant") failures += bench_quantize(o, stream.get());
+  if (o.only.empty() || o.only == "send") failures += bench_send(o, stream.get());
   std::printf("#\n# %s\n", failures == 0 ? "all checks passed" : "SOME CHECKS FAILED");
   return failures == 0 ? 0 : 1;
 }

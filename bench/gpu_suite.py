@@ -19,6 +19,14 @@ Sections (each prints its rows as it finishes; the summary table comes last):
   halos   4 ranks sharing the GPU over MPI staging (HALOGEN_DEVICE=0): fp32 synchronous halos,
           1-bit stale halos, and no exchange at all (--skip-exchange, the floor), for GCN and for
           the deep models that exchange at every layer (--halo-models gcn,gcnii:16,appnp).
+  exchange the device exchange's send side, staged against fused (--device-exchange), side by
+          side: bench_spmm_gpu --only send (1-bit quantize + pack of 2^20 rows x 128 over 4 peers
+          through a shuffled row map, and dequantize, against the device copy of the same bytes;
+          each checked against the CPU quantizer), then 4 ranks sharing the GPU over MPI staging
+          (under MPS when nvidia-cuda-mps-control is on the PATH), the scale-20 graph in 4 parts,
+          for --halo-models: fp32 sync, 1-bit stale staged and fused, and --skip-exchange; per
+          run the median epoch and its breakdown (compute_s, quant_s, halo_wait_s) and host_syncs
+          from the metrics. Without a GPU (--device cuda) it says so and stops.
   profile per-kernel device time of one GCN training run in fp32 and in fp16 (Nsight Compute,
           one metric: gpu__time_duration), when ncu is on the PATH.
   accuracy bench/accuracy.py's rows on the GPU (only when named): --ranks ranks per run
@@ -30,7 +38,8 @@ Sections (each prints its rows as it finishes; the summary table comes last):
           0.87 s an epoch, and no run finished in 6 minutes; at 1 rank x 4 runs a run took
           2.5 minutes. Stale rows need their ranks, so a GPU each (or MPS).
 
-usage: gpu_suite.py [--bin DIR] [--work DIR] [--out DIR] [--sections tests,train,spmm,gat,halos,accuracy]
+usage: gpu_suite.py [--bin DIR] [--work DIR] [--out DIR]
+                    [--sections tests,train,spmm,gat,halos,exchange,accuracy]
                     [--shared-data DIR]
                     [--scale 21] [--edge-factor 30] [--small-scale 20] [--epochs 8] [--rounds 1]
                     [--device cuda|cpu]
@@ -51,6 +60,9 @@ TARGETS = {
     "fp32_agg_vs_cusparse": 1.0,
     "quant1_vs_copy": 0.8,       # 1-bit quantize + pack at least 80% of the device copy
     "gat_fp16_vs_pyg": 2.0,      # GAT fp16 at least 2x PyG GATConv
+    "send1_vs_copy": 0.7,        # 1-bit send side (quantize + pack) and dequantize at least 70% of the copy
+    "stale_gcn_vs_floor": 1.15,  # 1-bit stale epoch over the no-exchange floor, 4 ranks on one GPU
+    "stale_deep_vs_floor": 1.3,  # the same for GCNII (16 layers) and APPNP
 }
 
 
@@ -302,6 +314,106 @@ class Suite:
                          f"{t['no exchange (floor)'] * 1e3:.1f} ms", t["1-bit stale"] / t["no exchange (floor)"],
                          None, higher_is_better=False)
 
+    def exchange(self):
+        if self.a.device == "cuda" and not gpu_count():
+            log("\n# exchange: no GPU (nvidia-smi lists none): section not run")
+            return
+        # 1. The send side's kernels, staged against fused, against the device copy.
+        bench = os.path.join(self.a.bin, "bench_spmm_gpu")
+        if self.a.device != "cuda":
+            log("\n# exchange: bench_spmm_gpu needs a GPU: left out of a --device cpu run")
+        elif not os.path.exists(bench):
+            log(f"\n# exchange: no bench_spmm_gpu in {self.a.bin}")
+        else:
+            out = run([bench, "--only", "send", "--quant-rows", str(1 << 20), "--quant-cols", "128", "--peers", "4",
+                       "--iters", "20"], timeout=120, check=False)
+            open(os.path.join(self.a.out, "exchange-send.txt"), "w").write(out)
+            log("\n# exchange: send side at 1 bit (bench_spmm_gpu --only send)\n" + out)
+            gbs = {}
+            for line in out.splitlines():
+                name = line.strip().split("  ")[0]
+                f = line.split()
+                if name in ("cudaMemcpy D2D", "staged: copy + quantize_rows/peer", "fused: quantize_send_fused",
+                            "dequantize_rows/peer") and len(f) >= 4:
+                    gbs[name] = (float(f[-2]), "") if name == "cudaMemcpy D2D" else (float(f[-3]), f[-1])
+            copy = gbs.get("cudaMemcpy D2D")
+            for name, label in [("staged: copy + quantize_rows/peer", "staged quantize + pack"),
+                                ("fused: quantize_send_fused", "fused quantize + pack"),
+                                ("dequantize_rows/peer", "dequantize")]:
+                if copy and name in gbs:
+                    g, check = gbs[name]
+                    self.row("exchange", f"{label} 1 bit vs D2D copy (check {check})", f"{g:.0f} GB/s",
+                             f"{copy[0]:.0f} GB/s", g / copy[0], TARGETS["send1_vs_copy"])
+        # 2. Epochs, 4 ranks sharing the GPU.
+        d = self.dataset(f"rmat{self.a.small_scale}", self.a.small_scale, 16)
+        p = self.parts(d, 4)
+        env = dict(os.environ, HALOGEN_DEVICE="0")
+        mps = self.start_mps(env) if self.a.device == "cuda" else False
+        try:
+            self.exchange_epochs(p, env, mps)
+        finally:
+            if mps:
+                subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=env, check=False)
+
+    def start_mps(self, env):
+        if not shutil.which("nvidia-cuda-mps-control"):
+            log("# exchange: nvidia-cuda-mps-control not found: the 4 ranks time-slice the GPU")
+            return False
+        for var, sub in [("CUDA_MPS_PIPE_DIRECTORY", "mps-pipe"), ("CUDA_MPS_LOG_DIRECTORY", "mps-log")]:
+            env[var] = self.path(sub)
+            os.makedirs(env[var], exist_ok=True)
+        r = subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            log(f"# exchange: MPS did not start ({r.stdout.strip()[-300:]}): the ranks time-slice the GPU")
+            for var in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
+                env.pop(var)
+            return False
+        time.sleep(1)
+        return True
+
+    def exchange_epochs(self, p, env, mps):
+        comm = ["--comm", "mpi"] if self.a.device == "cuda" else []
+        stale = ["--bits-fwd", "1", "--bits-bwd", "1", "--mode", "stale"]
+        cases = [("fp32 sync", []), ("1-bit stale staged", stale + ["--device-exchange", "staged"]),
+                 ("1-bit stale fused", stale + ["--device-exchange", "fused"]), ("no exchange", ["--skip-exchange"])]
+        for spec in self.a.halo_models.split(","):
+            model, _, layers = spec.partition(":")
+            shape = ["--hidden", "256"] if model == "gcn" else []
+            shape += ["--layers", layers] if layers else []
+            what = f"{model.upper()}{' ' + layers + ' layers' if layers else ''}"
+            log(f"\n# exchange: 4 ranks on one GPU{' (MPS)' if mps else ''} over MPI staging, {what}; medians of "
+                "the training epochs")
+            log(f"{'case':20s} {'epoch s':>9s} {'compute s':>10s} {'quant s':>9s} {'wait s':>9s} {'host_syncs':>10s}")
+            res = {}
+            for name, extra in cases:
+                tag = f"exchange-{model}{layers}-" + name.replace(" ", "-")
+                try:
+                    t = self.halogen_train(p, tag, ranks=4, extra=["--model", model] + shape + comm + extra,
+                                           env=env)[0]
+                except Exception as e:
+                    log(f"# exchange {what} {name} failed: {str(e)[-1500:]}")
+                    continue
+                recs = [json.loads(l) for l in open(os.path.join(self.a.out, f"{tag}.jsonl"))]
+                eps = [r for r in recs if "summary" not in r and "val_acc" not in r][1:]
+                med = {k: statistics.median(r.get(k, 0) for r in eps) for k in
+                       ("compute_s", "quant_s", "halo_wait_s", "host_syncs")}
+                res[name] = (t, med)
+                log(f"{name:20s} {t:9.4f} {med['compute_s']:10.4f} {med['quant_s']:9.4f} {med['halo_wait_s']:9.4f} "
+                    f"{med['host_syncs']:10.0f}")
+            floor = res.get("no exchange", (None,))[0]
+            target = TARGETS["stale_gcn_vs_floor"] if model == "gcn" else TARGETS["stale_deep_vs_floor"]
+            for name in ("1-bit stale staged", "1-bit stale fused", "fp32 sync"):
+                if name in res and floor:
+                    t, med = res[name]
+                    self.row("exchange", f"{what}: {name} vs no exchange (host_syncs {med['host_syncs']:.0f})",
+                             f"{t * 1e3:.1f} ms", f"{floor * 1e3:.1f} ms", t / floor,
+                             None if name == "fp32 sync" else target, higher_is_better=False)
+            if "1-bit stale staged" in res and "1-bit stale fused" in res:
+                staged, fused = res["1-bit stale staged"][0], res["1-bit stale fused"][0]
+                self.row("exchange", f"{what}: 1-bit stale fused vs staged", f"{fused * 1e3:.1f} ms",
+                         f"{staged * 1e3:.1f} ms", staged / fused, None)
+
     def tests(self):
         env = dict(os.environ)
         if self.a.shared_data:
@@ -309,6 +421,7 @@ class Suite:
         log("\n# tests: GPU test programs")
         # (program, ranks, gtest filter, seconds)
         programs = [("test_gpu_kernels", 1, "*", 300), ("test_quantize_cuda", 1, "*", 300),
+                    ("test_quantize_fused", 1, "*", 300),
                     ("test_nccl_communicator", 1, "*", 300),
                     ("test_gpu_training", 1, "*", 300), ("test_gpu_training", 2, "*", 300),
                     ("test_exactness", 2, "*cuda*", 600), ("test_exactness", 4, "*cuda*", 600),
@@ -328,6 +441,12 @@ class Suite:
         for script in ["resume_test.sh", "failure_test.sh", "model_test.sh"]:
             cmd = ["bash", os.path.join(e2e, script), self.halogen, self.mpirun[0]] + self.mpirun[1:]
             self.run_test("e2e " + script.replace("_test.sh", "") + ".cuda", 2, cmd, env_cuda, 600, gtest=False)
+        # Resume and failures (non-finite input reported as on the CPU) with the fused send.
+        env_fused = dict(env_cuda, HALOGEN_TEST_DEVICE_EXCHANGE="fused")
+        for script in ["resume_test.sh", "failure_test.sh"]:
+            cmd = ["bash", os.path.join(e2e, script), self.halogen, self.mpirun[0]] + self.mpirun[1:]
+            self.run_test("e2e " + script.replace("_test.sh", "") + ".cuda_fused", 2, cmd, env_fused, 600,
+                          gtest=False)
 
     def run_test(self, name, ranks, cmd, env, limit, gtest):
         try:
@@ -402,6 +521,15 @@ class Suite:
         json.dump([r[:7] for r in self.rows], open(os.path.join(self.a.out, "summary.json"), "w"), indent=1)
 
 
+def gpu_count():
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for l in out.splitlines() if l.startswith("GPU"))
+
+
 def summarize_ncu(out):
     """Totals per kernel name from ncu's CSV (one row per launch and metric)."""
     import csv, io
@@ -459,8 +587,11 @@ def main():
     suite = Suite(args)
     log(f"# halogen GPU suite, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, device {args.device}")
     if args.device == "cuda":
-        log("# " + run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                       check=False).strip())
+        try:
+            log("# " + run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                           check=False).strip())
+        except OSError as e:
+            log(f"# no GPU: nvidia-smi cannot run ({e.strerror}); the sections that need one say so")
     t0 = time.time()
     for section in args.sections.split(","):
         s0 = time.time()

@@ -8,13 +8,21 @@
 # --bundle DIR runs a relocatable bundle of halogen's executables (build/halogen,
 # build/bench/bench_spmm_gpu and the GPU test programs build/tests/gpu/test_gpu_kernels,
 # build/tests/gpu/test_gpu_training, build/tests/gpu/test_nccl_communicator,
-# build/tests/quant/test_quantize_cuda, build/tests/train/test_exactness,
+# build/tests/quant/test_quantize_cuda, build/tests/quant/test_quantize_fused,
+# build/tests/train/test_exactness,
 # build/tests/train/test_gradcheck, build/tests/train/test_grad_allreduce and
 # build/tests/pipeline/test_staleness_runs, with their
 # libraries and Open MPI) made on another machine, for a GPU host without halogen's Debian
 # packages: the bundle's environment script is sourced and its executables used. Without it,
 # those of build/ (the tests section then finds no test programs beside halogen).
-# The whole suite takes about 8 minutes on one H100 or H200.
+# The whole suite takes about 8 minutes on one H100 or H200. Make the bundle with
+#   bash ../shared/tools/runtime-bundle.sh DIR build/halogen build/bench/bench_spmm_gpu \
+#     build/tests/gpu/test_gpu_kernels build/tests/gpu/test_gpu_training \
+#     build/tests/gpu/test_nccl_communicator build/tests/quant/test_quantize_cuda \
+#     build/tests/quant/test_quantize_fused build/tests/train/test_exactness \
+#     build/tests/train/test_gradcheck build/tests/train/test_grad_allreduce \
+#     build/tests/pipeline/test_staleness_runs
+# and carry the sources beside it (the tests section runs tests/e2e's scripts).
 set -euo pipefail
 suite_dir=$(cd "$(dirname "$0")" && pwd)
 args=()
