@@ -1,0 +1,146 @@
+// Multi-label classification, as PipeGCN and GraphSAINT train Yelp and PPI and OGB scores
+// ogbn-proteins: sigmoid binary cross-entropy on the logits (torch's BCEWithLogitsLoss),
+// sigmoid predictions, F1-micro at probability 0.5 and ROC-AUC averaged over the labels that
+// have both classes in the split. CPU only in this version.
+#include <cmath>
+
+#include "halogen/core/error.hpp"
+#include "kernels/row_block_sum.hpp"
+#include "tasks/task.hpp"
+#include "tasks/task_checks.hpp"
+
+namespace halogen::tasks {
+namespace {
+
+// -log p(y | z) for p = sigmoid(z), stable for either sign of z.
+double bce(double z, double y) { return std::max(z, 0.0) - z * y + std::log1p(std::exp(-std::abs(z))); }
+
+class Multilabel final : public Task {
+ public:
+  std::string_view name() const override { return "multilabel"; }
+  DType label_dtype() const override { return DType::kF32; }
+  Output output() const override { return Output::kSigmoid; }
+
+  double loss(const ExecContext& ctx, const TensorView& logits, const TensorView& labels, const TensorView& mask,
+              float grad_scale, const TensorView& grad) const override {
+    check_value_loss(ctx, name(), logits, labels, mask, grad);
+    const int64_t C = logits.cols;
+    const float* z = logits.ptr<const float>();
+    const float* y = labels.ptr<const float>();
+    const uint8_t* m = mask.ptr<const uint8_t>();
+    float* g = grad.empty() ? nullptr : grad.ptr<float>();
+    double loss = 0.0;
+    sum_row_blocks(logits.rows, 1, &loss, [&](int64_t begin, int64_t end, double* block) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* zr = z + r * C;
+        const float* yr = y + r * C;
+        float* gr = g ? g + r * C : nullptr;
+        const int64_t n = m[r] ? labelled(yr, C) : 0;
+        if (n == 0) {
+          if (gr) std::fill(gr, gr + C, 0.0f);
+          continue;
+        }
+        double sum = 0.0;
+        for (int64_t c = 0; c < C; ++c) {
+          if (std::isnan(yr[c])) {
+            if (gr) gr[c] = 0.0f;
+            continue;
+          }
+          sum += bce(zr[c], yr[c]);
+          if (gr) {
+            const double p = 1.0 / (1.0 + std::exp(-static_cast<double>(zr[c])));
+            gr[c] = static_cast<float>((p - yr[c]) / static_cast<double>(n) * grad_scale);
+          }
+        }
+        *block += sum / static_cast<double>(n);
+      }
+    });
+    return loss;
+  }
+
+  double split_loss(const SplitRows& in) const override {
+    check_value_rows(in, name());
+    const float* y = in.labels.ptr<const float>();
+    double total = 0.0;
+    for (int64_t r = 0; r < in.rows; ++r) {
+      if (in.split[r] != in.role) continue;
+      const float* zr = in.logits + r * in.cols;
+      const float* yr = y + r * in.cols;
+      double sum = 0.0;
+      int64_t n = 0;
+      for (int64_t c = 0; c < in.cols; ++c)
+        if (!std::isnan(yr[c])) sum += bce(zr[c], yr[c]), ++n;
+      if (n > 0) total += sum / static_cast<double>(n);
+    }
+    return total;
+  }
+
+  std::vector<std::string_view> metric_names() const override { return {"f1_micro", "roc_auc"}; }
+  Selection selection() const override { return {0, true}; }
+
+  // {true positives, false positives, false negatives} over the split's labelled entries.
+  std::vector<double> local_sums(const SplitRows& in) const override {
+    check_value_rows(in, name());
+    const float* y = in.labels.ptr<const float>();
+    int64_t tp = 0, fp = 0, fn = 0;
+    for (int64_t r = 0; r < in.rows; ++r) {
+      if (in.split[r] != in.role) continue;
+      for (int64_t c = 0; c < in.cols; ++c) {
+        const float label = y[r * in.cols + c];
+        if (std::isnan(label)) continue;
+        const bool predicted = sigmoid(in.logits[r * in.cols + c]) > kPositiveAbove;
+        const bool positive = label != 0.0f;
+        tp += predicted && positive;
+        fp += predicted && !positive;
+        fn += !predicted && positive;
+      }
+    }
+    return {static_cast<double>(tp), static_cast<double>(fp), static_cast<double>(fn)};
+  }
+
+  bool gathers_scores() const override { return true; }
+  Scores local_scores(const SplitRows& in) const override {
+    check_value_rows(in, name());
+    const float* y = in.labels.ptr<const float>();
+    Scores s;
+    s.cols = in.cols;
+    for (int64_t r = 0; r < in.rows; ++r) {
+      if (in.split[r] != in.role) continue;
+      s.scores.insert(s.scores.end(), in.logits + r * in.cols, in.logits + (r + 1) * in.cols);
+      s.labels.insert(s.labels.end(), y + r * in.cols, y + (r + 1) * in.cols);
+    }
+    return s;
+  }
+
+  // F1-micro = 2 tp / (2 tp + fp + fn) (0 without any positive, predicted or true, as
+  // sklearn's zero_division); ROC-AUC: the mean over the labels with both classes (0 if none).
+  std::vector<double> metrics(std::span<const double> sums, const Scores& all) const override {
+    HALOGEN_EXPECTS(sums.size() == 3, "multilabel metrics: {} sums, expected 3", sums.size());
+    const double den = 2 * sums[0] + sums[1] + sums[2];
+    const double f1 = den > 0 ? 2 * sums[0] / den : 0.0;
+    double auc_sum = 0.0;
+    int64_t scored = 0;
+    const int64_t rows = all.rows();
+    for (int64_t c = 0; c < all.cols; ++c) {
+      const size_t n = static_cast<size_t>(rows * all.cols);
+      const std::optional<double> auc =
+          roc_auc(std::span<const float>(all.scores.data() + c, n - static_cast<size_t>(c)),
+                  std::span<const float>(all.labels.data() + c, n - static_cast<size_t>(c)), all.cols);
+      if (auc) auc_sum += *auc, ++scored;
+    }
+    return {f1, scored > 0 ? auc_sum / static_cast<double>(scored) : 0.0};
+  }
+
+ private:
+  static int64_t labelled(const float* y, int64_t cols) {
+    int64_t n = 0;
+    for (int64_t c = 0; c < cols; ++c) n += !std::isnan(y[c]);
+    return n;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_multilabel() { return std::make_unique<Multilabel>(); }
+
+}  // namespace halogen::tasks

@@ -1,0 +1,131 @@
+// The prediction task of a run: what the last layer's outputs (the logits, one row per owned
+// node, `cols` columns) are trained to predict, and how the predictions are scored. A task owns
+// its loss and the loss's gradient, its output activation, its metrics over a split and the
+// metric that selects the best epoch. Each task is one file of this folder (multiclass.cpp,
+// multilabel.cpp, regression.cpp) and one line of registry.cpp; make_task looks one up by name.
+//
+// Labels, by task (one rank's rows, host or device memory as the call says):
+//   multiclass  i32, rows x 1: a class in [0, cols) per row, -1 = unlabelled;
+//   multilabel  f32, rows x cols: 0 or 1 per entry, NaN = that entry unlabelled;
+//   regression  f32, rows x cols: the targets, NaN = that entry unlabelled.
+// The trainer trains the multiclass task on the shard's class labels; the other two are
+// complete here (loss, gradient, metrics) but no dataset carries their labels yet.
+//
+// Metrics over several ranks are exact: each rank computes additive sums over its rows of the
+// split (integer counts, fp64 sums of squares), summed over ranks by one all-reduce, and a task
+// whose metric depends on the order of the scores (ROC-AUC) also has the split's scores of every
+// rank gathered (gather_scores: each rank broadcasts its rows in turn, so every rank holds the
+// same bytes). Counts and ROC-AUC are then the same bits on any number of ranks; fp64 sums of
+// squares agree to their rounding.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "halogen/comm/communicator.hpp"
+#include "halogen/core/tensor.hpp"
+
+namespace halogen::tasks {
+
+/// The activation that turns a row of logits into the predictions a user reads.
+enum class Output {
+  kSoftmax,   // class probabilities (multiclass)
+  kSigmoid,   // one probability per label (multilabel)
+  kIdentity,  // the values themselves (regression)
+};
+
+/// One rank's rows of one split, in host memory: what the metrics read.
+struct SplitRows {
+  const float* logits = nullptr;  // rows x cols, row-major
+  int64_t rows = 0, cols = 0;
+  TensorView labels;               // host, the task's label_dtype (header comment)
+  const uint8_t* split = nullptr;  // a SplitRole per row
+  uint8_t role = 0;                // the rows scored: split[r] == role
+};
+
+/// The split's scores and labels of the rows a task gathers (row-major, rows x cols each): for
+/// ROC-AUC, the logits (a monotone function of the probabilities, so the same AUC, as OGB's
+/// evaluator scores ogbn-proteins) and the labels (NaN: unlabelled).
+struct Scores {
+  int64_t cols = 0;
+  std::vector<float> scores, labels;
+  int64_t rows() const { return cols > 0 ? static_cast<int64_t>(scores.size()) / cols : 0; }
+};
+
+/// The metric that selects the best epoch (and drives early stopping): metrics()[metric], and
+/// whether higher is better (accuracy, F1-micro) or lower (MSE).
+struct Selection {
+  size_t metric = 0;
+  bool higher_is_better = true;
+};
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual std::string_view name() const = 0;
+  virtual DType label_dtype() const = 0;
+  virtual Output output() const = 0;
+
+  /// The loss summed over the rows with mask != 0 (u8, one per row) and a label: returns the
+  /// sum (host fp64; synchronises ctx) and writes grad = d(sum)/d(logits) * grad_scale on those
+  /// rows, 0 elsewhere (f32, logits' shape). The convention of ops::softmax_xent, whose caller
+  /// divides by the global training-row count: a row's loss is multiclass's cross-entropy, and
+  /// for multilabel (binary cross-entropy) and regression (squared error) the mean over the
+  /// row's labelled entries, so that sum / rows is torch's reduction='mean' for fully labelled
+  /// rows. Multilabel and regression run on the CPU only (a clear error on a GPU).
+  virtual double loss(const ExecContext& ctx, const TensorView& logits, const TensorView& labels,
+                      const TensorView& mask, float grad_scale, const TensorView& grad) const = 0;
+  /// The same loss summed over the split's rows, without gradient (validation loss: tie-break
+  /// and early stopping). Host, rows in order.
+  virtual double split_loss(const SplitRows& rows) const = 0;
+
+  /// The metrics metrics() returns, in order ("acc"; "f1_micro", "roc_auc"; "mse", "r2").
+  virtual std::vector<std::string_view> metric_names() const = 0;
+  virtual Selection selection() const = 0;
+  /// This rank's additive sums over the split's rows (their sum over ranks is what metrics
+  /// reads); the same count on every rank.
+  virtual std::vector<double> local_sums(const SplitRows& rows) const = 0;
+  /// Whether metrics() also needs every rank's scores of the split (ROC-AUC).
+  virtual bool gathers_scores() const { return false; }
+  virtual Scores local_scores(const SplitRows& /*rows*/) const { return {}; }
+  /// The metrics from the sums over ranks and, when gathers_scores(), all ranks' scores.
+  virtual std::vector<double> metrics(std::span<const double> sums, const Scores& all) const = 0;
+};
+
+/// The task of that name ("multiclass", "multilabel", "regression"); unknown: halogen::Error
+/// naming the registered ones.
+std::unique_ptr<Task> make_task(std::string_view name);
+std::vector<std::string> task_names();
+
+/// The selection metric of `metrics` oriented so that higher is better (accuracy, F1-micro, or
+/// -MSE).
+double selection_score(const Task& task, std::span<const double> metrics);
+
+/// Applies the task's output activation to host rows in place (fp64 inside, rounded to fp32).
+void apply_output(Output output, float* x, int64_t rows, int64_t cols);
+
+/// The probability above which a multilabel entry is predicted positive, as PipeGCN and
+/// GraphSAINT threshold: positive when the fp32 sigmoid of the logit is > 0.5.
+inline constexpr float kPositiveAbove = 0.5f;
+/// The fp32 sigmoid (computed in fp64): the probability apply_output writes.
+float sigmoid(float z);
+
+/// ROC-AUC of one binary column: the share of (positive, negative) pairs whose positive scores
+/// higher, ties counting one half, as sklearn's roc_auc_score. Entries with a NaN label are
+/// skipped; labels are otherwise 0 or 1. nullopt unless both classes occur. Exact: the counts
+/// are integers and halves in fp64 (below 2^53), divided once.
+std::optional<double> roc_auc(std::span<const float> scores, std::span<const float> labels, int64_t stride = 1);
+
+/// Every rank's `local` scores, concatenated in rank order; the same on every rank. Collective.
+Scores gather_scores(Communicator& comm, const Scores& local);
+
+/// The task's metrics over the split of all ranks' rows: local sums all-reduced, scores
+/// gathered where the task needs them. Collective.
+std::vector<double> evaluate_split(const Task& task, Communicator& comm, const SplitRows& rows);
+
+}  // namespace halogen::tasks
