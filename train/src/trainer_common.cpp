@@ -124,15 +124,6 @@ Matrix<float> input_features(const Shard& s, const TrainOptions& opt, int64_t ro
   return x;
 }
 
-std::array<int64_t, 3> count_correct_by_role(const float* logits, const Shard& s) {
-  std::array<int64_t, 3> correct{};
-  const SplitRole roles[3] = {SplitRole::kTrain, SplitRole::kValid, SplitRole::kTest};
-  for (int i = 0; i < 3; ++i)
-    correct[i] = count_correct(logits, s.num_owned, s.num_classes, s.labels.data(), s.split.data(),
-                               static_cast<uint8_t>(roles[i]));
-  return correct;
-}
-
 std::vector<std::vector<int64_t>> gather_per_rank(Communicator& comm, const std::vector<int64_t>& values) {
   const size_t k = values.size();
   const int P = comm.size();
@@ -164,46 +155,56 @@ TrainResult run_or_end_job(Communicator& comm, const std::function<TrainResult()
   }
 }
 
-EpochLog::EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& opt)
+EpochLog::EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& opt, const tasks::Task& task)
     : comm_(comm),
       s_(shard),
       opt_(opt),
+      task_(task),
       metrics_(comm.rank() == 0 ? opt.output.metrics_path : std::filesystem::path()) {
 #if HALOGEN_HAVE_CUDA
   host_syncs_ = cuda::host_sync_count();  // the first epoch's count includes the set-up after this
 #endif
 }
 
-EvalCounts evaluate_logits(const float* logits, const Shard& s) {
+namespace {
+constexpr SplitRole kRoles[3] = {SplitRole::kTrain, SplitRole::kValid, SplitRole::kTest};
+constexpr const char* kRoleNames[3] = {"train", "val", "test"};
+}  // namespace
+
+EvalCounts evaluate_logits(const tasks::Task& task, const float* logits, const Shard& s) {
   EvalCounts e;
-  e.correct = count_correct_by_role(logits, s);
-  const int64_t C = s.num_classes;
-  for (int64_t r = 0; r < s.num_owned; ++r) {
-    if (s.split[r] != static_cast<uint8_t>(SplitRole::kValid) || s.labels[r] < 0) continue;
-    const float* z = logits + r * C;
-    const double top = *std::max_element(z, z + C);
-    double sum = 0.0;
-    for (int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(z[c]) - top);
-    e.val_loss_sum += top + std::log(sum) - z[s.labels[r]];
+  tasks::SplitRows rows{logits, s.num_owned, s.num_classes, TensorView::of(s.labels.data(), s.num_owned, 1),
+                        s.split.data()};
+  for (int i = 0; i < 3; ++i) {
+    rows.role = static_cast<uint8_t>(kRoles[i]);
+    e.sums[i] = task.local_sums(rows);
+    if (task.gathers_scores()) e.scores[i] = task.local_scores(rows);
+    if (kRoles[i] == SplitRole::kValid) e.val_loss_sum = task.split_loss(rows);
   }
   return e;
 }
 
 bool EpochLog::add_accuracy(nlohmann::json& rec, int epoch, const EvalCounts& eval) {
-  // One collective: the counts travel as doubles (exact below 2^53) beside the loss sum.
-  std::vector<double> sums = {static_cast<double>(eval.correct[0]), static_cast<double>(eval.correct[1]),
-                              static_cast<double>(eval.correct[2]), eval.val_loss_sum};
+  // One collective: the task's sums of the three splits (counts travel as doubles, exact below
+  // 2^53) beside the loss sum.
+  std::vector<double> sums;
+  for (const std::vector<double>& part : eval.sums) sums.insert(sums.end(), part.begin(), part.end());
+  sums.push_back(eval.val_loss_sum);
   comm_.allreduce_sum(std::span<double>(sums));
-  const std::array<int64_t, 3> counts = {static_cast<int64_t>(sums[0]), static_cast<int64_t>(sums[1]),
-                                         static_cast<int64_t>(sums[2])};
-  const std::vector<double> val_loss = {sums[3]};
-  auto acc = [](int64_t c, int64_t n) { return n > 0 ? static_cast<double>(c) / static_cast<double>(n) : 0.0; };
-  const double val_acc = acc(counts[1], s_.global_valid_count);
-  const double test_acc = acc(counts[2], s_.global_test_count);
-  rec["train_acc"] = acc(counts[0], s_.global_train_count);
-  rec["val_acc"] = val_acc;
-  rec["test_acc"] = test_acc;
-  const double loss = s_.global_valid_count > 0 ? val_loss[0] / static_cast<double>(s_.global_valid_count) : 0.0;
+  const std::vector<std::string_view> names = task_.metric_names();
+  std::array<double, 3> selected{};
+  size_t at = 0;
+  for (int i = 0; i < 3; ++i) {
+    const size_t n = eval.sums[i].size();
+    const tasks::Scores all = task_.gathers_scores() ? tasks::gather_scores(comm_, eval.scores[i]) : tasks::Scores{};
+    const std::vector<double> metrics = task_.metrics(std::span<const double>(sums).subspan(at, n), all);
+    at += n;
+    for (size_t k = 0; k < names.size(); ++k) rec[fmt::format("{}_{}", kRoleNames[i], names[k])] = metrics[k];
+    selected[i] = tasks::selection_score(task_, metrics);
+  }
+  const double val_acc = selected[1];
+  const double test_acc = selected[2];
+  const double loss = s_.global_valid_count > 0 ? sums.back() / static_cast<double>(s_.global_valid_count) : 0.0;
   rec["val_loss"] = loss;
   if (loss < best_val_loss || val_acc > best_val) improved_epoch = epoch;
   best_val_loss = std::min(best_val_loss, loss);

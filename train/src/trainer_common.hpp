@@ -23,6 +23,7 @@
 #include "halogen/train/checkpoint.hpp"
 #include "halogen/train/trainer.hpp"
 #include "nn/layer.hpp"
+#include "tasks/task.hpp"
 
 namespace halogen::train_detail {
 
@@ -63,16 +64,15 @@ inline constexpr int64_t kSetupExchangeCols = 16;
 /// num_owned rows of a rows x feature_dim matrix (rows >= num_owned; the rest zero).
 Matrix<float> input_features(const Shard& s, const TrainOptions& opt, int64_t rows);
 
-/// Correct predictions among this rank's train, validation and test nodes.
-std::array<int64_t, 3> count_correct_by_role(const float* logits, const Shard& s);
-
-/// What one evaluation pass tells of this rank's nodes: correct predictions per role (train,
-/// validation, test) and the cross-entropy summed over the validation nodes.
+/// What one evaluation pass tells of this rank's nodes: the task's sums (and, for a task that
+/// gathers them, its scores) per role (train, validation, test), and its loss summed over the
+/// validation nodes.
 struct EvalCounts {
-  std::array<int64_t, 3> correct{};
+  std::array<std::vector<double>, 3> sums;
+  std::array<tasks::Scores, 3> scores;
   double val_loss_sum = 0.0;
 };
-EvalCounts evaluate_logits(const float* logits, const Shard& s);
+EvalCounts evaluate_logits(const tasks::Task& task, const float* logits, const Shard& s);
 
 /// Every rank's `values` (the same count on each), by rank: result[r][k] = rank r's values[k].
 /// Collective.
@@ -123,11 +123,13 @@ std::string run_estimate_line(int epochs, double mean_epoch_s, double total_s, b
 /// validation epoch. Collective: every rank calls each method in the same order.
 class EpochLog {
  public:
-  EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& opt);
+  /// `task`: what the records score (the trainer's: multiclass); it must outlive the log.
+  EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& opt, const tasks::Task& task);
 
-  /// Sums this rank's correct counts over ranks, adds train/val/test accuracy to `rec` and
-  /// remembers the epoch with the best validation accuracy (ties: the lower validation loss).
-  /// Returns whether `epoch` is the new best (the same answer on every rank).
+  /// Sums this rank's counts over ranks, adds the task's metrics of each split to `rec`
+  /// ("train_acc", "val_acc", ...) and remembers the epoch with the best validation selection
+  /// metric (the accuracy; ties: the lower validation loss). Returns whether `epoch` is the new
+  /// best (the same answer on every rank).
   bool add_accuracy(nlohmann::json& rec, int epoch, const EvalCounts& counts);
   /// Early stopping: after `epoch`, neither the validation accuracy nor the validation loss has
   /// improved for the options' patience (never with patience 0, or before any evaluation).
@@ -158,6 +160,7 @@ class EpochLog {
   Communicator& comm_;
   const Shard& s_;
   const TrainOptions& opt_;
+  const tasks::Task& task_;
   MetricsWriter metrics_;
   uint64_t host_syncs_ = 0;  // the process's host waits on the GPU when the last epoch was written
   // Rank 0: the epoch's progress line (unless quiet), and once the run's estimate.

@@ -18,6 +18,7 @@
 #include "nn/layer.hpp"
 #include "nn/registry.hpp"
 #include "optimizer.hpp"
+#include "tasks/task.hpp"
 #include "trainer_common.hpp"
 
 namespace halogen::trainer_impl {
@@ -88,6 +89,8 @@ class Trainer {
   // dL/d output of the layer being differentiated (owned rows, as wide as the widest output);
   // fp16: the loss gradient in fp32 before it is rounded into dy_.
   Tensor dy_, dlogits_;
+  // What the logits are trained for and scored by: multiclass, on the shard's class labels.
+  const std::unique_ptr<tasks::Task> task_;
   train_detail::EpochLog log_;
   int start_epoch_ = 0;
   HostBuffer<float> logits_host_;

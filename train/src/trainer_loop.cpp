@@ -44,8 +44,8 @@ double Trainer::loss_and_grad() {
   const float inv_train = 1.0f / static_cast<float>(std::max<int64_t>(s_.global_train_count, 1));
   // fp32: the gradient lands where the backward pass reads it; fp16: in fp32, then rounded.
   const TensorView grad = act_ == DType::kF32 ? dy(C) : dlogits_.view();
-  const double loss = ops::softmax_xent(ctx(), layers_.back()->output(), graph_.labels, graph_.train_mask,
-                                        inv_train * optim_->loss_scale(), grad);
+  const double loss = task_->loss(ctx(), layers_.back()->output(), graph_.labels, graph_.train_mask,
+                                  inv_train * optim_->loss_scale(), grad);
   if (act_ != DType::kF32) copy(ctx(), grad, dy(C));
   return loss;
 }
@@ -119,7 +119,7 @@ Inference Trainer::infer(const std::vector<float>& params, int embeddings_layer)
   comm_.allreduce_sum(std::span<double>(loss));
   r.loss = loss[0] / static_cast<double>(std::max<int64_t>(s_.global_train_count, 1));
   nlohmann::json rec;
-  log_.add_accuracy(rec, 0, train_detail::evaluate_logits(r.logits.data(), s_));
+  log_.add_accuracy(rec, 0, train_detail::evaluate_logits(*task_, r.logits.data(), s_));
   r.train_acc = rec["train_acc"].get<double>();
   r.val_acc = rec["val_acc"].get<double>();
   r.test_acc = rec["test_acc"].get<double>();
@@ -209,7 +209,7 @@ TrainResult Trainer::run_epochs() {
     if ((epoch + 1) % opt_.optim.eval_every == 0 || epoch + 1 == opt_.optim.epochs) {
       forward({epoch, /*training=*/false});
       // The weights of the best-validation epoch are the model kept (--save-model).
-      if (log_.add_accuracy(rec, epoch, train_detail::evaluate_logits(logits_on_host(), s_)))
+      if (log_.add_accuracy(rec, epoch, train_detail::evaluate_logits(*task_, logits_on_host(), s_)))
         best_params_ = to_host_floats(ctx(), optim_->params());
       halo_->end_evaluation(epoch, rec["val_loss"].get<double>(), log_.best_val_loss);
     }

@@ -15,7 +15,8 @@ Trainer::Trainer(const Shard& shard, Communicator& comm, const TrainOptions& opt
       stream_(opt.device.kind),
       decl_(nn::layout(opt, shard.feature_dim, shard.num_classes)),
       graph_(shard, stream_.context(), spec_.aggregation()),
-      log_(comm, shard, opt) {
+      task_(tasks::make_task("multiclass")),
+      log_(comm, shard, opt, *task_) {
   init_params();
   halo_ = std::make_unique<HaloChannel>(s_, comm_, ctx(), opt_, act_, graph_, nn::halo_error_gains(decl_),
                                         optim_->precision().active(),
