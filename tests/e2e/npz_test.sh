@@ -14,13 +14,7 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 helper=$root/python/halogen_npz.py
-# NumPy: Debian's python3-numpy (scripts/setup.sh) under /usr/bin/python3, or any python3 with it.
-py=""
-for candidate in /usr/bin/python3 python3; do
-  if "$candidate" -c 'import numpy' 2>/dev/null; then py=$candidate; break; fi
-done
-[ -n "$py" ] || { echo "FAILED: no python3 with NumPy (scripts/setup.sh installs python3-numpy)"; exit 1; }
-export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
+use_numpy_python "$root"
 files=(meta.json offsets.bin indices.bin features.bin labels.bin split.bin)
 
 convert() {  # convert FORMAT INPUT OUT: quiet, the output kept in OUT.log

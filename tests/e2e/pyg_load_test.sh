@@ -14,13 +14,7 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-# NumPy: Debian's python3-numpy (scripts/setup.sh) under /usr/bin/python3, or any python3 with it.
-py=""
-for candidate in /usr/bin/python3 python3; do
-  if "$candidate" -c 'import numpy' 2>/dev/null; then py=$candidate; break; fi
-done
-[ -n "$py" ] || { echo "FAILED: no python3 with NumPy (scripts/setup.sh installs python3-numpy)"; exit 1; }
-export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
+use_numpy_python "$root"
 run() { local np=$1; shift; timeout 300 "$mpiexec" -np "$np" "${mpi_flags[@]}" "$halogen" "$@"; }
 
 "$py" - "$work/cora.npz" <<'PY' || { echo "FAILED: writing the graph"; exit 1; }

@@ -13,12 +13,7 @@ halogen=$1; mpiexec=$2; shift 2; mpi_flags=("$@")
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
-py=""
-for candidate in /usr/bin/python3 python3; do
-  if "$candidate" -c 'import numpy' 2>/dev/null; then py=$candidate; break; fi
-done
-[ -n "$py" ] || { echo "FAILED: no python3 with NumPy (scripts/setup.sh installs python3-numpy)"; exit 1; }
-export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
+use_numpy_python "$root"
 
 # Each case: NAME and the reason's words (an extended regex), which name the array. The graph:
 # 300 nodes, 3 classes, 60 training, 60 validation and 120 test nodes (demo_graph).
