@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "halogen/core/error.hpp"
-#include "kernels/row_block_sum.hpp"
 #include "tasks/task.hpp"
 #include "tasks/task_checks.hpp"
 
@@ -24,55 +23,14 @@ class Multilabel final : public Task {
   double loss(const ExecContext& ctx, const TensorView& logits, const TensorView& labels, const TensorView& mask,
               float grad_scale, const TensorView& grad) const override {
     check_value_loss(ctx, name(), logits, labels, mask, grad);
-    const int64_t C = logits.cols;
-    const float* z = logits.ptr<const float>();
-    const float* y = labels.ptr<const float>();
-    const uint8_t* m = mask.ptr<const uint8_t>();
-    float* g = grad.empty() ? nullptr : grad.ptr<float>();
-    double loss = 0.0;
-    sum_row_blocks(logits.rows, 1, &loss, [&](int64_t begin, int64_t end, double* block) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float* zr = z + r * C;
-        const float* yr = y + r * C;
-        float* gr = g ? g + r * C : nullptr;
-        const int64_t n = m[r] ? labelled(yr, C) : 0;
-        if (n == 0) {
-          if (gr) std::fill(gr, gr + C, 0.0f);
-          continue;
-        }
-        double sum = 0.0;
-        for (int64_t c = 0; c < C; ++c) {
-          if (std::isnan(yr[c])) {
-            if (gr) gr[c] = 0.0f;
-            continue;
-          }
-          sum += bce(zr[c], yr[c]);
-          if (gr) {
-            const double p = 1.0 / (1.0 + std::exp(-static_cast<double>(zr[c])));
-            gr[c] = static_cast<float>((p - yr[c]) / static_cast<double>(n) * grad_scale);
-          }
-        }
-        *block += sum / static_cast<double>(n);
-      }
+    return mean_entry_loss(logits, labels, mask, grad_scale, grad, bce, [](double z, double y) {
+      return 1.0 / (1.0 + std::exp(-z)) - y;  // d bce / dz = p - y
     });
-    return loss;
   }
 
   double split_loss(const SplitRows& in) const override {
     check_value_rows(in, name());
-    const float* y = in.labels.ptr<const float>();
-    double total = 0.0;
-    for (int64_t r = 0; r < in.rows; ++r) {
-      if (in.split[r] != in.role) continue;
-      const float* zr = in.logits + r * in.cols;
-      const float* yr = y + r * in.cols;
-      double sum = 0.0;
-      int64_t n = 0;
-      for (int64_t c = 0; c < in.cols; ++c)
-        if (!std::isnan(yr[c])) sum += bce(zr[c], yr[c]), ++n;
-      if (n > 0) total += sum / static_cast<double>(n);
-    }
-    return total;
+    return mean_entry_split_loss(in, bce);
   }
 
   std::vector<std::string_view> metric_names() const override { return {"f1_micro", "roc_auc"}; }
@@ -129,13 +87,6 @@ class Multilabel final : public Task {
       if (auc) auc_sum += *auc, ++scored;
     }
     return {f1, scored > 0 ? auc_sum / static_cast<double>(scored) : 0.0};
-  }
-
- private:
-  static int64_t labelled(const float* y, int64_t cols) {
-    int64_t n = 0;
-    for (int64_t c = 0; c < cols; ++c) n += !std::isnan(y[c]);
-    return n;
   }
 };
 

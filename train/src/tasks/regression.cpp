@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "halogen/core/error.hpp"
-#include "kernels/row_block_sum.hpp"
 #include "tasks/task.hpp"
 #include "tasks/task_checks.hpp"
 
@@ -13,6 +12,8 @@ namespace {
 
 // Per target column: labelled entries, sum of targets, of their squares, of squared errors.
 constexpr int64_t kSumsPerColumn = 4;
+
+double squared_error(double z, double y) { return (z - y) * (z - y); }
 
 class Regression final : public Task {
  public:
@@ -23,50 +24,14 @@ class Regression final : public Task {
   double loss(const ExecContext& ctx, const TensorView& logits, const TensorView& labels, const TensorView& mask,
               float grad_scale, const TensorView& grad) const override {
     check_value_loss(ctx, name(), logits, labels, mask, grad);
-    const int64_t C = logits.cols;
-    const float* z = logits.ptr<const float>();
-    const float* y = labels.ptr<const float>();
-    const uint8_t* m = mask.ptr<const uint8_t>();
-    float* g = grad.empty() ? nullptr : grad.ptr<float>();
-    double loss = 0.0;
-    sum_row_blocks(logits.rows, 1, &loss, [&](int64_t begin, int64_t end, double* block) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float* zr = z + r * C;
-        const float* yr = y + r * C;
-        float* gr = g ? g + r * C : nullptr;
-        int64_t n = 0;
-        if (m[r])
-          for (int64_t c = 0; c < C; ++c) n += !std::isnan(yr[c]);
-        double sum = 0.0;
-        for (int64_t c = 0; c < C; ++c) {
-          const bool used = n > 0 && !std::isnan(yr[c]);
-          const double e = used ? static_cast<double>(zr[c]) - yr[c] : 0.0;
-          sum += e * e;
-          if (gr) gr[c] = used ? static_cast<float>(2.0 * e / static_cast<double>(n) * grad_scale) : 0.0f;
-        }
-        if (n > 0) *block += sum / static_cast<double>(n);
-      }
+    return mean_entry_loss(logits, labels, mask, grad_scale, grad, squared_error, [](double z, double y) {
+      return 2.0 * (z - y);  // d (z - y)^2 / dz
     });
-    return loss;
   }
 
   double split_loss(const SplitRows& in) const override {
     check_value_rows(in, name());
-    const float* y = in.labels.ptr<const float>();
-    double total = 0.0;
-    for (int64_t r = 0; r < in.rows; ++r) {
-      if (in.split[r] != in.role) continue;
-      double sum = 0.0;
-      int64_t n = 0;
-      for (int64_t c = 0; c < in.cols; ++c) {
-        const float t = y[r * in.cols + c];
-        if (std::isnan(t)) continue;
-        const double e = static_cast<double>(in.logits[r * in.cols + c]) - t;
-        sum += e * e, ++n;
-      }
-      if (n > 0) total += sum / static_cast<double>(n);
-    }
-    return total;
+    return mean_entry_split_loss(in, squared_error);
   }
 
   std::vector<std::string_view> metric_names() const override { return {"mse", "r2"}; }
