@@ -155,6 +155,15 @@ void check_report_shape(const HaloReportShape& shape) {
   HALOGEN_EXPECTS(!shape.exchanged_cols.empty(), "report: no exchanged column count for the model's layers");
   for (const int64_t cols : shape.exchanged_cols)
     HALOGEN_EXPECTS(cols >= 0, "report: a layer cannot exchange {} columns", cols);
+  const size_t L = shape.exchanged_cols.size();
+  HALOGEN_EXPECTS(shape.forward_fp32_tail.empty() || shape.forward_fp32_tail.size() == L,
+                  "report: {} fp32 tail counts for {} layers", shape.forward_fp32_tail.size(), L);
+  HALOGEN_EXPECTS(shape.backward_cols.empty() || shape.backward_cols.size() == L,
+                  "report: {} backward column counts for {} layers", shape.backward_cols.size(), L);
+  for (size_t l = 0; l < shape.forward_fp32_tail.size(); ++l)
+    HALOGEN_EXPECTS(shape.forward_fp32_tail[l] >= 0 && shape.forward_fp32_tail[l] <= shape.exchanged_cols[l],
+                    "report: layer {} has {} fp32 columns of {}", l, shape.forward_fp32_tail[l],
+                    shape.exchanged_cols[l]);
   HALOGEN_EXPECTS(shape.eval_every >= 0, "report: --eval-every must be at least 1 (0: no evaluation), got {}",
                   shape.eval_every);
 }
@@ -164,7 +173,11 @@ bool report_has_shape(const nlohmann::json& report, const HaloReportShape& shape
       report.value("model", std::string()) != shape.model || !report.contains("eval_every") ||
       report.at("eval_every") != shape.eval_every || !report.contains("exchanged_cols"))
     return false;
-  return report.at("exchanged_cols") == nlohmann::json(shape.exchanged_cols);
+  const auto same = [&](const char* key, const std::vector<int64_t>& values) {
+    return values.empty() ? !report.contains(key) : report.contains(key) && report.at(key) == nlohmann::json(values);
+  };
+  return report.at("exchanged_cols") == nlohmann::json(shape.exchanged_cols) &&
+         same("forward_fp32_tail", shape.forward_fp32_tail) && same("backward_cols", shape.backward_cols);
 }
 
 nlohmann::json report_from_counts(const std::string& dataset_name, int64_t n, int64_t num_edges, int num_parts,
@@ -213,21 +226,27 @@ nlohmann::json report_from_counts(const std::string& dataset_name, int64_t n, in
   for (int bits : kReportBits)
     per_epoch[std::to_string(bits)] = {{"forward", 0}, {"backward", 0}, {"evaluation", 0}, {"total", 0}};
   for (int layer = 0; layer < static_cast<int>(shape.exchanged_cols.size()); ++layer) {
-    const int64_t cols = shape.exchanged_cols[static_cast<size_t>(layer)];
+    const auto l = static_cast<size_t>(layer);
+    const int64_t cols = shape.exchanged_cols[l];
     if (cols == 0) continue;
+    const int64_t tail = shape.forward_fp32_tail.empty() ? 0 : shape.forward_fp32_tail[l];
+    const int64_t back_cols = shape.backward_cols.empty() ? cols : shape.backward_cols[l];
     nlohmann::json by_bits = nlohmann::json::object();
     for (int bits : kReportBits) {
-      int64_t bytes = 0;
+      int64_t forward = 0, backward = 0;
       for (int p = 0; p < P; ++p) {
         for (int q = 0; q < P; ++q) {
-          bytes += 4 * message_words(bits, halo_from[static_cast<size_t>(p)][static_cast<size_t>(q)], cols);
+          const int64_t rows = halo_from[static_cast<size_t>(p)][static_cast<size_t>(q)];
+          // The exchanger's message: the codes of the quantized columns, then the fp32 tail.
+          if (rows > 0) forward += 4 * (message_words(bits, rows, cols - tail) + rows * tail);
+          backward += 4 * message_words(bits, rows, back_cols);
         }
       }
-      by_bits[std::to_string(bits)] = {{"forward", bytes}, {"backward", bytes}};
+      by_bits[std::to_string(bits)] = {{"forward", forward}, {"backward", backward}};
       nlohmann::json& e = per_epoch[std::to_string(bits)];
-      e["forward"] = e["forward"].get<int64_t>() + bytes;
-      e["backward"] = e["backward"].get<int64_t>() + bytes;
-      if (shape.eval_every > 0) e["evaluation"] = e["evaluation"].get<int64_t>() + bytes;
+      e["forward"] = e["forward"].get<int64_t>() + forward;
+      e["backward"] = e["backward"].get<int64_t>() + backward;
+      if (shape.eval_every > 0) e["evaluation"] = e["evaluation"].get<int64_t>() + forward;
     }
     layer_list.push_back({{"layer", layer}, {"cols", cols}, {"bytes", by_bits}});
   }
@@ -251,6 +270,8 @@ nlohmann::json report_from_counts(const std::string& dataset_name, int64_t n, in
   report["hidden"] = shape.hidden;
   report["layers"] = shape.layers;
   report["exchanged_cols"] = shape.exchanged_cols;
+  if (!shape.forward_fp32_tail.empty()) report["forward_fp32_tail"] = shape.forward_fp32_tail;
+  if (!shape.backward_cols.empty()) report["backward_cols"] = shape.backward_cols;
   report["eval_every"] = shape.eval_every;
   report["parts"] = parts;
   report["edge_cut"] = cut;

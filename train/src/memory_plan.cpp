@@ -178,7 +178,10 @@ std::vector<LayerCost> layer_costs(const TrainOptions& options, int64_t feature_
         c.other_values += a.size();
       }
     }
-    c.exchanged_cols = spec.layer_memory(layers, l, options, nn::MemoryShape{counts}).forward_cols;
+    const nn::LayerMemory exchanged = spec.layer_memory(layers, l, options, nn::MemoryShape{counts});
+    c.exchanged_cols = exchanged.forward_cols;
+    c.forward_fp32_tail = exchanged.forward_fp32_tail;
+    c.backward_cols = exchanged.backward_cols;
     costs.push_back(std::move(c));
   }
   return costs;

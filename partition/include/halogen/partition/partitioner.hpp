@@ -102,6 +102,12 @@ struct HaloReportShape {
   /// Columns of each layer's halo rows, one entry per layer of the model as the trainer lays it
   /// out (APPNP: its MLP, then its propagation steps), 0 where a layer exchanges nothing.
   std::vector<int64_t> exchanged_cols;
+  /// Per layer, where a layer's forward rows end in columns that travel as fp32 whatever the bit
+  /// width (GAT's attention terms): how many of exchanged_cols; empty: none anywhere.
+  std::vector<int64_t> forward_fp32_tail;
+  /// Per layer, the columns of the backward gradients where they differ from exchanged_cols
+  /// (GAT sends its attention terms forward only); empty: the same as forward.
+  std::vector<int64_t> backward_cols;
   /// The evaluation pass of every eval_every-th epoch (as train's --eval-every); 0: none.
   int eval_every = 0;
   /// Layers 1..layers-1 exchange `hidden` columns, layer 0 nothing, and no evaluation pass is

@@ -69,7 +69,9 @@ struct LayerCost {
   int64_t in = 0, out = 0;
   std::vector<std::array<int64_t, 2>> matrices;
   int64_t other_values = 0;
-  int64_t exchanged_cols = 0;
+  int64_t exchanged_cols = 0;     // forward halo columns
+  int64_t forward_fp32_tail = 0;  // of which the last travel as fp32 (GAT's attention terms)
+  int64_t backward_cols = 0;      // backward halo gradient columns
 };
 std::vector<LayerCost> layer_costs(const TrainOptions& options, int64_t feature_dim, int64_t classes);
 
