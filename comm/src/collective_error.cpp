@@ -26,25 +26,28 @@ int world_rank() {
   return rank;
 }
 
-}  // namespace
-
-void run_collectively(MPI_Comm comm, const std::string& what, const std::function<void()>& step) {
+// Runs `step` on every rank of `comm`, or on its rank 0 alone when `root_only`, and throws
+// the lowest failing rank's error on every rank if it failed anywhere. A root-only step's
+// failure counts as every rank's.
+void run_and_share(MPI_Comm comm, const std::string& what, const std::function<void()>& step, bool root_only) {
   int rank = 0, size = 1;
   HALOGEN_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   HALOGEN_CHECK_MPI(MPI_Comm_size(comm, &size));
   Failure mine;
   int failed = 0;
-  try {
-    step();
-  } catch (const CollectiveError& e) {
-    mine = {e.what(), e.file(), e.line(), e.rank(), 1, e.on_every_rank() ? 1 : 0};
-    failed = 1;
-  } catch (const Error& e) {
-    mine = {e.what(), e.file(), e.line(), e.rank() >= 0 ? e.rank() : world_rank(), 0, 0};
-    failed = 1;
-  } catch (const std::exception& e) {
-    mine = {e.what(), "", 0, world_rank(), 0, 0};
-    failed = 1;
+  if (!root_only || rank == 0) {
+    try {
+      step();
+    } catch (const CollectiveError& e) {
+      mine = {e.what(), e.file(), e.line(), e.rank(), 1, e.on_every_rank() ? 1 : 0};
+      failed = 1;
+    } catch (const Error& e) {
+      mine = {e.what(), e.file(), e.line(), e.rank() >= 0 ? e.rank() : world_rank(), 0, 0};
+      failed = 1;
+    } catch (const std::exception& e) {
+      mine = {e.what(), "", 0, world_rank(), 0, 0};
+      failed = 1;
+    }
   }
   std::vector<int> flags(static_cast<size_t>(size), 0);
   HALOGEN_CHECK_MPI(MPI_Allgather(&failed, 1, MPI_INT, flags.data(), 1, MPI_INT, comm));
@@ -52,7 +55,7 @@ void run_collectively(MPI_Comm comm, const std::string& what, const std::functio
   if (first_it == flags.end()) return;
   // The lowest failing rank speaks for all.
   const int first = static_cast<int>(first_it - flags.begin());
-  const bool all_failed = std::count(flags.begin(), flags.end(), 1) == size;
+  const bool all_failed = root_only || std::count(flags.begin(), flags.end(), 1) == size;
   std::array<int, 6> head{};
   if (rank == first)
     head = {static_cast<int>(mine.message.size()),
@@ -67,8 +70,18 @@ void run_collectively(MPI_Comm comm, const std::string& what, const std::functio
   HALOGEN_CHECK_MPI(MPI_Bcast(text.data(), head[0] + head[1], MPI_CHAR, first, comm));
   const std::string message = text.substr(0, static_cast<size_t>(head[0]));
   const std::string file = text.substr(static_cast<size_t>(head[0]));
-  if (head[4]) throw CollectiveError(message, file, head[2], head[3], head[5] != 0);
+  if (head[4]) throw CollectiveError(message, file, head[2], head[3], root_only || head[5] != 0);
   throw CollectiveError(fmt::format("{} failed: {}", what, message), file, head[2], head[3], all_failed);
+}
+
+}  // namespace
+
+void run_collectively(MPI_Comm comm, const std::string& what, const std::function<void()>& step) {
+  run_and_share(comm, what, step, false);
+}
+
+void run_on_root(MPI_Comm comm, const std::string& what, const std::function<void()>& step) {
+  run_and_share(comm, what, step, true);
 }
 
 }  // namespace halogen

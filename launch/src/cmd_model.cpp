@@ -89,13 +89,6 @@ bool is_evaluate_json(const std::filesystem::path& file) {
   return true;
 }
 
-// Rank 0 checks an output before any rank loads a model; every rank learns the outcome.
-void check_output_collectively(const MpiSession& mpi, const std::function<void()>& check) {
-  run_collectively(MPI_COMM_WORLD, "checking the output path", [&] {
-    if (mpi.rank() == 0) check();
-  });
-}
-
 }  // namespace
 
 int cmd_predict(int argc, char** argv, const std::vector<std::string>& args) {
@@ -117,7 +110,8 @@ int cmd_predict(int argc, char** argv, const std::vector<std::string>& args) {
   if (!parse("predict", "--model DIR (--parts DIR | --dataset DIR) --out DIR [options]", opts, pos, args, vm)) return 0;
   MpiSession mpi(&argc, &argv);
   log::configure(mpi.rank(), r.log_level);
-  check_output_collectively(mpi, [&] {
+  // Rank 0 checks the output before any rank loads a model.
+  run_on_root(MPI_COMM_WORLD, "checking the output path", [&] {
     check_output_dir(
         {out_dir, "--out", "the output of halogen predict (a directory with its predict.json)", is_predict_dir},
         overwrite, DirWrite::kWrittenInto);
@@ -126,9 +120,7 @@ int cmd_predict(int argc, char** argv, const std::vector<std::string>& args) {
   const Shard& s = l.shard;
   const int64_t owned = s.num_owned, C = l.model.num_classes;
   const int64_t total = s.global_num_nodes;
-  run_collectively(MPI_COMM_WORLD, "creating the output directory", [&] {
-    if (mpi.rank() == 0) std::filesystem::create_directories(out_dir);
-  });
+  run_on_root(MPI_COMM_WORLD, "creating the output directory", [&] { std::filesystem::create_directories(out_dir); });
   // Probabilities (softmax of the logits, in fp64) and the predicted class of every owned node.
   std::vector<float> probabilities(static_cast<size_t>(owned * C));
   std::vector<int32_t> predicted(static_cast<size_t>(owned));
@@ -183,7 +175,7 @@ int cmd_evaluate(int argc, char** argv, const std::vector<std::string>& args) {
   MpiSession mpi(&argc, &argv);
   log::configure(mpi.rank(), r.log_level);
   if (!json_out.empty()) {
-    check_output_collectively(mpi, [&] {
+    run_on_root(MPI_COMM_WORLD, "checking the output path", [&] {
       check_output_file({json_out, "--json", "an earlier --json file of halogen evaluate", is_evaluate_json},
                         overwrite);
     });

@@ -132,9 +132,8 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
     mpi.emplace(&argc, &argv);
     const int node_local_ranks = local_rank_info(MPI_COMM_WORLD).local_size;
     int chosen = 0;
-    run_collectively(MPI_COMM_WORLD, "checking the partition's memory", [&] {
-      if (mpi->rank() == 0) chosen = static_cast<int>(choose_method(mpi->size(), node_local_ranks));
-    });
+    run_on_root(MPI_COMM_WORLD, "checking the partition's memory",
+                [&] { chosen = static_cast<int>(choose_method(mpi->size(), node_local_ranks)); });
     HALOGEN_CHECK_MPI(MPI_Bcast(&chosen, 1, MPI_INT, 0, MPI_COMM_WORLD));
     popt.method = static_cast<PartitionMethod>(chosen);
   } else {
@@ -145,9 +144,7 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
       partition_here();
     } else {
       // Under mpirun rank 0 partitions and writes; the others wait for its outcome.
-      run_collectively(MPI_COMM_WORLD, to_string(popt.method) + " partitioning", [&] {
-        if (mpi->rank() == 0) partition_here();
-      });
+      run_on_root(MPI_COMM_WORLD, to_string(popt.method) + " partitioning", partition_here);
     }
     return 0;
   }
@@ -164,8 +161,7 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
     // The assignment from the slices, then rank 0 alone loads everything and writes (the
     // single writer, kept to compare the distributed writer against).
     const std::vector<int32_t> part = ptscotch_assignment_from_slices(dataset, popt, MPI_COMM_WORLD, collectively);
-    run_collectively(MPI_COMM_WORLD, "writing the shards", [&] {
-      if (mpi->rank() != 0) return;
+    run_on_root(MPI_COMM_WORLD, "writing the shards", [&] {
       const Dataset ds = load_dataset(dataset);
       report = write_partition(ds, part, popt, out, report_shape(ds.feature_dim, ds.num_classes), overwrite);
     });
@@ -184,9 +180,8 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
       part = lp ? label_propagation_partition(ds, popt, MPI_COMM_WORLD)
                 : partition_graph_distributed(ds, popt, MPI_COMM_WORLD);
     });
-    run_collectively(MPI_COMM_WORLD, "writing the shards", [&] {
-      if (mpi->rank() == 0)
-        report = write_partition(ds, part, popt, out, report_shape(ds.feature_dim, ds.num_classes), overwrite);
+    run_on_root(MPI_COMM_WORLD, "writing the shards", [&] {
+      report = write_partition(ds, part, popt, out, report_shape(ds.feature_dim, ds.num_classes), overwrite);
     });
   }
   if (mpi->rank() == 0) {

@@ -296,9 +296,9 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
           auto_grad_compression(parts_dir, vm.count("cluster") ? vm["cluster"].as<std::string>() : "", t, auto_shape);
     if (vm.count("save-model")) t.output.save_model_dir = vm["save-model"].as<std::string>();
     t.validate();
-    // Now, not after an hour of training (train() checks again).
-    if (mpi.rank() == 0) check_train_outputs(t);
   });
+  // Now, not after an hour of training (train() checks again).
+  run_on_root(MPI_COMM_WORLD, "checking the output paths", [&] { check_train_outputs(t); });
 
   const Shard shard = load_rank_shard(parts_dir, dataset, mpi.rank(), mpi.size(), t.seed);
   auto_shape->feature_dim = shard.feature_dim;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What a person reads when something goes wrong: one line per error, from one rank; the rank
-# named only where it matters (some ranks failed, not all); no source location unless debug
-# logging asks for it; mistyped commands and options get a "did you mean", and option names
-# are never taken as abbreviations.
+# named only where it matters (some ranks failed, not all; never for a step rank 0 takes for
+# every rank); no source location unless debug logging asks for it; mistyped commands and
+# options get a "did you mean", and option names are never taken as abbreviations.
 # usage: errors_test.sh HALOGEN MPIEXEC [MPI FLAGS...]
 set -uo pipefail
 halogen=$1; mpiexec=$2; shift 2; mpi_flags=("$@")
@@ -57,6 +57,15 @@ if run 1 "${mpi[@]}" "$halogen" train --parts "$work/bad" --epochs 2 --hidden 8 
   [ "$(grep -o 'rank [0-9]*' "$work/out" | sort -u)" = "rank 2" ] && [ "$(grep -c 'rank 2' "$work/out")" = 1 ] \
     && pass "one rank failed: rank 2 named once, no other rank" || { fail "ranks named: $(grep -o 'rank [0-9]*' "$work/out" | tr '\n' ' ')"; cat "$work/out"; }
   no_location "one rank failed"
+fi
+# --- a step rank 0 takes for every rank (checking --save-model): the job's failure, so rank 0 --
+# says it once, naming no rank
+mkdir "$work/foreign" && echo notes >"$work/foreign/notes.txt"
+if run 1 "${mpi[@]}" "${train[@]}" --save-model "$work/foreign"; then
+  [ "$(lines "^halogen train: error: checking the output paths failed: --save-model '$work/foreign': .*other files")" = 1 ] \
+    && [ "$(lines 'halogen.*error')" = 1 ] && pass "rank 0 failed for all: one line" \
+    || { fail "rank 0 failed for all: not exactly one error line"; cat "$work/out"; }
+  ! grep -q "rank" "$work/out" && pass "rank 0 failed for all: no rank named" || { fail "rank 0 failed for all: a rank named"; cat "$work/out"; }
 fi
 # One process: no rank to name.
 if run 1 "$halogen" info "$work/nope"; then

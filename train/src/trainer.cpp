@@ -89,8 +89,6 @@ DeviceExchange parse_device_exchange(const std::string& name) {
   HALOGEN_FAIL("--device-exchange must be staged or fused, got '{}'", name);
 }
 
-std::string to_string(DeviceExchange d) { return d == DeviceExchange::kFused ? "fused" : "staged"; }
-
 std::string to_string(HaloErrorFeedback f) {
   return f == HaloErrorFeedback::kOn ? "on" : f == HaloErrorFeedback::kOff ? "off" : "auto";
 }
@@ -279,9 +277,7 @@ TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& op
   // Before any work, so that a run is not refused its output at the end.
   MPI_Comm ranks = MPI_COMM_WORLD;
   if (auto* mc = dynamic_cast<MpiCommunicator*>(&comm)) ranks = mc->mpi_comm();
-  run_collectively(ranks, "checking the output paths", [&] {
-    if (comm.rank() == 0) check_train_outputs(options);
-  });
+  run_on_root(ranks, "checking the output paths", [&] { check_train_outputs(options); });
   check_shards_consistent(shard, comm);
   HALOGEN_EXPECTS(shard.feature_dim >= 1, "shard {} has no node features (feature_dim 0)", shard.part);
   HALOGEN_EXPECTS(shard.num_classes >= 2, "shard {} has {} classes; node classification needs at least 2", shard.part,

@@ -4,8 +4,10 @@
 // can fail on some ranks only (reading a shard, validating input) run inside
 // run_collectively(): every rank reports success or failure, and if any failed, every rank
 // throws a CollectiveError carrying the first failing rank's message, source location and
-// rank, and whether the step failed on every rank. The top level prints it once, on that
-// rank, naming the rank only when some ranks did not fail.
+// rank, and whether the step failed on every rank. A step that only rank 0 does on behalf of
+// all (checking or writing an output, partitioning on one process) runs inside run_on_root():
+// its failure is the whole job's, as if every rank had failed. The top level prints it once,
+// on that rank, naming the rank only when some ranks did not fail.
 #pragma once
 
 #include <mpi.h>
@@ -37,5 +39,10 @@ class CollectiveError : public Error {
 /// CollectiveError from `step` (a nested run_collectively) keeps its message, rank and
 /// on_every_rank().
 void run_collectively(MPI_Comm comm, const std::string& what, const std::function<void()>& step);
+
+/// Runs `step` on rank 0 of `comm` alone, the others waiting for its outcome; rethrows on all
+/// ranks if it failed. The work was every rank's, so the CollectiveError has on_every_rank()
+/// (no rank is named), its rank() that of `comm`'s rank 0.
+void run_on_root(MPI_Comm comm, const std::string& what, const std::function<void()>& step);
 
 }  // namespace halogen
