@@ -15,6 +15,7 @@
 
 #include "halogen/comm/nccl_communicator.hpp"
 #include "halogen/core/cuda/host_syncs.hpp"
+#include "halogen/core/cuda/stream.hpp"
 #include "halogen/core/error.hpp"
 
 namespace halogen {
@@ -67,8 +68,7 @@ class NcclRequest final : public CommRequest {
     if (!done_) {
       // Never let the buffers go while the transfer runs; errors cannot be thrown here (an
       // aborted communicator completes its kernels, so this returns).
-      cuda::count_host_sync();
-      cudaEventSynchronize(event_.get());
+      cuda::event_synchronize(event_.get(), std::nothrow);
     }
   }
   void wait() override {
@@ -115,8 +115,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm)
 
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ != nullptr && !aborted()) {
-    cuda::count_host_sync();
-    cudaStreamSynchronize(stream_.get());
+    cuda::stream_synchronize(stream_.get(), std::nothrow);
     ncclCommDestroy(comm_);
   }
   int finalized = 0;

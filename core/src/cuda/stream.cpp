@@ -17,15 +17,19 @@ uint64_t host_sync_count() noexcept { return host_syncs.load(std::memory_order_r
 
 void count_host_sync() noexcept { host_syncs.fetch_add(1, std::memory_order_relaxed); }
 
-void stream_synchronize(cudaStream_t stream) {
+cudaError_t stream_synchronize(cudaStream_t stream, std::nothrow_t) noexcept {
   count_host_sync();
-  HALOGEN_CHECK_CUDA(cudaStreamSynchronize(stream));
+  return cudaStreamSynchronize(stream);
 }
 
-void event_synchronize(cudaEvent_t event) {
+void stream_synchronize(cudaStream_t stream) { HALOGEN_CHECK_CUDA(stream_synchronize(stream, std::nothrow)); }
+
+cudaError_t event_synchronize(cudaEvent_t event, std::nothrow_t) noexcept {
   count_host_sync();
-  HALOGEN_CHECK_CUDA(cudaEventSynchronize(event));
+  return cudaEventSynchronize(event);
 }
+
+void event_synchronize(cudaEvent_t event) { HALOGEN_CHECK_CUDA(event_synchronize(event, std::nothrow)); }
 
 void device_synchronize() {
   count_host_sync();

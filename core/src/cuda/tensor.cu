@@ -91,8 +91,7 @@ void* create_stream() {
 }
 
 void destroy_stream(void* stream) noexcept {
-  cuda::count_host_sync();
-  cudaStreamSynchronize(as_stream(stream));
+  cuda::stream_synchronize(as_stream(stream), std::nothrow);
   cudaStreamDestroy(as_stream(stream));
 }
 

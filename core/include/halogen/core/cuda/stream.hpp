@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <new>
 #include <string>
 #include <utility>
 
@@ -38,11 +39,19 @@ class DeviceGuard {
 };
 
 /// cudaStreamSynchronize(stream) (nullptr: the legacy default stream), counted as a host wait
-/// (host_syncs.hpp); throws on a CUDA error. Every host wait on a stream goes through here or
-/// through the methods below, so the count is complete.
+/// (host_syncs.hpp); throws on a CUDA error. The count holds the waits halogen's code asks for:
+/// these functions and the methods below (the blocking copies of device_memory.hpp use them)
+/// and the polled waits of NCCL's requests. It leaves out the waits the runtime makes inside
+/// calls that are not waits: cudaFree, when the caching allocator gives blocks back, and
+/// cudaFreeHost.
 void stream_synchronize(cudaStream_t stream);
+/// The same for destructors and other paths that must not throw: counted, and the CUDA
+/// status returned instead of thrown.
+cudaError_t stream_synchronize(cudaStream_t stream, std::nothrow_t) noexcept;
 /// cudaEventSynchronize(event), counted; throws on a CUDA error.
 void event_synchronize(cudaEvent_t event);
+/// The same, counted, the status returned (for destructors).
+cudaError_t event_synchronize(cudaEvent_t event, std::nothrow_t) noexcept;
 /// cudaDeviceSynchronize(), counted; throws on a CUDA error.
 void device_synchronize();
 
