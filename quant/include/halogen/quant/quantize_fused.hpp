@@ -5,16 +5,20 @@
 // The messages are quantize_rows' bit for bit (quantize.hpp: same format, same exponent per
 // message, same random stream with key.peer = the peer), laid out one after the other in peer
 // order as HaloExchanger::message_layout does, each followed by its rows' fp32_tail columns as
-// fp32 (GAT's attention terms). Two kernels on `stream`: a scan of every row (min, max, each
-// peer's largest magnitude, the first non-finite value), then the packing, which chooses each
-// peer's exponent on the device from the scan (detail::message_exponent, the CPU's function).
-// Non-finite input does not throw here: it is recorded in a device NonFiniteStatus that the
-// host reads later (the first one found is kept), so the call returns without a host wait.
+// fp32 (GAT's attention terms). On `stream`, in order: a memset that clears the scan's part of
+// the scratch, then three kernels: a scan of every row (min, max, each peer's largest
+// magnitude, the first non-finite value), the packing, which chooses each peer's exponent on
+// the device from the scan (detail::message_exponent, the CPU's function), and a one-thread
+// kernel that writes the scan's first non-finite value into the NonFiniteStatus (left out
+// when there are no quantized columns). Non-finite input does not throw here: it is recorded
+// in that device status, which the host reads later (the first one found is kept), so the call
+// returns without a host wait.
 // Only for CUDA builds; C++17 so that .cu files can include it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "halogen/quant/quantize.hpp"
 
@@ -37,7 +41,8 @@ struct SendRowMap {
 
 /// The first non-finite value a fused send found, as the CPU quantizer reports it (the
 /// message's key, its row and column, the value). flagged == 0 while none was found; once set
-/// it is kept until the owner clears it. 40 bytes, plain data, shared by host and device.
+/// it is kept until the owner clears it. 48 bytes (eight 32-bit words, two 64-bit ones), plain
+/// data, shared by host and device: copied as bytes between them.
 struct NonFiniteStatus {
   uint32_t flagged;
   uint32_t epoch, layer, direction, bits, peer;
@@ -45,6 +50,8 @@ struct NonFiniteStatus {
   uint32_t reserved;
   int64_t row, col;
 };
+static_assert(sizeof(NonFiniteStatus) == 48 && std::is_trivially_copyable_v<NonFiniteStatus>,
+              "NonFiniteStatus is copied as bytes between host and device");
 
 /// Device scratch bytes quantize_send_fused needs for `rows` rows and `num_peers` peers.
 size_t fused_send_scratch_bytes(int64_t rows, int num_peers);
