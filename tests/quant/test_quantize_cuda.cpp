@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "halogen/core/cuda/device_memory.hpp"
 #include "halogen/core/device.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
@@ -23,30 +24,7 @@
 namespace halogen::quant {
 namespace {
 
-/// A device copy of a host vector, freed at scope exit.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n) : size_(n) {
-    if (n != 0) HALOGEN_CHECK_CUDA(cudaMalloc(&data_, n * sizeof(T)));
-  }
-  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
-    if (size_ != 0) HALOGEN_CHECK_CUDA(cudaMemcpy(data_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~DeviceArray() { cudaFree(data_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* data() { return data_; }
-  std::vector<T> to_host() const {
-    std::vector<T> host(size_);
-    if (size_ != 0) HALOGEN_CHECK_CUDA(cudaMemcpy(host.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  size_t size_ = 0;
-};
+using cuda::DeviceBuffer;
 
 /// Values spread over magnitudes, with a constant row (row 1) and a zero row (row 2).
 std::vector<float> test_matrix(int64_t rows, int64_t cols, int64_t ld, float magnitude, uint64_t seed) {
@@ -85,7 +63,7 @@ TEST_F(QuantCuda, PackedWordsAndDequantizedValuesMatchCpu) {
                         Shape{1000, 15, 15}, Shape{333, 8, 9}}) {
     for (const float magnitude : {1e-9f, 1.0f, 1e6f}) {
       const auto x = test_matrix(s.rows, s.cols, s.ld, magnitude, 7 + static_cast<uint64_t>(s.cols));
-      DeviceArray<float> x_dev(x);
+      auto x_dev = DeviceBuffer<float>::from_host(x);
       for (int case_index = 0; case_index < 10; ++case_index) {
         // Both roundings at every coded width (deterministic codes: one thread per row).
         const int bits = std::array{1, 2, 4, 8, 16, 32, 1, 2, 4, 8}[case_index];
@@ -100,7 +78,7 @@ TEST_F(QuantCuda, PackedWordsAndDequantizedValuesMatchCpu) {
         const size_t words = packed_words(bits, s.rows, s.cols);
         std::vector<uint32_t> cpu(words);
         quantize_rows<kDevCpu>(x.data(), s.rows, s.cols, s.ld, bits, key, cpu.data());
-        DeviceArray<uint32_t> gpu_dev(words);
+        DeviceBuffer<uint32_t> gpu_dev(words);
         quantize_rows<kDevCuda>(x_dev.data(), s.rows, s.cols, s.ld, bits, key, gpu_dev.data(), stream);
         HALOGEN_CHECK_CUDA(cudaStreamSynchronize(stream));
         const auto gpu = gpu_dev.to_host();
@@ -118,7 +96,7 @@ TEST_F(QuantCuda, PackedWordsAndDequantizedValuesMatchCpu) {
         for (const bool accumulate : {false, true}) {
           std::vector<float> cpu_out(static_cast<size_t>(s.rows * ld_out), 0.5f);
           dequantize_rows<kDevCpu>(cpu.data(), s.rows, s.cols, bits, cpu_out.data(), ld_out, accumulate);
-          DeviceArray<float> out_dev(std::vector<float>(static_cast<size_t>(s.rows * ld_out), 0.5f));
+          auto out_dev = DeviceBuffer<float>::from_host(std::vector<float>(static_cast<size_t>(s.rows * ld_out), 0.5f));
           dequantize_rows<kDevCuda>(gpu_dev.data(), s.rows, s.cols, bits, out_dev.data(), ld_out, accumulate, stream);
           HALOGEN_CHECK_CUDA(cudaStreamSynchronize(stream));
           const auto gpu_out = out_dev.to_host();
@@ -139,12 +117,12 @@ TEST_F(QuantCuda, NonFiniteReportsFirstRowAndColumn) {
   auto x = test_matrix(rows, cols, cols, 1.0f, 3);
   x[static_cast<size_t>(250 * cols + 3)] = std::numeric_limits<float>::quiet_NaN();
   x[static_cast<size_t>(120 * cols + 66)] = -std::numeric_limits<float>::infinity();
-  DeviceArray<float> x_dev(x);
+  auto x_dev = DeviceBuffer<float>::from_host(x);
   for (int bits : {1, 8, 16, 32}) {
     QuantKey key;
     key.layer = 4;
     key.direction = Direction::kBackward;
-    DeviceArray<uint32_t> out(packed_words(bits, rows, cols));
+    DeviceBuffer<uint32_t> out(packed_words(bits, rows, cols));
     try {
       quantize_rows<kDevCuda>(x_dev.data(), rows, cols, cols, bits, key, out.data(), nullptr);
       ADD_FAILURE() << "non-finite input accepted at " << bits << " bits";

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "halogen/core/cuda/device_memory.hpp"
 #include "halogen/core/device.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
@@ -27,29 +28,7 @@
 namespace halogen::quant {
 namespace {
 
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n) : size_(n) {
-    if (n != 0) HALOGEN_CHECK_CUDA(cudaMalloc(&data_, n * sizeof(T)));
-  }
-  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
-    if (size_ != 0) HALOGEN_CHECK_CUDA(cudaMemcpy(data_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~DeviceArray() { cudaFree(data_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* data() { return data_; }
-  std::vector<T> to_host() const {
-    std::vector<T> host(size_);
-    if (size_ != 0) HALOGEN_CHECK_CUDA(cudaMemcpy(host.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  size_t size_ = 0;
-};
+using cuda::DeviceBuffer;
 
 /// One exchange's send side: a local matrix, and per peer the local rows it is sent.
 struct Exchange {
@@ -149,29 +128,30 @@ FusedResult fused_words(const Exchange& ex, int bits, const QuantKey& key, bool 
     row_peer.insert(row_peer.end(), ex.peer_rows[q].size(), static_cast<int32_t>(q));
     peer_rows.push_back(peer_rows.back() + static_cast<int64_t>(ex.peer_rows[q].size()));
   }
-  DeviceArray<int32_t> source_dev(source), row_peer_dev(row_peer);
-  DeviceArray<int64_t> peer_rows_dev(peer_rows);
+  auto source_dev = DeviceBuffer<int32_t>::from_host(source);
+  auto row_peer_dev = DeviceBuffer<int32_t>::from_host(row_peer);
+  auto peer_rows_dev = DeviceBuffer<int64_t>::from_host(peer_rows);
   SendRowMap map;
   map.source_rows = source_dev.data();
   map.row_peer = row_peer_dev.data();
   map.peer_rows = peer_rows_dev.data();
   map.rows = static_cast<int64_t>(source.size());
   map.num_peers = static_cast<int>(ex.peer_rows.size());
-  DeviceArray<unsigned char> scratch(fused_send_scratch_bytes(map.rows, map.num_peers));
+  DeviceBuffer<unsigned char> scratch(fused_send_scratch_bytes(map.rows, map.num_peers));
   // Poisoned, so that a word the kernel fails to write shows.
-  DeviceArray<uint32_t> out(std::vector<uint32_t>(expected_words, 0xdeadbeefu));
-  DeviceArray<NonFiniteStatus> status(std::vector<NonFiniteStatus>{status_before});
+  auto out = DeviceBuffer<uint32_t>::from_host(std::vector<uint32_t>(expected_words, 0xdeadbeefu));
+  auto status = DeviceBuffer<NonFiniteStatus>::from_host(std::vector<NonFiniteStatus>{status_before});
   cudaStream_t stream;
   HALOGEN_CHECK_CUDA(cudaStreamCreate(&stream));
   if (fp16) {
     std::vector<__half> local(ex.local.size());
     for (size_t i = 0; i < local.size(); ++i) local[i] = __float2half_rn(ex.local[i]);
-    DeviceArray<__half> local_dev(local);
+    auto local_dev = DeviceBuffer<__half>::from_host(local);
     quantize_send_fused(local_dev.data(), ex.ld, ex.cols, ex.tail, bits, key, map, scratch.data(), out.data(),
                         status.data(), stream);
     HALOGEN_CHECK_CUDA(cudaStreamSynchronize(stream));
   } else {
-    DeviceArray<float> local_dev(ex.local);
+    auto local_dev = DeviceBuffer<float>::from_host(ex.local);
     quantize_send_fused(local_dev.data(), ex.ld, ex.cols, ex.tail, bits, key, map, scratch.data(), out.data(),
                         status.data(), stream);
     HALOGEN_CHECK_CUDA(cudaStreamSynchronize(stream));
