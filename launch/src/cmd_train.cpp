@@ -1,5 +1,6 @@
 // halogen train: one rank per shard, under mpirun (or srun).
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "halogen/partition/trainability.hpp"
 #include "halogen/train/memory_plan.hpp"
 #include "halogen/train/trainer.hpp"
+#include "sweep_results.hpp"
 
 namespace halogen::cli {
 
@@ -63,21 +65,22 @@ std::function<GradCompression(const GradTiming&)> auto_grad_compression(const st
   };
 }
 
-// Why the dataset behind the shards cannot train (empty: it can), the same on every rank: each
-// rank counts its owned nodes and the counts are summed. The message names the --dataset
-// path, or the dataset's name and the --parts directory (shards know no dataset path).
+// Why the dataset behind the shards cannot train (empty: it can), the same on every rank. The
+// shard holds the whole dataset's node and split counts; the labelled ones are summed over the
+// ranks' owned nodes. The message names the --dataset path, or the dataset's name and the
+// --parts directory (shards know no dataset path).
 std::string untrainable_reason(const Shard& shard, Communicator& comm, const std::string& dataset,
                                const std::string& parts_dir) {
   TrainabilityCounts c = count_trainability(shard);
-  std::array<int64_t, 7> sums = {c.num_nodes, c.labelled, c.train, c.train_labelled, c.valid, c.valid_labelled, c.test};
-  comm.allreduce_sum(std::span<int64_t>(sums));
-  c.num_nodes = sums[0];
-  c.labelled = sums[1];
-  c.train = sums[2];
-  c.train_labelled = sums[3];
-  c.valid = sums[4];
-  c.valid_labelled = sums[5];
-  c.test = sums[6];
+  std::array<int64_t, 3> labelled = {c.labelled, c.train_labelled, c.valid_labelled};
+  comm.allreduce_sum(std::span<int64_t>(labelled));
+  c.labelled = labelled[0];
+  c.train_labelled = labelled[1];
+  c.valid_labelled = labelled[2];
+  c.num_nodes = shard.global_num_nodes;
+  c.train = shard.global_train_count;
+  c.valid = shard.global_valid_count;
+  c.test = shard.global_test_count;
   const std::string subject = dataset.empty()
                                   ? fmt::format("dataset '{}' (partitioned in '{}')", shard.dataset_name, parts_dir)
                                   : fmt::format("dataset '{}'", dataset);
@@ -86,7 +89,7 @@ std::string untrainable_reason(const Shard& shard, Communicator& comm, const std
 
 // An accuracy of the summary, or n/a where its split has no node (null in the summary).
 std::string accuracy_text(const nlohmann::json& value) {
-  return value.is_number() ? fmt::format("{:.4f}", value.get<double>()) : "n/a";
+  return sweep::accuracy_text(value.is_number() ? value.get<double>() : std::nan(""));
 }
 
 }  // namespace
@@ -307,11 +310,9 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   TrainResult result;
   run_collectively(MPI_COMM_WORLD, "checking shards", [&] { check_shards_consistent(shard, *comm); });
   // Before the model is built or an output written. Every rank reaches the same verdict, so
-  // all exit with status 1 and one rank tells the user.
-  if (const std::string reason = untrainable_reason(shard, *comm, dataset, parts_dir); !reason.empty()) {
-    if (mpi.rank() == 0) std::fprintf(stderr, "halogen train: error: %s\n", reason.c_str());
-    return 1;
-  }
+  // every rank fails with it as one collective error, which rank 0 reports.
+  if (const std::string reason = untrainable_reason(shard, *comm, dataset, parts_dir); !reason.empty())
+    throw CollectiveError(reason, source_relative_path(__FILE__), __LINE__, 0, true);
   prepare_process(*comm, t.device.kind);
   result = train(shard, *comm, t);
   if (mpi.rank() == 0) {

@@ -87,7 +87,8 @@ std::string csv_column(const std::string& axis);
 /// best validation accuracy, test accuracy at that epoch and time to the target.
 std::string summary_table(const std::vector<RunResult>& rows);
 
-/// An accuracy as the sweep prints it: "0.8120", or "n/a" for a split without nodes (NaN).
+/// An accuracy as halogen prints it (the sweep's table, train's summary line): "0.8120", or
+/// "n/a" for a split without nodes (NaN).
 std::string accuracy_text(double accuracy);
 
 /// The y range of the accuracy plot, "[lo:hi]": the values with a margin of a quarter of their

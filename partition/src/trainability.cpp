@@ -9,10 +9,11 @@ namespace halogen {
 
 namespace {
 
-// The node counts of `labels` and `split` (one entry per node each).
+// The node counts of `labels` and `split` (one entry per node each, as datasets and shards
+// are validated to hold).
 void count_nodes(std::span<const int32_t> labels, std::span<const uint8_t> split, TrainabilityCounts& c) {
   for (size_t v = 0; v < split.size(); ++v) {
-    const bool labelled = v < labels.size() && labels[v] >= 0;
+    const bool labelled = labels[v] >= 0;
     c.labelled += labelled;
     switch (static_cast<SplitRole>(split[v])) {
       case SplitRole::kTrain:
