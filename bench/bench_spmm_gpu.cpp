@@ -17,10 +17,12 @@
 //     includes its one stream synchronisation. dequantize_rows is timed the same way, and its
 //     result checked against the CPU's dequantization of the same words.
 //  3. The device exchange's send side at 1 bit, staged against fused, on the same message
-//     split over --peers peers (rows gathered through a shuffled row map, so the gather is
-//     timed too): staged is quantize_rows per peer (its host waits included), fused is
-//     quant::quantize_send_fused over all peers at once (no host wait). Both checked against
-//     the CPU quantizer's words, beside the device copy of the same fp32 bytes.
+//     split over --peers peers, its rows read through a shuffled row map so that both time
+//     their gather: staged is the exchanger's gather kernel (exchange_cuda::gather_rows) into
+//     one fp32 block, then quantize_rows per peer (its host waits included); fused is
+//     quant::quantize_send_fused over all peers at once (no host wait). The words each timed
+//     call wrote are checked against the CPU quantizer's, beside the device copy of the same
+//     fp32 bytes.
 //
 // Usage: bench_spmm_gpu [--graph rmat|sbm] [--dataset DIR] [--scale 18] [--edge-factor 16] [--nodes N]
 //                       [--cols 32,64,128,256] [--warmup 5] [--iters 20]
@@ -48,6 +50,7 @@
 #include <vector>
 
 #include "cuda/device_kernels.hpp"
+#include "cuda/rows.hpp"  // pipeline/src: the device halo exchange's row kernels
 #include "halogen/core/cuda/device_memory.hpp"
 #include "halogen/core/cuda/stream.hpp"
 #include "halogen/core/error.hpp"
@@ -432,7 +435,7 @@ int bench_send(const Options& o, cudaStream_t stream) {
       "#\n# send side, 1 bit: %lld rows x %lld fp32 columns (%.1f MiB) gathered by a shuffled row map into %d "
       "peers' messages; algbw = (bytes read + bytes written) / time\n#\n",
       static_cast<long long>(rows), static_cast<long long>(cols), values * 4.0 / (1 << 20), P);
-  std::printf("  %-34s %12s %12s %12s %8s\n", "operation", "time(us)", "algbw(GB/s)", "of memcpy", "check");
+  std::printf("  %-36s %12s %12s %12s %8s\n", "operation", "time(us)", "algbw(GB/s)", "of memcpy", "check");
   std::vector<float> x(values);
   const RngStream rng = RngStream::make(6, RngPurpose::kGenerator);
   for (size_t i = 0; i < values; ++i)
@@ -460,75 +463,70 @@ int bench_send(const Options& o, cudaStream_t stream) {
   quant::QuantKey key;
   key.seed = 11;
   key.rank = 0;
-  // The CPU's words: each peer's message in turn.
+  key.epoch = 1;
   std::vector<size_t> offsets(static_cast<size_t>(P) + 1, 0);
   for (int q = 0; q < P; ++q)
     offsets[static_cast<size_t>(q) + 1] =
         offsets[static_cast<size_t>(q)] +
         quant::packed_words(bits, peer_rows[static_cast<size_t>(q) + 1] - peer_rows[static_cast<size_t>(q)], cols);
   const size_t words = offsets.back();
-  auto cpu_words = [&](const quant::QuantKey& k0) {
-    std::vector<uint32_t> cpu(words);
+  // Calls f(q, first, n) for each peer q with rows: the send rows [first, first + n) are its message.
+  auto for_each_peer = [&](const auto& f) {
     for (int q = 0; q < P; ++q) {
-      quant::QuantKey k = k0;
-      k.peer = static_cast<uint32_t>(q);
       const int64_t first = peer_rows[static_cast<size_t>(q)], n = peer_rows[static_cast<size_t>(q) + 1] - first;
-      if (n > 0)
-        quant::quantize_rows<kDevCpu>(gathered.data() + first * cols, n, cols, cols, bits, k,
-                                      cpu.data() + offsets[static_cast<size_t>(q)]);
+      if (n > 0) f(q, first, n);
     }
-    return cpu;
   };
+  // quantize_rows of each peer's rows of the contiguous send block `block` into `out` at that
+  // peer's offset, on the CPU or the device: the staged send and the reference it is checked by.
+  auto quantize_per_peer = [&](Device device, const float* block, uint32_t* out) {
+    for_each_peer([&](int q, int64_t first, int64_t n) {
+      quant::QuantKey k = key;
+      k.peer = static_cast<uint32_t>(q);
+      uint32_t* message = out + offsets[static_cast<size_t>(q)];
+      if (device == kDevCpu) {
+        quant::quantize_rows<kDevCpu>(block + first * cols, n, cols, cols, bits, k, message);
+      } else {
+        quant::quantize_rows<kDevCuda>(block + first * cols, n, cols, cols, bits, k, message, stream);
+      }
+    });
+  };
+  // The CPU's words, once: both sends use the same key, so both must give exactly these.
+  std::vector<uint32_t> cpu(words);
+  quantize_per_peer(kDevCpu, gathered.data(), cpu.data());
 
   DeviceBuffer<float> d_x = DeviceBuffer<float>::from_host(x), d_rows(values);
   DeviceBuffer<int32_t> d_perm = DeviceBuffer<int32_t>::from_host(perm),
                         d_row_peer = DeviceBuffer<int32_t>::from_host(row_peer);
   DeviceBuffer<int64_t> d_peer_rows = DeviceBuffer<int64_t>::from_host(peer_rows);
   DeviceBuffer<uint32_t> d_packed(words);
+  // Each send is checked on what its own timed calls wrote: the words are poisoned first, so
+  // that a send which writes nothing cannot pass on the other one's words.
+  auto poison = [&] { HALOGEN_CHECK_CUDA(cudaMemsetAsync(d_packed.data(), 0xa5, d_packed.bytes(), stream)); };
   const double in_bytes = static_cast<double>(values) * 4;
   const double out_bytes = static_cast<double>(words) * 4;
   const double copy_ms = time_ms(o, stream, [&] {
     HALOGEN_CHECK_CUDA(cudaMemcpyAsync(d_rows.data(), d_x.data(), d_x.bytes(), cudaMemcpyDeviceToDevice, stream));
   });
   const double copy_gbs = 2 * in_bytes / (copy_ms * 1e-3) / 1e9;
-  std::printf("  %-34s %12.1f %12.1f %11.0f%% %8s\n", "cudaMemcpy D2D", copy_ms * 1e3, copy_gbs, 100.0, "");
+  std::printf("  %-36s %12.1f %12.1f %11.0f%% %8s\n", "cudaMemcpy D2D", copy_ms * 1e3, copy_gbs, 100.0, "");
   auto report = [&](const char* name, double ms, bool same) {
     const double gbs = (in_bytes + out_bytes) / (ms * 1e-3) / 1e9;
-    std::printf("  %-34s %12.1f %12.1f %11.0f%% %8s\n", name, ms * 1e3, gbs, 100.0 * gbs / copy_gbs,
+    std::printf("  %-36s %12.1f %12.1f %11.0f%% %8s\n", name, ms * 1e3, gbs, 100.0 * gbs / copy_gbs,
                 same ? "ok" : "FAIL");
   };
   int failures = 0;
 
-  // Staged: the gather into fp32 rows is a device copy of the shuffled rows (timed as one 2D
-  // copy per row would be too slow to be fair: the exchanger's gather kernel reads each value
-  // once, which the plain copy of the same bytes stands for), then quantize_rows per peer.
-  key.epoch = 1;
+  // Staged, as the exchanger sends: its gather kernel copies the shuffled rows into one fp32
+  // block, then quantize_rows per peer (each with its host wait).
+  poison();
   const double staged_ms = time_ms(o, stream, [&] {
-    HALOGEN_CHECK_CUDA(cudaMemcpyAsync(d_rows.data(), d_x.data(), d_x.bytes(), cudaMemcpyDeviceToDevice, stream));
-    for (int q = 0; q < P; ++q) {
-      quant::QuantKey k = key;
-      k.peer = static_cast<uint32_t>(q);
-      const int64_t first = peer_rows[static_cast<size_t>(q)], n = peer_rows[static_cast<size_t>(q) + 1] - first;
-      if (n > 0)
-        quant::quantize_rows<kDevCuda>(d_rows.data() + first * cols, n, cols, cols, bits, k,
-                                       d_packed.data() + offsets[static_cast<size_t>(q)], stream);
-    }
+    exchange_cuda::gather_rows(d_x.data(), cols, d_perm.data(), rows, cols, d_rows.data(), stream);
+    quantize_per_peer(kDevCuda, d_rows.data(), d_packed.data());
   });
-  {
-    // Checked on the gathered rows (the timed copy stands in for the gather).
-    DeviceBuffer<float> d_gathered = DeviceBuffer<float>::from_host(gathered);
-    for (int q = 0; q < P; ++q) {
-      quant::QuantKey k = key;
-      k.peer = static_cast<uint32_t>(q);
-      const int64_t first = peer_rows[static_cast<size_t>(q)], n = peer_rows[static_cast<size_t>(q) + 1] - first;
-      if (n > 0)
-        quant::quantize_rows<kDevCuda>(d_gathered.data() + first * cols, n, cols, cols, bits, k,
-                                       d_packed.data() + offsets[static_cast<size_t>(q)], stream);
-    }
-    const bool same = d_packed.to_host(stream) == cpu_words(key);
-    failures += !same;
-    report("staged: copy + quantize_rows/peer", staged_ms, same);
-  }
+  const bool staged_same = d_packed.to_host(stream) == cpu;
+  failures += !staged_same;
+  report("staged: gather + quantize_rows/peer", staged_ms, staged_same);
 
   // Fused: one scan and one packing kernel over all peers, rows read through the map.
   quant::SendRowMap map;
@@ -540,36 +538,31 @@ int bench_send(const Options& o, cudaStream_t stream) {
   DeviceBuffer<unsigned char> scratch(quant::fused_send_scratch_bytes(rows, P));
   DeviceBuffer<quant::NonFiniteStatus> status(1);
   status.zero(stream);
-  key.epoch = 2;
+  poison();
   const double fused_ms = time_ms(o, stream, [&] {
     quant::quantize_send_fused(d_x.data(), cols, cols, 0, bits, key, map, scratch.data(), d_packed.data(),
                                status.data(), stream);
   });
-  const bool fused_same = d_packed.to_host(stream) == cpu_words(key) && status.to_host(stream)[0].flagged == 0;
+  const bool fused_same = d_packed.to_host(stream) == cpu && status.to_host(stream)[0].flagged == 0;
   failures += !fused_same;
   report("fused: quantize_send_fused", fused_ms, fused_same);
 
   // Receive side at 1 bit: dequantize_rows per peer into the rows.
-  const std::vector<uint32_t> cpu = cpu_words(key);
   const double deq_ms = time_ms(o, stream, [&] {
-    for (int q = 0; q < P; ++q) {
-      const int64_t first = peer_rows[static_cast<size_t>(q)], n = peer_rows[static_cast<size_t>(q) + 1] - first;
-      if (n > 0)
-        quant::dequantize_rows<kDevCuda>(d_packed.data() + offsets[static_cast<size_t>(q)], n, cols, bits,
-                                         d_rows.data() + first * cols, cols, false, stream);
-    }
+    for_each_peer([&](int q, int64_t first, int64_t n) {
+      quant::dequantize_rows<kDevCuda>(d_packed.data() + offsets[static_cast<size_t>(q)], n, cols, bits,
+                                       d_rows.data() + first * cols, cols, false, stream);
+    });
   });
   std::vector<float> cpu_rows(values);
-  for (int q = 0; q < P; ++q) {
-    const int64_t first = peer_rows[static_cast<size_t>(q)], n = peer_rows[static_cast<size_t>(q) + 1] - first;
-    if (n > 0)
-      quant::dequantize_rows<kDevCpu>(cpu.data() + offsets[static_cast<size_t>(q)], n, cols, bits,
-                                      cpu_rows.data() + first * cols, cols);
-  }
+  for_each_peer([&](int q, int64_t first, int64_t n) {
+    quant::dequantize_rows<kDevCpu>(cpu.data() + offsets[static_cast<size_t>(q)], n, cols, bits,
+                                    cpu_rows.data() + first * cols, cols);
+  });
   const bool deq_same = max_rel_error(d_rows.to_host(stream), cpu_rows) <= 1e-6;
   failures += !deq_same;
   report("dequantize_rows/peer", deq_ms, deq_same);
-  std::printf("  %-34s %12.2f\n", "fused / staged time", fused_ms / staged_ms);
+  std::printf("  %-36s %12.2f\n", "fused / staged time", fused_ms / staged_ms);
   return failures;
 }
 
