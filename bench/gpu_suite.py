@@ -20,13 +20,15 @@ Sections (each prints its rows as it finishes; the summary table comes last):
           1-bit stale halos, and no exchange at all (--skip-exchange, the floor), for GCN and for
           the deep models that exchange at every layer (--halo-models gcn,gcnii:16,appnp).
   exchange the device exchange's send side, staged against fused (--device-exchange), side by
-          side: bench_spmm_gpu --only send (1-bit quantize + pack of 2^20 rows x 128 over 4 peers
-          through a shuffled row map, and dequantize, against the device copy of the same bytes;
-          each checked against the CPU quantizer), then 4 ranks sharing the GPU over MPI staging
-          (under MPS when nvidia-cuda-mps-control is on the PATH), the scale-20 graph in 4 parts,
-          for --halo-models: fp32 sync, 1-bit stale staged and fused, and --skip-exchange; per
-          run the median epoch and its breakdown (compute_s, quant_s, halo_wait_s) and host_syncs
-          from the metrics. Without a GPU (--device cuda) it says so and stops.
+          side: bench_spmm_gpu --only send (1-bit gather + quantize + pack of 2^20 rows x 128 over
+          4 peers through a shuffled row map, staged with the exchanger's gather kernel, and
+          dequantize, against the device copy of the same bytes; each checked against the CPU
+          quantizer), then 4 ranks sharing the GPU over MPI staging (under MPS when
+          nvidia-cuda-mps-control is on the PATH), the scale-20 graph in 4 parts, for
+          --halo-models: 1-bit stale staged, 1-bit stale fused and --skip-exchange (the floor,
+          under the same MPS; fp32 sync is the halos section's). The halos and exchange runs
+          print per run the median epoch, its compute_s, quant_s and halo_wait_s, and host_syncs.
+          Without a GPU (--device cuda) it says so and stops.
   profile per-kernel device time of one GCN training run in fp32 and in fp16 (Nsight Compute,
           one metric: gpu__time_duration), when ncu is on the PATH.
   accuracy bench/accuracy.py's rows on the GPU (only when named): --ranks ranks per run
@@ -45,6 +47,8 @@ usage: gpu_suite.py [--bin DIR] [--work DIR] [--out DIR]
                     [--device cuda|cpu]
 --device cpu runs the halogen and PyG sides on the CPU at a small --scale: a dry run of the
 script where there is no GPU (spmm and profile need one and are left out).
+OUT/summary.json (the summary's rows) and OUT/tests.json (the tests' outcomes) are rewritten
+after every section, so a call stopped part way keeps what its finished sections measured.
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, time
 
@@ -121,7 +125,7 @@ class Suite:
     # ----- runs ---------------------------------------------------------------------------
     def halogen_train(self, parts, tag, ranks=1, extra=(), env=None):
         """Median training-epoch time (first epoch and the evaluating last one left out), the
-        largest rank's allocator peak, and the summary."""
+        largest rank's allocator peak, the summary, and the epoch records the median is over."""
         metrics = os.path.join(self.a.out, f"{tag}.jsonl")
         if os.path.exists(metrics):
             os.remove(metrics)
@@ -134,7 +138,7 @@ class Suite:
         eps = [r for r in recs if "summary" not in r and "val_acc" not in r][1:]
         summary = [r for r in recs if "summary" in r][0]
         peak = max(summary.get("peak_gpu_allocated_bytes_per_rank") or [0])
-        return statistics.median(r["epoch_s"] for r in eps), peak, summary
+        return statistics.median(r["epoch_s"] for r in eps), peak, summary, eps
 
     def pyg(self, dataset, model, layers, hidden, precision, heads=8):
         out = run([sys.executable, os.path.join(HERE, "gpu_pyg.py"), "--dataset", dataset, "--model", model,
@@ -165,7 +169,7 @@ class Suite:
                             key = (system, precision)
                             try:
                                 if system == "halogen":
-                                    t, m, _ = self.halogen_train(
+                                    t, m, _, _ = self.halogen_train(
                                         p, f"{model}{layers}-{precision}-{rnd}",
                                         extra=["--model", model, "--layers", str(layers), "--hidden", "256",
                                                "--precision", precision])
@@ -244,7 +248,7 @@ class Suite:
                 for system in (["halogen", "pyg"] if rnd % 2 == 0 else ["pyg", "halogen"]):
                     try:
                         if system == "halogen":
-                            t, m, _ = self.halogen_train(p, f"gat-{precision}-{rnd}", extra=[
+                            t, m, _, _ = self.halogen_train(p, f"gat-{precision}-{rnd}", extra=[
                                 "--model", "gat", "--heads", "8", "--hidden", "8", "--precision", precision])
                         else:
                             t, m = self.pyg(d, "gat", 2, 8, precision, heads=8)
@@ -281,30 +285,49 @@ class Suite:
             log(f"# accuracy: stopped after {self.a.accuracy_seconds:.0f} s; the runs that finished:")
             log(run(cmd + ["--report"], env=env))
 
+    # The per-epoch figures the halo runs print beside the median epoch (medians too).
+    BREAKDOWN = ("compute_s", "quant_s", "halo_wait_s", "host_syncs")
+
+    def halo_models(self):
+        """(model, tag, what, training arguments) for each --halo-models entry: GCN at hidden 256
+        as in the train section; the deep models with their registry defaults (hidden 64), which
+        exchange at every one of their layers or propagation steps."""
+        comm = ["--comm", "mpi"] if self.a.device == "cuda" else []
+        for spec in self.a.halo_models.split(","):
+            model, _, layers = spec.partition(":")
+            shape = ["--hidden", "256"] if model == "gcn" else []
+            shape += ["--layers", layers] if layers else []
+            what = f"{model.upper()}{' ' + layers + ' layers' if layers else ''}"
+            yield model, f"{model}{layers}", what, ["--model", model] + shape + comm
+
+    def halo_runs(self, section, p, env, key, what, base, cases):
+        """Each case on 4 ranks sharing the GPU: {name: (median epoch s, {BREAKDOWN: median})},
+        the failed ones left out; one line a run as it finishes."""
+        log(f"{'case':22s} {'epoch s':>9s} {'compute s':>10s} {'quant s':>9s} {'wait s':>9s} {'host_syncs':>10s}")
+        res = {}
+        for name, extra in cases:
+            tag = f"{section}-{key}-" + name.replace(" ", "-").replace("(", "").replace(")", "")
+            try:
+                t, _, _, eps = self.halogen_train(p, tag, ranks=4, extra=base + extra, env=env)
+            except Exception as e:  # keep going: one failed run is a missing row, not the section
+                log(f"# {section} {what} {name} failed: {str(e)[-1500:]}")
+                continue
+            med = {k: statistics.median(r.get(k, 0) for r in eps) for k in self.BREAKDOWN}
+            res[name] = (t, med)
+            log(f"{name:22s} {t:9.4f} {med['compute_s']:10.4f} {med['quant_s']:9.4f} {med['halo_wait_s']:9.4f} "
+                f"{med['host_syncs']:10.0f}")
+        return res
+
     def halos(self):
         d = self.dataset(f"rmat{self.a.small_scale}", self.a.small_scale, 16)
         p = self.parts(d, 4)
         env = dict(os.environ, HALOGEN_DEVICE="0")
-        comm = ["--comm", "mpi"] if self.a.device == "cuda" else []
-        for spec in self.a.halo_models.split(","):
-            model, _, layers = spec.partition(":")
-            # GCN at hidden 256 as in the train section; the deep models with their registry defaults
-            # (hidden 64), which exchange at every one of their layers or propagation steps.
-            shape = ["--hidden", "256"] if model == "gcn" else []
-            shape += ["--layers", layers] if layers else []
-            what = f"{model.upper()}{' ' + layers + ' layers' if layers else ''}"
-            log(f"\n# halos: 4 ranks on one GPU over MPI staging, {what}; median epoch s")
-            base = ["--model", model] + shape + comm
-            cases = [("fp32 sync", []), ("1-bit stale", ["--bits-fwd", "1", "--bits-bwd", "1", "--mode", "stale"]),
-                     ("no exchange (floor)", ["--skip-exchange"])]
-            t = {}
-            for name, extra in cases:
-                try:
-                    t[name] = self.halogen_train(p, f"halos-{model}{layers}-" + name.split()[0], ranks=4,
-                                                 extra=base + extra, env=env)[0]
-                    log(f"{name:22s} {t[name]:.4f}")
-                except Exception as e:
-                    log(f"# halos {what} {name} failed: {str(e)[-1500:]}")
+        cases = [("fp32 sync", []), ("1-bit stale", ["--bits-fwd", "1", "--bits-bwd", "1", "--mode", "stale"]),
+                 ("no exchange (floor)", ["--skip-exchange"])]
+        for model, key, what, base in self.halo_models():
+            log(f"\n# halos: 4 ranks on one GPU over MPI staging, {what}; medians of the training epochs")
+            res = self.halo_runs("halos", p, env, key, what, base, cases)
+            t = {name: r[0] for name, r in res.items()}
             if "fp32 sync" in t and "1-bit stale" in t:
                 self.row("halos", f"{what}: 1-bit stale epoch vs fp32 sync (4 ranks, 1 GPU)",
                          f"{t['1-bit stale'] * 1e3:.1f} ms", f"{t['fp32 sync'] * 1e3:.1f} ms",
@@ -325,35 +348,63 @@ class Suite:
         elif not os.path.exists(bench):
             log(f"\n# exchange: no bench_spmm_gpu in {self.a.bin}")
         else:
-            out = run([bench, "--only", "send", "--quant-rows", str(1 << 20), "--quant-cols", "128", "--peers", "4",
-                       "--iters", "20"], timeout=120, check=False)
-            open(os.path.join(self.a.out, "exchange-send.txt"), "w").write(out)
-            log("\n# exchange: send side at 1 bit (bench_spmm_gpu --only send)\n" + out)
-            gbs = {}
-            for line in out.splitlines():
-                name = line.strip().split("  ")[0]
-                f = line.split()
-                if name in ("cudaMemcpy D2D", "staged: copy + quantize_rows/peer", "fused: quantize_send_fused",
-                            "dequantize_rows/peer") and len(f) >= 4:
-                    gbs[name] = (float(f[-2]), "") if name == "cudaMemcpy D2D" else (float(f[-3]), f[-1])
-            copy = gbs.get("cudaMemcpy D2D")
-            for name, label in [("staged: copy + quantize_rows/peer", "staged quantize + pack"),
-                                ("fused: quantize_send_fused", "fused quantize + pack"),
-                                ("dequantize_rows/peer", "dequantize")]:
-                if copy and name in gbs:
-                    g, check = gbs[name]
-                    self.row("exchange", f"{label} 1 bit vs D2D copy (check {check})", f"{g:.0f} GB/s",
-                             f"{copy[0]:.0f} GB/s", g / copy[0], TARGETS["send1_vs_copy"])
-        # 2. Epochs, 4 ranks sharing the GPU.
+            self.send_bench(bench)
+        # 2. Epochs, 4 ranks sharing the GPU (under MPS where it starts), staged against fused.
+        # The floor is measured here too, under the same MPS as the two sends: the halos
+        # section's runs share the GPU without it. fp32 sync is the halos section's.
         d = self.dataset(f"rmat{self.a.small_scale}", self.a.small_scale, 16)
         p = self.parts(d, 4)
         env = dict(os.environ, HALOGEN_DEVICE="0")
         mps = self.start_mps(env) if self.a.device == "cuda" else False
+        stale = ["--bits-fwd", "1", "--bits-bwd", "1", "--mode", "stale"]
+        cases = [("1-bit stale staged", stale + ["--device-exchange", "staged"]),
+                 ("1-bit stale fused", stale + ["--device-exchange", "fused"]), ("no exchange", ["--skip-exchange"])]
         try:
-            self.exchange_epochs(p, env, mps)
+            for model, key, what, base in self.halo_models():
+                log(f"\n# exchange: 4 ranks on one GPU{' (MPS)' if mps else ''} over MPI staging, {what}; medians of "
+                    "the training epochs")
+                res = self.halo_runs("exchange", p, env, key, what, base, cases)
+                floor = res.get("no exchange", (None,))[0]
+                target = TARGETS["stale_gcn_vs_floor"] if model == "gcn" else TARGETS["stale_deep_vs_floor"]
+                for name in ("1-bit stale staged", "1-bit stale fused"):
+                    if name in res and floor:
+                        t, med = res[name]
+                        self.row("exchange", f"{what}: {name} vs no exchange (host_syncs {med['host_syncs']:.0f})",
+                                 f"{t * 1e3:.1f} ms", f"{floor * 1e3:.1f} ms", t / floor, target,
+                                 higher_is_better=False)
+                if "1-bit stale staged" in res and "1-bit stale fused" in res:
+                    staged, fused = res["1-bit stale staged"][0], res["1-bit stale fused"][0]
+                    self.row("exchange", f"{what}: 1-bit stale fused vs staged", f"{fused * 1e3:.1f} ms",
+                             f"{staged * 1e3:.1f} ms", staged / fused, None)
         finally:
             if mps:
                 subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=env, check=False)
+
+    def send_bench(self, bench):
+        cmd = [bench, "--only", "send", "--quant-rows", str(1 << 20), "--quant-cols", "128", "--peers", "4",
+               "--iters", "20"]
+        try:
+            out = run(cmd, timeout=120, check=False)
+            log("\n# exchange: send side at 1 bit (bench_spmm_gpu --only send)\n" + out)
+        except subprocess.TimeoutExpired as e:  # its rows so far are kept, and the training runs still run
+            out = e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode(errors="replace")
+            log(f"\n# exchange: bench_spmm_gpu --only send ran past {e.timeout:.0f} s; what it printed:\n{out}")
+        open(os.path.join(self.a.out, "exchange-send.txt"), "w").write(out)
+        gbs = {}
+        for line in out.splitlines():
+            name = line.strip().split("  ")[0]
+            f = line.split()
+            if name in ("cudaMemcpy D2D", "staged: gather + quantize_rows/peer", "fused: quantize_send_fused",
+                        "dequantize_rows/peer") and len(f) >= 4:
+                gbs[name] = (float(f[-2]), "") if name == "cudaMemcpy D2D" else (float(f[-3]), f[-1])
+        copy = gbs.get("cudaMemcpy D2D")
+        for name, label in [("staged: gather + quantize_rows/peer", "staged gather + quantize + pack"),
+                            ("fused: quantize_send_fused", "fused gather + quantize + pack"),
+                            ("dequantize_rows/peer", "dequantize")]:
+            if copy and name in gbs:
+                g, check = gbs[name]
+                self.row("exchange", f"{label} 1 bit vs D2D copy (check {check})", f"{g:.0f} GB/s",
+                         f"{copy[0]:.0f} GB/s", g / copy[0], TARGETS["send1_vs_copy"])
 
     def start_mps(self, env):
         if not shutil.which("nvidia-cuda-mps-control"):
@@ -371,48 +422,6 @@ class Suite:
             return False
         time.sleep(1)
         return True
-
-    def exchange_epochs(self, p, env, mps):
-        comm = ["--comm", "mpi"] if self.a.device == "cuda" else []
-        stale = ["--bits-fwd", "1", "--bits-bwd", "1", "--mode", "stale"]
-        cases = [("fp32 sync", []), ("1-bit stale staged", stale + ["--device-exchange", "staged"]),
-                 ("1-bit stale fused", stale + ["--device-exchange", "fused"]), ("no exchange", ["--skip-exchange"])]
-        for spec in self.a.halo_models.split(","):
-            model, _, layers = spec.partition(":")
-            shape = ["--hidden", "256"] if model == "gcn" else []
-            shape += ["--layers", layers] if layers else []
-            what = f"{model.upper()}{' ' + layers + ' layers' if layers else ''}"
-            log(f"\n# exchange: 4 ranks on one GPU{' (MPS)' if mps else ''} over MPI staging, {what}; medians of "
-                "the training epochs")
-            log(f"{'case':20s} {'epoch s':>9s} {'compute s':>10s} {'quant s':>9s} {'wait s':>9s} {'host_syncs':>10s}")
-            res = {}
-            for name, extra in cases:
-                tag = f"exchange-{model}{layers}-" + name.replace(" ", "-")
-                try:
-                    t = self.halogen_train(p, tag, ranks=4, extra=["--model", model] + shape + comm + extra,
-                                           env=env)[0]
-                except Exception as e:
-                    log(f"# exchange {what} {name} failed: {str(e)[-1500:]}")
-                    continue
-                recs = [json.loads(l) for l in open(os.path.join(self.a.out, f"{tag}.jsonl"))]
-                eps = [r for r in recs if "summary" not in r and "val_acc" not in r][1:]
-                med = {k: statistics.median(r.get(k, 0) for r in eps) for k in
-                       ("compute_s", "quant_s", "halo_wait_s", "host_syncs")}
-                res[name] = (t, med)
-                log(f"{name:20s} {t:9.4f} {med['compute_s']:10.4f} {med['quant_s']:9.4f} {med['halo_wait_s']:9.4f} "
-                    f"{med['host_syncs']:10.0f}")
-            floor = res.get("no exchange", (None,))[0]
-            target = TARGETS["stale_gcn_vs_floor"] if model == "gcn" else TARGETS["stale_deep_vs_floor"]
-            for name in ("1-bit stale staged", "1-bit stale fused", "fp32 sync"):
-                if name in res and floor:
-                    t, med = res[name]
-                    self.row("exchange", f"{what}: {name} vs no exchange (host_syncs {med['host_syncs']:.0f})",
-                             f"{t * 1e3:.1f} ms", f"{floor * 1e3:.1f} ms", t / floor,
-                             None if name == "fp32 sync" else target, higher_is_better=False)
-            if "1-bit stale staged" in res and "1-bit stale fused" in res:
-                staged, fused = res["1-bit stale staged"][0], res["1-bit stale fused"][0]
-                self.row("exchange", f"{what}: 1-bit stale fused vs staged", f"{fused * 1e3:.1f} ms",
-                         f"{staged * 1e3:.1f} ms", staged / fused, None)
 
     def tests(self):
         env = dict(os.environ)
@@ -518,7 +527,16 @@ class Suite:
             tgt = "" if target is None else (f">= {target:g}" if higher else f"<= {target:g}")
             log(f"| {section} | {what} | {ours} | {anchor} | {ratio:.2f} | {tgt} | "
                 f"{'' if met is None else ('yes' if met else 'NO')} |")
-        json.dump([r[:7] for r in self.rows], open(os.path.join(self.a.out, "summary.json"), "w"), indent=1)
+        self.write_summary()
+
+    def write_summary(self):
+        """summary.json (the figures' rows) and tests.json (the tests' outcomes) as they stand:
+        written after every section, so that a call stopped part way keeps what it measured."""
+        for name, rows in [("summary.json", [r[:7] for r in self.rows]), ("tests.json", self.test_rows)]:
+            tmp = os.path.join(self.a.out, name + ".tmp")
+            with open(tmp, "w") as f:
+                json.dump(rows, f, indent=1)
+            os.replace(tmp, os.path.join(self.a.out, name))
 
 
 def gpu_count():
@@ -567,7 +585,7 @@ def main():
     ap.add_argument("--layers", default="2,3", help="train: layer counts")
     ap.add_argument("--precisions", default="fp32,fp16")
     ap.add_argument("--halo-models", default="gcn,gcnii:16,appnp",
-                    help="halos: models, each MODEL or MODEL:LAYERS (registry defaults otherwise)")
+                    help="halos and exchange: models, each MODEL or MODEL:LAYERS (registry defaults otherwise)")
     ap.add_argument("--scale", type=int, default=21)
     ap.add_argument("--edge-factor", type=int, default=30)
     ap.add_argument("--small-scale", type=int, default=20)
@@ -602,6 +620,7 @@ def main():
             getattr(suite, section)()
         except Exception as e:
             log(f"# section {section} failed: {str(e)[-2000:]}")
+        suite.write_summary()
         log(f"# section {section}: {time.time() - s0:.0f} s")
     suite.summary()
     log(f"# suite: {time.time() - t0:.0f} s")

@@ -15,7 +15,8 @@
 # libraries and Open MPI) made on another machine, for a GPU host without halogen's Debian
 # packages: the bundle's environment script is sourced and its executables used. Without it,
 # those of build/ (the tests section then finds no test programs beside halogen).
-# The whole suite takes about 8 minutes on one H100 or H200. Make the bundle with
+# The whole suite takes about 8 minutes on one H100 or H200; --sections tests,exchange about
+# 7.5 (docs/gpu.md, the exchange section, says from which measured figures). Make the bundle with
 #   bash ../shared/tools/runtime-bundle.sh DIR build/halogen build/bench/bench_spmm_gpu \
 #     build/tests/gpu/test_gpu_kernels build/tests/gpu/test_gpu_training \
 #     build/tests/gpu/test_nccl_communicator build/tests/quant/test_quantize_cuda \
