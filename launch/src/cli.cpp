@@ -28,10 +28,7 @@ std::string unknown_option_message(const po::unknown_option& e, const po::option
                                    const std::string& prefix, const std::string& where) {
   std::string name = e.get_option_name();
   name = name.substr(0, name.find('='));
-  std::string message = fmt::format("unknown option '{}'{}", name, where);
-  const std::vector<std::string> close = suggest(name, long_names(opts, prefix));
-  if (!close.empty()) message += fmt::format("; did you mean {}?", quoted_alternatives(close));
-  return message;
+  return fmt::format("unknown option '{}'{}{}", name, where, did_you_mean(name, long_names(opts, prefix)));
 }
 
 }  // namespace

@@ -24,7 +24,9 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 std::vector<std::string> suggest(std::string_view word, const std::vector<std::string>& candidates) {
-  // Compare what the user typed, not the dashes both sides share: "-x" is not close to "--lr".
+  // The distance counts dashes like any other character ("-hidden" is one from "--hidden"),
+  // but the edits allowed follow the length of what was typed after them: the dashes both
+  // sides share say nothing, so "-x" is not close to "--lr".
   const auto bare = [](std::string_view s) { return s.substr(std::min(s.find_first_not_of('-'), s.size())); };
   const std::string_view typed = bare(word);
   const size_t max_distance = std::min<size_t>(2, typed.size() / 2);
@@ -50,6 +52,11 @@ std::string quoted_alternatives(const std::vector<std::string>& names) {
     out += "'" + names[i] + "'";
   }
   return out;
+}
+
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
+  const std::vector<std::string> close = suggest(word, candidates);
+  return close.empty() ? std::string() : "; did you mean " + quoted_alternatives(close) + "?";
 }
 
 }  // namespace halogen::cli

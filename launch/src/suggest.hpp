@@ -21,4 +21,8 @@ std::vector<std::string> suggest(std::string_view word, const std::vector<std::s
 /// "'a'", "'a' or 'b'", "'a', 'b' or 'c'": the suggestions as a sentence reads them.
 std::string quoted_alternatives(const std::vector<std::string>& names);
 
+/// What an error message about `word` ends with: "; did you mean 'x'?" (ties: "'a' or 'b'")
+/// for the suggest() names of `candidates`, or "" when none is close.
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
+
 }  // namespace halogen::cli

@@ -1,6 +1,7 @@
 #include "sweep_grid.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,13 +14,14 @@
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
 #include "launcher.hpp"
+#include "suggest.hpp"
 
 namespace halogen::sweep {
 
 namespace {
 
 // Keys of the sweep itself; `bits` is a shorthand for --bits-fwd and --bits-bwd.
-constexpr const char* kSweepKeys = "dataset, ranks, bits";
+const std::vector<std::string> kSweepKeys = {"dataset", "ranks", "bits"};
 // Train options the sweep sets for every run, so neither an axis nor an option after `--`.
 const std::set<std::string> kSetBySweep = {"parts", "dataset", "metrics"};
 // Options no axis may take: the above, plus --quiet (it would hide the epoch lines the sweep
@@ -119,8 +121,13 @@ void check_train_axis(const launch::SweepAxis& axis, const std::vector<TrainOpti
     return;
   }
   const TrainOption* opt = find(options, axis.key);
-  HALOGEN_EXPECTS(opt != nullptr, "--grid: unknown key '{}': not an option of halogen train (sweep keys: {})", axis.key,
-                  kSweepKeys);
+  if (opt == nullptr) {
+    std::vector<std::string> keys = kSweepKeys;
+    for (const auto& o : options)
+      if (!kNotAnAxis.count(o.name)) keys.push_back(o.name);
+    HALOGEN_FAIL("--grid: unknown key '{}': not an option of halogen train (sweep keys: {}){}", axis.key,
+                 fmt::join(kSweepKeys, ", "), cli::did_you_mean(axis.key, keys));
+  }
   HALOGEN_EXPECTS(!kNotAnAxis.count(axis.key), "--grid: '{}' is set by the sweep itself, not a grid axis", axis.key);
   if (opt->takes_value) return;
   for (const auto& v : axis.values)
