@@ -3,7 +3,6 @@
 // per run from the metrics files, time each run to its (dataset, ranks)'s target accuracy and
 // draw the plots with gnuplot.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -35,6 +34,7 @@ struct Sweep {
   bool overwrite = false;
   double progress_every_s = 10.0;
   sweep::Grid grid;
+  std::vector<sweep::Point> points;  // the train axes' points: sweep::expand(grid)
   std::vector<sweep::TrainOption> train_options;
   std::vector<std::string> train_args;  // after `--`
 };
@@ -109,10 +109,10 @@ class LogFollower {
   double last_epoch_print_ = -std::numeric_limits<double>::infinity();
 };
 
-// The sweep's own clock: its time so far and, from the runs it trained, what is left.
+// The sweep's own clock: its time so far and, from the runs that ran, what is left.
 struct SweepClock {
   Stopwatch sw;
-  size_t trained = 0;    // runs trained (not reused) so far
+  size_t trained = 0;    // runs that ran (trained or failed while running; not reused) so far
   double trained_s = 0;  // their wall time, partitions included
   std::string status(size_t runs_left) const {
     std::string out = fmt::format("sweep {} elapsed", clock_duration(sw.seconds()));
@@ -122,7 +122,9 @@ struct SweepClock {
   }
 };
 
-enum class PointRun { kTrained, kReused, kFailed };
+// kFailed: it ran and failed; kNotStarted: refused before it started (pre-flight), or never
+// reached (its partition failed).
+enum class PointRun { kTrained, kReused, kFailed, kNotStarted };
 
 // Trains one point into row.run_dir unless a finished run of the same command is there.
 PointRun train_point(const Sweep& sw, sweep::RunResult& row, const sweep::Point& point,
@@ -153,8 +155,10 @@ PointRun train_point(const Sweep& sw, sweep::RunResult& row, const sweep::Point&
   std::filesystem::remove(metrics);
   write_file_atomic(cmd_file, cmd_line);
   int rc = 0;
+  bool started = false;
   try {
     launch::preflight(*sw.cluster, row.ranks, parts_dir, /*check_local_gpus=*/true);
+    started = true;
     LogFollower follow(log, prefix, sw.progress_every_s);
     rc = launch::run_command(cmd, log, sw.timeout_s, [&] { follow.poll(); });
     follow.poll();  // what it wrote after the last look
@@ -165,7 +169,7 @@ PointRun train_point(const Sweep& sw, sweep::RunResult& row, const sweep::Point&
   if (rc == 0) return PointRun::kTrained;
   row.status = fmt::format("failed (exit {})", rc);
   std::fprintf(stderr, "halogen sweep: run %s failed (exit %d), see %s\n", row.run_dir.c_str(), rc, log.c_str());
-  return PointRun::kFailed;
+  return started ? PointRun::kFailed : PointRun::kNotStarted;
 }
 
 // The line that ends a run: how it went, its test accuracy (at the best validation epoch),
@@ -189,7 +193,7 @@ void run_pair(const Sweep& sw, const std::filesystem::path& dataset, const std::
   const int part_rc = partition(sw, dataset, ds_name, ranks, parts_dir);
   // Its time is charged to the first run of the pair that trains.
   double pending_s = part_sw.seconds();
-  for (const auto& point : sweep::expand(sw.grid)) {
+  for (const auto& point : sw.points) {
     sweep::RunResult row;
     row.dataset = ds_name;
     row.ranks = ranks;
@@ -204,18 +208,22 @@ void run_pair(const Sweep& sw, const std::filesystem::path& dataset, const std::
     row.run_dir = sw.out / "runs" / name;
     const std::string prefix = fmt::format("[{}/{}] {}: ", rows.size() + 1, total, name);
     Stopwatch run_sw;
-    PointRun how = PointRun::kFailed;
+    PointRun how = PointRun::kNotStarted;
     if (part_rc != 0) {
       row.status = "failed (partition)";
-    } else if ((how = train_point(sw, row, point, parts_dir, prefix)) != PointRun::kFailed) {
-      if (sweep::metrics_complete(row.run_dir / "metrics.jsonl")) {
-        sweep::fill_from_metrics(row, row.run_dir / "metrics.jsonl");
-      } else {
-        row.status = "failed (no summary in metrics)";
+    } else {
+      how = train_point(sw, row, point, parts_dir, prefix);
+      if (how == PointRun::kTrained || how == PointRun::kReused) {
+        if (sweep::metrics_complete(row.run_dir / "metrics.jsonl")) {
+          sweep::fill_from_metrics(row, row.run_dir / "metrics.jsonl");
+        } else {
+          row.status = "failed (no summary in metrics)";
+        }
       }
     }
     const double run_s = run_sw.seconds();
-    if (how != PointRun::kReused) {
+    // Only a run that ran says how long the others will take.
+    if (how == PointRun::kTrained || how == PointRun::kFailed) {
       ++clock.trained;
       clock.trained_s += run_s + pending_s;
       pending_s = 0.0;
@@ -269,8 +277,9 @@ int cmd_sweep(const std::vector<std::string>& all_args) {
   sw.train_options = sweep::train_options(sw.halogen);
   sweep::check_train_args(sw.train_args, sw.train_options);
   sw.grid = sweep::parse_grid(grids, sw.train_options, sw.train_args);
+  sw.points = sweep::expand(sw.grid);
   std::vector<std::string> axis_columns;
-  for (const auto& [key, value] : sweep::extra_columns(sweep::expand(sw.grid).front())) axis_columns.push_back(key);
+  for (const auto& [key, value] : sweep::extra_columns(sw.points.front())) axis_columns.push_back(key);
 
   sw.out = std::filesystem::absolute(out_dir);
   check_output_dir(
@@ -291,11 +300,11 @@ int cmd_sweep(const std::vector<std::string>& all_args) {
   for (const int ranks : sw.grid.ranks) launch::preflight(cluster, ranks, std::nullopt, /*check_local_gpus=*/true);
 
   std::vector<sweep::RunResult> rows;
-  const size_t total = sw.grid.datasets.size() * sw.grid.ranks.size() * sweep::expand(sw.grid).size();
+  const size_t total = sw.grid.datasets.size() * sw.grid.ranks.size() * sw.points.size();
   std::printf("halogen sweep: %zu runs (%zu dataset%s x %zu rank count%s x %zu point%s); logs in %s\n", total,
               sw.grid.datasets.size(), sw.grid.datasets.size() == 1 ? "" : "s", sw.grid.ranks.size(),
-              sw.grid.ranks.size() == 1 ? "" : "s", sweep::expand(sw.grid).size(),
-              sweep::expand(sw.grid).size() == 1 ? "" : "s", (sw.out / "runs").c_str());
+              sw.grid.ranks.size() == 1 ? "" : "s", sw.points.size(), sw.points.size() == 1 ? "" : "s",
+              (sw.out / "runs").c_str());
   std::set<std::string> names;
   SweepClock clock;
   for (const auto& dataset_arg : sw.grid.datasets) {
