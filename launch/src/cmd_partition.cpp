@@ -76,18 +76,12 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
     shape.layers = model_options.model.layers;
     shape.eval_every = eval_every;
     // A graph without features or labels (structure only) is priced as one of each.
-    bool tails = false, asymmetric = false;
     for (const LayerCost& layer :
          layer_costs(model_options, std::max<int64_t>(feature_dim, 1), std::max<int64_t>(classes, 1))) {
       shape.exchanged_cols.push_back(layer.exchanged_cols);
       shape.forward_fp32_tail.push_back(layer.forward_fp32_tail);
       shape.backward_cols.push_back(layer.backward_cols);
-      tails = tails || layer.forward_fp32_tail > 0;
-      asymmetric = asymmetric || layer.backward_cols != layer.exchanged_cols;
     }
-    // Recorded only where they say something (GAT), so that other models' reports stay as they were.
-    if (!tails) shape.forward_fp32_tail.clear();
-    if (!asymmetric) shape.backward_cols.clear();
     return shape;
   };
   report_shape(1, 1);  // refuses a bad --model, --hidden or --layers before any work

@@ -40,9 +40,9 @@ struct RankWork {
 
 }  // namespace
 
-int64_t message_bytes(int bits, int64_t rows, int64_t cols) {
+int64_t message_bytes(int bits, int64_t rows, int64_t cols, int64_t fp32_tail) {
   HALOGEN_EXPECTS(quant::is_supported_bits(bits), "{} bits not supported (1, 2, 4, 8, 16, 32)", bits);
-  return 4 * static_cast<int64_t>(quant::packed_words(bits, rows, cols));
+  return 4 * static_cast<int64_t>(quant::message_words(bits, rows, cols, fp32_tail));
 }
 
 double exchange_seconds(const std::vector<Message>& messages, const cluster::ClusterConfig& c) {
@@ -73,13 +73,14 @@ double exchange_seconds(const std::vector<Message>& messages, const cluster::Clu
   return worst;
 }
 
-std::vector<Message> forward_messages(const std::vector<std::vector<int64_t>>& halo_from, int bits, int64_t cols) {
+std::vector<Message> forward_messages(const std::vector<std::vector<int64_t>>& halo_from, int bits, int64_t cols,
+                                      int64_t fp32_tail) {
   std::vector<Message> out;
   const int P = static_cast<int>(halo_from.size());
   for (int p = 0; p < P; ++p) {
     for (int q = 0; q < P; ++q) {
       const int64_t rows = halo_from[static_cast<size_t>(p)][static_cast<size_t>(q)];
-      if (p != q && rows > 0) out.push_back({q, p, message_bytes(bits, rows, cols)});
+      if (p != q && rows > 0) out.push_back({q, p, message_bytes(bits, rows, cols, fp32_tail)});
     }
   }
   return out;
@@ -398,24 +399,28 @@ Prediction evaluate(const Model& m, const cluster::ClusterConfig& cluster, const
     }
   }
 
-  // Each exchanging layer: its forward exchange in training and evaluation, its backward one.
-  // A stale epoch waits for none of its training exchanges (they are in flight until the next
-  // epoch uses them: `in_flight_s` sums them, priced below); its evaluation pass exchanges fresh
-  // halos like overlap (the trainer aggregates the owned rows while they travel, in every mode).
+  // Each exchanging layer: its forward exchange in training and evaluation, its backward one
+  // (GAT: its attention terms forward only, as fp32). A stale epoch waits for none of its
+  // training exchanges (they are in flight until the next epoch uses them: `in_flight_s` sums
+  // them, priced below). The evaluation pass's forward exchange is priced as the mode prices a
+  // training one: hidden behind the owned rows in overlap and stale, exposed whole in sync,
+  // though the trainer overlaps it in sync too (conservative; docs/launch.md).
   double halo_bytes = 0.0, in_flight_s = 0.0;
   int64_t exchanged_cols = 0;  // summed over the layers
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const int64_t cols = m.layers[l].exchanged_cols;
     if (cols == 0) continue;
     exchanged_cols += cols;
-    const auto msgs = forward_messages(m.halo_from, bits, cols);
-    int64_t bytes_one_way = 0;
-    for (const auto& msg : msgs) bytes_one_way += msg.bytes;
-    std::vector<Message> back = msgs;
+    const auto msgs = forward_messages(m.halo_from, bits, cols, m.layers[l].forward_fp32_tail);
+    // The gradients: the same pairs reversed, at the backward width.
+    std::vector<Message> back = forward_messages(m.halo_from, bits, m.layers[l].backward_cols);
     for (auto& msg : back) std::swap(msg.src, msg.dst);
+    int64_t forward_bytes = 0, backward_bytes = 0;
+    for (const auto& msg : msgs) forward_bytes += msg.bytes;
+    for (const auto& msg : back) backward_bytes += msg.bytes;
     const double t_forward = exchange_seconds(msgs, cluster);
     const double t_backward = exchange_seconds(back, cluster);
-    halo_bytes += (2.0 + m.evals) * static_cast<double>(bytes_one_way);
+    halo_bytes += (1.0 + m.evals) * static_cast<double>(forward_bytes) + static_cast<double>(backward_bytes);
     pr.halo_comm_s += (1.0 + m.evals) * t_forward + t_backward;
     const double hide_forward_s = crit.hide_forward[l] * seconds_per_work;
     const double hide_backward_s = crit.hide_backward[l] * seconds_per_work;

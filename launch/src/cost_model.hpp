@@ -176,8 +176,9 @@ GradCompressionChoice choose_grad_compression(const nlohmann::json& report, cons
                                               double allreduce_wait_s, int bits, const std::string& mode, int grad_bits,
                                               int eval_every);
 
-/// Bytes of one halo message of rows x cols at `bits` (as the halo exchanger packs it).
-int64_t message_bytes(int bits, int64_t rows, int64_t cols);
+/// Bytes of one halo message of rows x cols at `bits` whose last `fp32_tail` columns travel as
+/// fp32 (quant::message_words, as the halo exchanger packs it).
+int64_t message_bytes(int bits, int64_t rows, int64_t cols, int64_t fp32_tail = 0);
 
 /// Seconds one exchange takes on `cluster` (ranks placed in blocks of ranks_per_node):
 /// max over link resources of the sum over the messages that use it of latency + bytes /
@@ -186,8 +187,10 @@ int64_t message_bytes(int bits, int64_t rows, int64_t cols);
 /// link (the sender's and the receiver's ports or NICs).
 double exchange_seconds(const std::vector<Message>& messages, const cluster::ClusterConfig& cluster);
 
-/// The forward exchange of one layer with `cols` columns: halo_from[p][q] rows go q -> p.
-std::vector<Message> forward_messages(const std::vector<std::vector<int64_t>>& halo_from, int bits, int64_t cols);
+/// The forward exchange of one layer with `cols` columns (the last `fp32_tail` of them as fp32):
+/// halo_from[p][q] rows go q -> p.
+std::vector<Message> forward_messages(const std::vector<std::vector<int64_t>>& halo_from, int bits, int64_t cols,
+                                      int64_t fp32_tail = 0);
 
 /// A graph described by its counts rather than partitioned: what `halogen plan --nodes` plans
 /// for (a graph too large to partition before knowing whether it is worth it, such as a

@@ -18,10 +18,6 @@ namespace {
 constexpr int kReportBits[] = {32, 16, 8, 4, 2, 1};
 
 // 32-bit words of one rows x cols message, as the halo exchange packs it.
-int64_t message_words(int bits, int64_t rows, int64_t cols) {
-  return static_cast<int64_t>(quant::packed_words(bits, rows, cols));
-}
-
 double max_over_avg(const std::vector<int64_t>& v) {
   int64_t total = 0, mx = 0;
   for (int64_t x : v) {
@@ -42,6 +38,8 @@ HaloReportShape HaloReportShape::uniform(int hidden, int layers) {
   shape.layers = layers;
   shape.exchanged_cols.assign(static_cast<size_t>(layers), hidden);
   shape.exchanged_cols[0] = 0;
+  shape.forward_fp32_tail.assign(static_cast<size_t>(layers), 0);
+  shape.backward_cols = shape.exchanged_cols;
   return shape;
 }
 
@@ -156,10 +154,9 @@ void check_report_shape(const HaloReportShape& shape) {
   for (const int64_t cols : shape.exchanged_cols)
     HALOGEN_EXPECTS(cols >= 0, "report: a layer cannot exchange {} columns", cols);
   const size_t L = shape.exchanged_cols.size();
-  HALOGEN_EXPECTS(shape.forward_fp32_tail.empty() || shape.forward_fp32_tail.size() == L,
-                  "report: {} fp32 tail counts for {} layers", shape.forward_fp32_tail.size(), L);
-  HALOGEN_EXPECTS(shape.backward_cols.empty() || shape.backward_cols.size() == L,
-                  "report: {} backward column counts for {} layers", shape.backward_cols.size(), L);
+  HALOGEN_EXPECTS(shape.forward_fp32_tail.size() == L && shape.backward_cols.size() == L,
+                  "report: {} fp32 tail and {} backward column counts for {} layers", shape.forward_fp32_tail.size(),
+                  shape.backward_cols.size(), L);
   for (size_t l = 0; l < shape.forward_fp32_tail.size(); ++l)
     HALOGEN_EXPECTS(shape.forward_fp32_tail[l] >= 0 && shape.forward_fp32_tail[l] <= shape.exchanged_cols[l],
                     "report: layer {} has {} fp32 columns of {}", l, shape.forward_fp32_tail[l],
@@ -174,10 +171,10 @@ bool report_has_shape(const nlohmann::json& report, const HaloReportShape& shape
       report.at("eval_every") != shape.eval_every || !report.contains("exchanged_cols"))
     return false;
   const auto same = [&](const char* key, const std::vector<int64_t>& values) {
-    return values.empty() ? !report.contains(key) : report.contains(key) && report.at(key) == nlohmann::json(values);
+    return report.contains(key) && report.at(key) == nlohmann::json(values);
   };
-  return report.at("exchanged_cols") == nlohmann::json(shape.exchanged_cols) &&
-         same("forward_fp32_tail", shape.forward_fp32_tail) && same("backward_cols", shape.backward_cols);
+  return same("exchanged_cols", shape.exchanged_cols) && same("forward_fp32_tail", shape.forward_fp32_tail) &&
+         same("backward_cols", shape.backward_cols);
 }
 
 nlohmann::json report_from_counts(const std::string& dataset_name, int64_t n, int64_t num_edges, int num_parts,
@@ -229,17 +226,15 @@ nlohmann::json report_from_counts(const std::string& dataset_name, int64_t n, in
     const auto l = static_cast<size_t>(layer);
     const int64_t cols = shape.exchanged_cols[l];
     if (cols == 0) continue;
-    const int64_t tail = shape.forward_fp32_tail.empty() ? 0 : shape.forward_fp32_tail[l];
-    const int64_t back_cols = shape.backward_cols.empty() ? cols : shape.backward_cols[l];
+    const int64_t tail = shape.forward_fp32_tail[l], back_cols = shape.backward_cols[l];
     nlohmann::json by_bits = nlohmann::json::object();
     for (int bits : kReportBits) {
       int64_t forward = 0, backward = 0;
       for (int p = 0; p < P; ++p) {
         for (int q = 0; q < P; ++q) {
           const int64_t rows = halo_from[static_cast<size_t>(p)][static_cast<size_t>(q)];
-          // The exchanger's message: the codes of the quantized columns, then the fp32 tail.
-          if (rows > 0) forward += 4 * (message_words(bits, rows, cols - tail) + rows * tail);
-          backward += 4 * message_words(bits, rows, back_cols);
+          forward += 4 * static_cast<int64_t>(quant::message_words(bits, rows, cols, tail));
+          backward += 4 * static_cast<int64_t>(quant::packed_words(bits, rows, back_cols));
         }
       }
       by_bits[std::to_string(bits)] = {{"forward", forward}, {"backward", backward}};
@@ -270,8 +265,8 @@ nlohmann::json report_from_counts(const std::string& dataset_name, int64_t n, in
   report["hidden"] = shape.hidden;
   report["layers"] = shape.layers;
   report["exchanged_cols"] = shape.exchanged_cols;
-  if (!shape.forward_fp32_tail.empty()) report["forward_fp32_tail"] = shape.forward_fp32_tail;
-  if (!shape.backward_cols.empty()) report["backward_cols"] = shape.backward_cols;
+  report["forward_fp32_tail"] = shape.forward_fp32_tail;
+  report["backward_cols"] = shape.backward_cols;
   report["eval_every"] = shape.eval_every;
   report["parts"] = parts;
   report["edge_cut"] = cut;
@@ -281,8 +276,7 @@ nlohmann::json report_from_counts(const std::string& dataset_name, int64_t n, in
   report["messages_per_exchange"] = messages;
   report["imbalance"] = {
       {"nodes", max_over_avg(owned)}, {"train", max_over_avg(train)}, {"edges", max_over_avg(edges)}};
-  report["exchange"] = {
-      {"bits", kReportBits}, {"layers", layer_list}, {"eval_every", shape.eval_every}, {"per_epoch_bytes", per_epoch}};
+  report["exchange"] = {{"bits", kReportBits}, {"layers", layer_list}, {"per_epoch_bytes", per_epoch}};
   report["notes"] =
       "Imbalance is max/avg over parts (1.0 when a quantity is zero everywhere); local_edges counts the stored entries "
       "of owned rows. Exchange bytes, summed over ranks: layer 0 input features are exchanged once before training "
@@ -340,7 +334,7 @@ std::string format_partition_report(const nlohmann::json& r) {
   line(fmt::format("halo exchange per epoch, summed over ranks ({}{} layers, hidden {}; {}): forward, backward{}:",
                    model, r.at("layers").get<int>(), r.at("hidden").get<int>(), widths,
                    eval_every == 1  ? " and the evaluation pass of every epoch (train's --eval-every 1)"
-                   : eval_every > 1 ? fmt::format(" and the evaluation pass of every {}th epoch (--eval-every {}; "
+                   : eval_every > 1 ? fmt::format(" and the evaluation pass once every {} epochs (--eval-every {}; "
                                                   "total: its share per epoch)",
                                                   eval_every, eval_every)
                                     : " (no evaluation pass counted)"));

@@ -94,7 +94,7 @@ HostHaloExchanger::HostHaloExchanger(const Shard& shard, Communicator& comm, Pro
 }
 
 size_t HaloExchanger::message_words(int bits, int64_t rows, int64_t cols, int64_t fp32_tail) {
-  return quant::packed_words(bits, rows, cols - fp32_tail) + static_cast<size_t>(rows * fp32_tail);
+  return quant::message_words(bits, rows, cols, fp32_tail);
 }
 
 uint64_t HostHaloExchanger::forward_bytes(int64_t cols, int bits, int64_t fp32_tail) const {

@@ -23,13 +23,11 @@ int code_bits(int bits, int64_t cols) noexcept {
   return detail::code_bits(bits, std::max<int64_t>(cols, 0));
 }
 
-size_t packed_words(int bits, int64_t rows, int64_t cols) noexcept {
-  if (!is_supported_bits(bits) || rows <= 0 || cols < 0) return 0;
-  const auto r = static_cast<size_t>(rows);
-  const auto c = static_cast<size_t>(cols);
-  if (bits == 32) return r * c;
-  if (bits == 16) return 1 + r * ((c + 1) / 2);
-  return 1 + r * (1 + static_cast<size_t>(detail::code_words(bits, cols)));
+size_t packed_words(int bits, int64_t rows, int64_t cols) noexcept { return message_words(bits, rows, cols, 0); }
+
+size_t message_words(int bits, int64_t rows, int64_t cols, int64_t fp32_tail) noexcept {
+  if (!is_supported_bits(bits) || rows <= 0 || cols < 0 || fp32_tail < 0 || fp32_tail > cols) return 0;
+  return static_cast<size_t>(detail::message_words(bits, rows, cols, fp32_tail));
 }
 
 double wire_bytes_per_row(int bits, int64_t cols) noexcept {

@@ -291,6 +291,23 @@ HALOGEN_HD Philox4x32 column_block_bits(const RngStream& rng, const CounterWords
 /// Words of codes per row.
 HALOGEN_HD int64_t code_words(int bits, int64_t cols) { return (cols * bits + 31) / 32; }
 
+/// Words of a message of `rows` rows of `cols` values at `bits` (1, 2, 4, 8, 16, 32) whose last
+/// `fp32_tail` columns travel as fp32 after the packed ones (GAT's attention terms); 0 for no
+/// rows. One exponent word unless the message is fp32; 8 bits and below add each row's scale.
+HALOGEN_HD int64_t message_words(int bits, int64_t rows, int64_t cols, int64_t fp32_tail) {
+  if (rows <= 0) return 0;
+  const int64_t packed_cols = cols - fp32_tail;
+  int64_t packed;
+  if (bits == 32) {
+    packed = rows * packed_cols;
+  } else if (bits == 16) {
+    packed = 1 + rows * ((packed_cols + 1) / 2);
+  } else {
+    packed = 1 + rows * (1 + code_words(bits, packed_cols));
+  }
+  return packed + rows * fp32_tail;
+}
+
 /// The code width a row of `cols` values is packed with at a budget of `bits` (1, 2, 4, 8):
 /// the widest of 1, 2, 4, 8 bits whose codes fill no more words than `bits` would.
 HALOGEN_HD int code_bits(int bits, int64_t cols) {

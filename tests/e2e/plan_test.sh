@@ -97,8 +97,15 @@ assert sent and all(s == total for s in sent), (sent, total)
 PY
 
 # GAT: its attention terms travel forward as fp32 columns after the codes and not backward; the
-# report prices both, at 32 and at 1 bit.
+# report prices both, at 32 and at 1 bit, and plan's bytes are the report's at every width.
 halogen partition data/sbm --parts 4 --out parts/sbm-4 --model gat >gat.out 2>&1 || { fail "partition --model gat"; cat gat.out; }
+halogen plan parts/sbm-4 --json gatplan.json >gatplan.out 2>&1 && python3 - gatplan.json parts/sbm-4/partition.json <<'PY' \
+  && pass "gat: plan's bytes = the report's" || { fail "gat: plan's bytes = the report's"; cat gatplan.out; }
+import json, sys
+plan, report = (json.load(open(p)) for p in sys.argv[1:3])
+for p in plan["predictions"]:
+    assert p["halo_bytes_per_epoch"] == report["exchange"]["per_epoch_bytes"][str(p["bits"])]["total"], p
+PY
 for bits in 32 1; do
   mpirun -np 4 halogen train --parts parts/sbm-4 --model gat --epochs 2 -q --bits-fwd $bits --bits-bwd $bits \
     --grad-compression none --metrics gat$bits.jsonl >/dev/null 2>&1 || fail "train gat at $bits bits"

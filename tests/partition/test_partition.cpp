@@ -246,6 +246,27 @@ TEST(Report, TinyNumbersByHand) {
   EXPECT_EQ(partition_report(ds, kTinyParts, 3, 5, 1)["exchange"]["per_epoch_bytes"]["32"]["total"].get<int64_t>(), 0);
 }
 
+// GAT's layers: the last columns of the forward rows travel as fp32 after the codes (its
+// attention terms) and the gradients go back without them; each direction is priced so.
+TEST(Report, Fp32TailForwardAndNarrowerGradients) {
+  const Dataset ds = tiny_dataset();
+  HaloReportShape shape = HaloReportShape::uniform(6, 2);
+  shape.forward_fp32_tail = {0, 2};
+  shape.backward_cols = {0, 4};
+  const nlohmann::json r = partition_report(ds, kTinyParts, 3, shape);
+  const int64_t messages = r["messages_per_exchange"].get<int64_t>(), rows = 11;  // 11 halo rows
+  ASSERT_GT(messages, 0);
+  const auto& fp32 = r["exchange"]["per_epoch_bytes"]["32"];
+  EXPECT_EQ(fp32["forward"].get<int64_t>(), rows * 6 * 4);
+  EXPECT_EQ(fp32["backward"].get<int64_t>(), rows * 4 * 4);
+  // 16 bits: an exponent word a message; the 4 packed columns in 2 words a row, the tail 2 more.
+  const auto& half = r["exchange"]["per_epoch_bytes"]["16"];
+  EXPECT_EQ(half["forward"].get<int64_t>(), 4 * (messages + rows * (2 + 2)));
+  EXPECT_EQ(half["backward"].get<int64_t>(), 4 * (messages + rows * 2));
+  EXPECT_EQ(r["forward_fp32_tail"], nlohmann::json({0, 2}));
+  EXPECT_EQ(r["backward_cols"], nlohmann::json({0, 4}));
+}
+
 // A model's own widths per layer, and the evaluation pass: each evaluating epoch sends the
 // forward rows once more, averaged over --eval-every in the total.
 TEST(Report, ModelShapeWithTheEvaluationPass) {
@@ -255,6 +276,8 @@ TEST(Report, ModelShapeWithTheEvaluationPass) {
   shape.hidden = 5;
   shape.layers = 3;
   shape.exchanged_cols = {0, 5, 3};  // layer 2 narrower (its output's columns)
+  shape.forward_fp32_tail = {0, 0, 0};
+  shape.backward_cols = shape.exchanged_cols;
   shape.eval_every = 1;
   const nlohmann::json r = partition_report(ds, kTinyParts, 3, shape);
   EXPECT_EQ(r["model"], "gcn");

@@ -58,24 +58,11 @@ __device__ __forceinline__ int64_t source_row(const SendRowMap& map, int64_t i) 
   return map.source_rows != nullptr ? static_cast<int64_t>(map.source_rows[i]) : map.source_base + i;
 }
 
-/// Words of a message of n rows (quantize.hpp's packed_words plus the fp32 tail): 0 for n == 0.
-__device__ __forceinline__ int64_t message_words(int bits, int64_t n, int64_t cols, int64_t tail) {
-  if (n == 0) return 0;
-  int64_t packed;
-  if (bits == 32) {
-    packed = n * cols;
-  } else if (bits == 16) {
-    packed = 1 + n * ((cols + 1) / 2);
-  } else {
-    packed = 1 + n * (1 + detail::code_words(bits, cols));
-  }
-  return packed + n * tail;
-}
-
 /// First word of peer q's message: the messages of the peers before it, in order.
 __device__ int64_t message_offset(const SendRowMap& map, int q, int bits, int64_t cols, int64_t tail) {
   int64_t offset = 0;
-  for (int p = 0; p < q; ++p) offset += message_words(bits, map.peer_rows[p + 1] - map.peer_rows[p], cols, tail);
+  for (int p = 0; p < q; ++p)
+    offset += detail::message_words(bits, map.peer_rows[p + 1] - map.peer_rows[p], cols, tail);
   return offset;
 }
 

@@ -97,23 +97,22 @@ std::vector<int32_t> label_propagation_partition(const Dataset& ds, const Partit
 /// Layer 0's input features travel once, before training, and count for no epoch.
 struct HaloReportShape {
   std::string model;  // the model's name, for the record ("" where no model is named)
-  int hidden = 256;   // for the record: the shape the columns come from
-  int layers = 2;
+  int hidden = 0;     // for the record: the shape the columns come from
+  int layers = 0;
   /// Columns of each layer's halo rows, one entry per layer of the model as the trainer lays it
   /// out (APPNP: its MLP, then its propagation steps), 0 where a layer exchanges nothing.
   std::vector<int64_t> exchanged_cols;
-  /// Per layer, where a layer's forward rows end in columns that travel as fp32 whatever the bit
-  /// width (GAT's attention terms): how many of exchanged_cols; empty: none anywhere.
+  /// Per layer, how many of exchanged_cols end the forward rows as fp32 whatever the bit width
+  /// (GAT's attention terms; 0 for other layers).
   std::vector<int64_t> forward_fp32_tail;
-  /// Per layer, the columns of the backward gradients where they differ from exchanged_cols
-  /// (GAT sends its attention terms forward only); empty: the same as forward.
+  /// Per layer, the columns of the backward gradients (GAT sends its attention terms forward
+  /// only; other layers: exchanged_cols).
   std::vector<int64_t> backward_cols;
   /// The evaluation pass of every eval_every-th epoch (as train's --eval-every); 0: none.
   int eval_every = 0;
   /// Layers 1..layers-1 exchange `hidden` columns, layer 0 nothing, and no evaluation pass is
   /// counted: the shape of the (hidden, layers) functions below. Throws unless both are >= 1.
   static HaloReportShape uniform(int hidden, int layers);
-  bool operator==(const HaloReportShape&) const = default;
 };
 
 /// Runs one step on every rank and, if it failed on any, throws on every rank (the launcher

@@ -86,6 +86,11 @@ bool is_supported_bits(int bits) noexcept;
 int code_bits(int bits, int64_t cols) noexcept;
 /// Words in the packed form of a rows x cols message (0 for unsupported bits).
 size_t packed_words(int bits, int64_t rows, int64_t cols) noexcept;
+/// Words of a halo message whose last `fp32_tail` of its `cols` columns travel as fp32 after
+/// the packed ones (GAT's attention terms): packed_words of the other columns plus the tail.
+/// The host and device exchangers, the partition report and the cost model all size messages
+/// by it. 0 for unsupported bits or a tail outside [0, cols].
+size_t message_words(int bits, int64_t rows, int64_t cols, int64_t fp32_tail) noexcept;
 /// Bytes per row on the wire, counting metadata (exponent word amortised out); 0 for
 /// unsupported bits.
 double wire_bytes_per_row(int bits, int64_t cols) noexcept;
