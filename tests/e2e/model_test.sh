@@ -12,12 +12,7 @@ halogen=$1; mpiexec=$2; shift 2; mpi_flags=("$@")
 source "$(dirname "$0")/device.sh"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/lib.sh"
-# NumPy: Debian's python3-numpy (scripts/setup.sh) under /usr/bin/python3, or any python3 with it.
-py=""
-for candidate in /usr/bin/python3 python3; do
-  if "$candidate" -c 'import numpy' 2>/dev/null; then py=$candidate; break; fi
-done
-[ -n "$py" ] || { echo "FAILED: no python3 with NumPy (scripts/setup.sh installs python3-numpy)"; exit 1; }
+use_numpy_python "$(cd "$(dirname "$0")/../.." && pwd)"
 run() { local np=$1; shift; timeout 300 "$mpiexec" -np "$np" "${mpi_flags[@]}" "${device_env[@]}" "$halogen" "$@"; }
 
 "$halogen" generate sbm --nodes 3000 --classes 5 --feature-dim 24 --snr 1.0 --seed 2 --out "$work/ds" >/dev/null

@@ -28,11 +28,10 @@ block() {
     inside && NF {print}' "$src/README.md"
 }
 
-# What a command's last line must say (plan: a line of its output), by the subcommand it runs (`launch` runs train unless it
-# names another after "--"). $2 is the pattern of the test accuracy a trained model reaches. A
-# command the table does not know fails: the README gained a command this test must learn to check.
-expect_last_line() {
-  local words sub accuracy=$2
+# The subcommand a README command runs: its second word, except that `launch` runs train unless
+# it names another after "--".
+subcommand_of() {
+  local words k sub
   read -r -a words <<<"$1"
   sub=${words[1]}
   if [ "$sub" = launch ]; then
@@ -44,7 +43,15 @@ expect_last_line() {
       fi
     done
   fi
-  case "$sub" in
+  echo "$sub"
+}
+
+# What a command's last line must say (plan: a line of its output), by its subcommand; $2 is the
+# pattern of the test accuracy a trained model reaches. A command the table does not know fails:
+# the README gained a command this test must learn to check.
+expect_last_line() {
+  local accuracy=$2
+  case "$(subcommand_of "$1")" in
     info) echo '^split +train 140 +valid 500 +test 1000$' ;;
     train) echo "^best val acc 0\.[0-9]+ at epoch [0-9]+, test acc there $accuracy; [0-9]+ epochs" ;;
     predict | evaluate) echo "^loss [0-9.]+  train [01]\.[0-9]+  val [01]\.[0-9]+  test $accuracy\$" ;;
@@ -58,7 +65,7 @@ expect_last_line() {
 # run_block MARKER ACCURACY: each command of the block in turn, in the current folder.
 i=0
 run_block() {
-  local command pattern rc last
+  local command pattern rc last commands
   mapfile -t commands < <(block "$1")
   [ ${#commands[@]} -ge 3 ] && pass "README block $1: ${#commands[@]} commands" ||
     fail "README block $1 not found or short (${#commands[@]} commands)"
@@ -73,7 +80,7 @@ run_block() {
     rc=$?
     last=$(grep -v '^\s*$' "$work/out.$i" | tail -n 1)
     # plan ends with its memory tables; its recommendation is the line that matters.
-    [ "$(read -r -a w <<<"$command"; echo "${w[1]}")" = plan ] && last=$(grep -E -- "$pattern" "$work/out.$i" | tail -n 1)
+    [ "$(subcommand_of "$command")" = plan ] && last=$(grep -E -- "$pattern" "$work/out.$i" | tail -n 1)
     if [ $rc -ne 0 ]; then
       fail "command $i exited $rc: $command"
       tail -n 20 "$work/out.$i"
@@ -90,12 +97,13 @@ mkdir -p "$work/run/data"
 ln -s "$data/cora" "$work/run/data/cora"
 printf 'localhost slots=4\n' >"$work/run/hosts"
 cd "$work/run" || exit 1
-# Cora's GCN: published 81.5; every seed of halogen's defaults tests above 79.
+# Cora's GCN: published 81.5; halogen's defaults (seed 1) test at 0.825, and 0.79 leaves room
+# for another BLAS kernel's rounding.
 run_block first-run '0\.(79|8[0-9])[0-9]*'
 [ -f cora.sbatch ] && grep -q 'halogen' cora.sbatch && pass "slurm wrote its batch script" || fail "no cora.sbatch"
 
 # The reference block on a graph of the user's: here a generated one whose 4 communities a GCN
-# learns (test accuracy 0.79 with the defaults; a model that learnt nothing scores 0.25).
+# learns (0.79 with the defaults, seed 1; a model that learnt nothing scores about 0.25).
 halogen generate sbm --nodes 4000 --classes 4 --feature-dim 32 --seed 3 --out data/g >/dev/null || fail "generate data/g"
 run_block commands '0\.[7-9][0-9]*'
 [ -f models/g/model.json ] && [ -f pred/g/probabilities.npy ] && [ -s g.jsonl ] && pass "model, predictions and metrics written" ||
