@@ -1,6 +1,7 @@
 // The tasks' metrics over rows split across ranks (contiguous blocks of uneven sizes, one of
-// them empty on 4 ranks) equal those of all rows on one rank: counts and ROC-AUC bit for bit,
-// fp64 sums of squares to their rounding.
+// them empty on 4 ranks), evaluated as the trainer evaluates them (all splits and a further sum
+// in one all-reduce), equal those of all rows on one rank: counts and ROC-AUC bit for bit, fp64
+// sums of squares to their rounding.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -8,11 +9,14 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "halogen/comm/communicator.hpp"
+#include "halogen/core/error.hpp"
 #include "tasks/task.hpp"
+#include "trainer_common.hpp"
 
 namespace halogen::tasks {
 namespace {
@@ -75,25 +79,60 @@ TEST_P(TaskRanks, SplittingRowsOverRanksChangesNoMetric) {
     for (int r = 0; r < P; ++r)
       bounds.push_back(r + 1 == P ? d.rows
                                   : std::min<int64_t>(d.rows, bounds.back() + (P == 4 && r == 1 ? 0 : 60 * (r + 1))));
+    // The three splits in one evaluation, with a further sum beside them (the trainer's
+    // validation loss): a count, summed exactly, that each rank contributes once.
+    std::vector<LocalSplit> all_rows, rank_rows;
     for (uint8_t role : {1, 2, 3}) {
-      const std::vector<double> one = evaluate_split(*task, self, rows_of(name, d, values, 0, d.rows, role));
-      const std::vector<double> many =
-          evaluate_split(*task, world, rows_of(name, d, values, bounds[rank], bounds[rank + 1], role));
-      ASSERT_EQ(one.size(), many.size());
-      for (size_t k = 0; k < one.size(); ++k) {
+      all_rows.push_back(local_split(*task, rows_of(name, d, values, 0, d.rows, role)));
+      rank_rows.push_back(local_split(*task, rows_of(name, d, values, bounds[rank], bounds[rank + 1], role)));
+    }
+    double extra_one = 1.0, extra_many = static_cast<double>(bounds[rank + 1] - bounds[rank]);
+    const std::vector<std::vector<double>> one =
+        evaluate_splits(*task, self, all_rows, std::span<double>(&extra_one, 1));
+    const std::vector<std::vector<double>> many =
+        evaluate_splits(*task, world, rank_rows, std::span<double>(&extra_many, 1));
+    EXPECT_EQ(extra_one, 1.0);
+    EXPECT_EQ(extra_many, static_cast<double>(d.rows));
+    ASSERT_EQ(one.size(), 3u);
+    ASSERT_EQ(many.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      const int role = static_cast<int>(i) + 1;
+      ASSERT_EQ(one[i].size(), many[i].size());
+      for (size_t k = 0; k < one[i].size(); ++k) {
         if (name == "regression")
-          EXPECT_NEAR(many[k], one[k], 1e-12 * std::max(1.0, std::abs(one[k])))
-              << task->metric_names()[k] << " cols " << cols << " role " << int(role);
+          EXPECT_NEAR(many[i][k], one[i][k], 1e-12 * std::max(1.0, std::abs(one[i][k])))
+              << task->metric_names()[k] << " cols " << cols << " role " << role;
         else
-          EXPECT_EQ(many[k], one[k]) << task->metric_names()[k] << " cols " << cols << " role " << int(role);
+          EXPECT_EQ(many[i][k], one[i][k]) << task->metric_names()[k] << " cols " << cols << " role " << role;
       }
       // The figures are real ones: not the empty split's zeros.
-      EXPECT_GT(std::abs(one[0]), 0.0) << name << " cols " << cols;
+      EXPECT_GT(std::abs(one[i][0]), 0.0) << name << " cols " << cols << " role " << role;
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Tasks, TaskRanks, testing::Values("multiclass", "multilabel", "regression"));
+
+// The trainer's best-epoch record ranks epochs by a metric where higher is better; a task
+// selected by a lower-is-better one (regression's MSE) is refused up front.
+TEST(EpochLogTask, RefusesATaskSelectedByALowerIsBetterMetric) {
+  MpiCommunicator self(MPI_COMM_SELF);
+  const Shard shard;
+  const TrainOptions opt;
+  for (const char* name : {"multiclass", "multilabel"}) {
+    const std::unique_ptr<Task> task = make_task(name);
+    EXPECT_NO_THROW({ train_detail::EpochLog log(self, shard, opt, *task); }) << name;
+  }
+  const std::unique_ptr<Task> regression = make_task("regression");
+  try {
+    train_detail::EpochLog log(self, shard, opt, *regression);
+    ADD_FAILURE() << "a regression task was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("regression"), std::string::npos) << what;
+    EXPECT_NE(what.find("mse"), std::string::npos) << what;
+  }
+}
 
 }  // namespace
 }  // namespace halogen::tasks

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <string_view>
 
 #include "halogen/comm/collective_error.hpp"
@@ -12,11 +11,9 @@
 #if HALOGEN_HAVE_CUDA
 #include "halogen/core/cuda/host_syncs.hpp"
 #endif
-#include "halogen/core/io.hpp"
 #include "halogen/core/log.hpp"
 #include "halogen/core/rng.hpp"
 #include "halogen/train/memory_plan.hpp"
-#include "kernels/dense.hpp"
 #include "nn/registry.hpp"
 
 namespace halogen::train_detail {
@@ -155,21 +152,35 @@ TrainResult run_or_end_job(Communicator& comm, const std::function<TrainResult()
   }
 }
 
+namespace {
+constexpr SplitRole kRoles[3] = {SplitRole::kTrain, SplitRole::kValid, SplitRole::kTest};
+constexpr const char* kRoleNames[3] = {"train", "val", "test"};
+
+// The task, once checked to be one whose epochs the best-epoch record ranks correctly: best_val
+// starts below every accuracy and selection_score negates a lower-is-better metric, so such a
+// task's (MSE) best epoch would be chosen wrongly. Checked before the metrics file is opened.
+const tasks::Task& trainable(const tasks::Task& task) {
+  HALOGEN_EXPECTS(task.selection().higher_is_better,
+                  "task '{}': the trainer selects the best epoch by a metric where higher is better, and this task's "
+                  "selection metric ({}) is lower-is-better; the trainer does not support such tasks yet",
+                  task.name(), task.metric_names().at(task.selection().metric));
+  return task;
+}
+}  // namespace
+
 EpochLog::EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& opt, const tasks::Task& task)
     : comm_(comm),
       s_(shard),
       opt_(opt),
-      task_(task),
+      task_(trainable(task)),
       metrics_(comm.rank() == 0 ? opt.output.metrics_path : std::filesystem::path()) {
+  const std::vector<std::string_view> names = task.metric_names();
+  for (int i = 0; i < 3; ++i)
+    for (const std::string_view name : names) keys_[i].push_back(fmt::format("{}_{}", kRoleNames[i], name));
 #if HALOGEN_HAVE_CUDA
   host_syncs_ = cuda::host_sync_count();  // the first epoch's count includes the set-up after this
 #endif
 }
-
-namespace {
-constexpr SplitRole kRoles[3] = {SplitRole::kTrain, SplitRole::kValid, SplitRole::kTest};
-constexpr const char* kRoleNames[3] = {"train", "val", "test"};
-}  // namespace
 
 EvalCounts evaluate_logits(const tasks::Task& task, const float* logits, const Shard& s) {
   EvalCounts e;
@@ -177,34 +188,25 @@ EvalCounts evaluate_logits(const tasks::Task& task, const float* logits, const S
                         s.split.data()};
   for (int i = 0; i < 3; ++i) {
     rows.role = static_cast<uint8_t>(kRoles[i]);
-    e.sums[i] = task.local_sums(rows);
-    if (task.gathers_scores()) e.scores[i] = task.local_scores(rows);
+    e.splits[i] = tasks::local_split(task, rows);
     if (kRoles[i] == SplitRole::kValid) e.val_loss_sum = task.split_loss(rows);
   }
   return e;
 }
 
 bool EpochLog::add_accuracy(nlohmann::json& rec, int epoch, const EvalCounts& eval) {
-  // One collective: the task's sums of the three splits (counts travel as doubles, exact below
-  // 2^53) beside the loss sum.
-  std::vector<double> sums;
-  for (const std::vector<double>& part : eval.sums) sums.insert(sums.end(), part.begin(), part.end());
-  sums.push_back(eval.val_loss_sum);
-  comm_.allreduce_sum(std::span<double>(sums));
-  const std::vector<std::string_view> names = task_.metric_names();
+  // The validation loss sum travels in the metrics' all-reduce.
+  double val_loss_sum = eval.val_loss_sum;
+  const std::vector<std::vector<double>> metrics =
+      tasks::evaluate_splits(task_, comm_, eval.splits, std::span<double>(&val_loss_sum, 1));
   std::array<double, 3> selected{};
-  size_t at = 0;
   for (int i = 0; i < 3; ++i) {
-    const size_t n = eval.sums[i].size();
-    const tasks::Scores all = task_.gathers_scores() ? tasks::gather_scores(comm_, eval.scores[i]) : tasks::Scores{};
-    const std::vector<double> metrics = task_.metrics(std::span<const double>(sums).subspan(at, n), all);
-    at += n;
-    for (size_t k = 0; k < names.size(); ++k) rec[fmt::format("{}_{}", kRoleNames[i], names[k])] = metrics[k];
-    selected[i] = tasks::selection_score(task_, metrics);
+    for (size_t k = 0; k < keys_[i].size(); ++k) rec[keys_[i][k]] = metrics[i][k];
+    selected[i] = tasks::selection_score(task_, metrics[i]);
   }
   const double val_acc = selected[1];
   const double test_acc = selected[2];
-  const double loss = s_.global_valid_count > 0 ? sums.back() / static_cast<double>(s_.global_valid_count) : 0.0;
+  const double loss = s_.global_valid_count > 0 ? val_loss_sum / static_cast<double>(s_.global_valid_count) : 0.0;
   rec["val_loss"] = loss;
   if (loss < best_val_loss || val_acc > best_val) improved_epoch = epoch;
   best_val_loss = std::min(best_val_loss, loss);
@@ -316,6 +318,10 @@ std::string epoch_line(const EpochLine& l) {
   return out;
 }
 
+nlohmann::json accuracy_json(int64_t nodes, double value) {
+  return nodes > 0 && std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
 std::string run_estimate_line(int epochs, double mean_epoch_s, double total_s, bool may_stop_early) {
   if (!(total_s > kEstimateAboveSeconds)) return {};
   const std::string each =
@@ -332,13 +338,9 @@ nlohmann::json EpochLog::summary(const std::string& device, double total_s, int 
   summary["epochs_run"] = epochs_run;
   summary["stopped_early"] = epochs_run < opt_.optim.epochs;
   summary["patience"] = opt_.optim.patience;
-  // An accuracy over a split without nodes is none at all (null), not 0.
-  const auto accuracy = [](int64_t nodes, double value) {
-    return nodes > 0 && std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
-  };
-  summary["best_val_acc"] = accuracy(s_.global_valid_count, best_val);
+  summary["best_val_acc"] = accuracy_json(s_.global_valid_count, best_val);
   summary["best_epoch"] = best_epoch;
-  summary["test_acc_at_best_val"] = accuracy(s_.global_test_count, test_at_best);
+  summary["test_acc_at_best_val"] = accuracy_json(s_.global_test_count, test_at_best);
   summary["total_s"] = total_s;
   summary["device"] = device;
   summary["ranks"] = comm_.size();

@@ -68,8 +68,7 @@ Matrix<float> input_features(const Shard& s, const TrainOptions& opt, int64_t ro
 /// gathers them, its scores) per role (train, validation, test), and its loss summed over the
 /// validation nodes.
 struct EvalCounts {
-  std::array<std::vector<double>, 3> sums;
-  std::array<tasks::Scores, 3> scores;
+  std::array<tasks::LocalSplit, 3> splits;
   double val_loss_sum = 0.0;
 };
 EvalCounts evaluate_logits(const tasks::Task& task, const float* logits, const Shard& s);
@@ -110,6 +109,10 @@ struct EpochLine {
 /// leaves the accuracy columns blank, so that the times stay aligned.
 std::string epoch_line(const EpochLine& line);
 
+/// An accuracy as the summary and the saved model record it: none at all (null), not a number,
+/// over a split without nodes, and where the value is not finite (JSON has no NaN).
+nlohmann::json accuracy_json(int64_t nodes, double value);
+
 /// Runs estimated to take longer than this get the one-line estimate.
 inline constexpr double kEstimateAboveSeconds = 60.0;
 
@@ -123,7 +126,8 @@ std::string run_estimate_line(int epochs, double mean_epoch_s, double total_s, b
 /// validation epoch. Collective: every rank calls each method in the same order.
 class EpochLog {
  public:
-  /// `task`: what the records score (the trainer's: multiclass); it must outlive the log.
+  /// `task`: what the records score (the trainer's: multiclass); it must outlive the log. Its
+  /// selection metric must be one where higher is better: the best-epoch record assumes it.
   EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& opt, const tasks::Task& task);
 
   /// Sums this rank's counts over ranks, adds the task's metrics of each split to `rec`
@@ -161,6 +165,8 @@ class EpochLog {
   const Shard& s_;
   const TrainOptions& opt_;
   const tasks::Task& task_;
+  // The record's key of each metric, by role: "train_acc", "val_acc", ...
+  std::array<std::vector<std::string>, 3> keys_;
   MetricsWriter metrics_;
   uint64_t host_syncs_ = 0;  // the process's host waits on the GPU when the last epoch was written
   // Rank 0: the epoch's progress line (unless quiet), and once the run's estimate.

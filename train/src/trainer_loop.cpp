@@ -261,10 +261,9 @@ void Trainer::save_model(int epochs_run, const TrainResult& result) const {
     for (const char* key : {"train_acc", "val_acc", "test_acc"})
       if (last.contains(key)) model.training[std::string("last_") + key] = last[key];
   }
-  model.training["best_val_acc"] = log_.best_val;
-  // As in the metrics summary: no test node, no test accuracy (null).
-  model.training["test_acc_at_best_val"] =
-      s_.global_test_count > 0 ? nlohmann::json(log_.test_at_best) : nlohmann::json(nullptr);
+  // As in the metrics summary: no node of a split, no accuracy over it (null).
+  model.training["best_val_acc"] = train_detail::accuracy_json(s_.global_valid_count, log_.best_val);
+  model.training["test_acc_at_best_val"] = train_detail::accuracy_json(s_.global_test_count, log_.test_at_best);
   model.training["best_epoch"] = log_.best_epoch;
   model.training["ranks"] = comm_.size();
   model.training["settings"] = train_detail::training_description(opt_);

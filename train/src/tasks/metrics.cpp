@@ -1,5 +1,5 @@
 // What every task shares: output activations, ROC-AUC, the gathering of scores over ranks and
-// the collective evaluation of a split; and the argument checks of the value-labelled tasks.
+// the collective evaluation of the splits; and the argument checks of the value-labelled tasks.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -91,11 +91,35 @@ Scores gather_scores(Communicator& comm, const Scores& local) {
   return all;
 }
 
-std::vector<double> evaluate_split(const Task& task, Communicator& comm, const SplitRows& rows) {
-  std::vector<double> sums = task.local_sums(rows);
+LocalSplit local_split(const Task& task, const SplitRows& rows) {
+  LocalSplit local;
+  local.sums = task.local_sums(rows);
+  if (task.gathers_scores()) local.scores = task.local_scores(rows);
+  return local;
+}
+
+std::vector<std::vector<double>> evaluate_splits(const Task& task, Communicator& comm,
+                                                 std::span<const LocalSplit> splits, std::span<double> extra) {
+  // One collective for every split (counts travel as doubles, exact below 2^53) and the
+  // caller's sums behind them.
+  size_t total = extra.size();
+  for (const LocalSplit& split : splits) total += split.sums.size();
+  std::vector<double> sums;
+  sums.reserve(total);
+  for (const LocalSplit& split : splits) sums.insert(sums.end(), split.sums.begin(), split.sums.end());
+  sums.insert(sums.end(), extra.begin(), extra.end());
   comm.allreduce_sum(std::span<double>(sums));
-  const Scores all = task.gathers_scores() ? gather_scores(comm, task.local_scores(rows)) : Scores{};
-  return task.metrics(sums, all);
+  std::copy(sums.end() - static_cast<std::ptrdiff_t>(extra.size()), sums.end(), extra.begin());
+  std::vector<std::vector<double>> metrics;
+  metrics.reserve(splits.size());
+  size_t at = 0;
+  for (const LocalSplit& split : splits) {
+    const size_t n = split.sums.size();
+    const Scores all = task.gathers_scores() ? gather_scores(comm, split.scores) : Scores{};
+    metrics.push_back(task.metrics(std::span<const double>(sums).subspan(at, n), all));
+    at += n;
+  }
+  return metrics;
 }
 
 void check_value_loss(const ExecContext& ctx, std::string_view task, const TensorView& logits, const TensorView& labels,

@@ -14,7 +14,6 @@ namespace {
 class Multiclass final : public Task {
  public:
   std::string_view name() const override { return "multiclass"; }
-  DType label_dtype() const override { return DType::kI32; }
   Output output() const override { return Output::kSoftmax; }
 
   double loss(const ExecContext& ctx, const TensorView& logits, const TensorView& labels, const TensorView& mask,

@@ -17,7 +17,6 @@ double bce(double z, double y) { return std::max(z, 0.0) - z * y + std::log1p(st
 class Multilabel final : public Task {
  public:
   std::string_view name() const override { return "multilabel"; }
-  DType label_dtype() const override { return DType::kF32; }
   Output output() const override { return Output::kSigmoid; }
 
   double loss(const ExecContext& ctx, const TensorView& logits, const TensorView& labels, const TensorView& mask,

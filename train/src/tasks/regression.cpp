@@ -18,7 +18,6 @@ double squared_error(double z, double y) { return (z - y) * (z - y); }
 class Regression final : public Task {
  public:
   std::string_view name() const override { return "regression"; }
-  DType label_dtype() const override { return DType::kF32; }
   Output output() const override { return Output::kIdentity; }
 
   double loss(const ExecContext& ctx, const TensorView& logits, const TensorView& labels, const TensorView& mask,

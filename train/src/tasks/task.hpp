@@ -43,7 +43,7 @@ enum class Output {
 struct SplitRows {
   const float* logits = nullptr;  // rows x cols, row-major
   int64_t rows = 0, cols = 0;
-  TensorView labels;               // host, the task's label_dtype (header comment)
+  TensorView labels;               // host, the task's labels (header comment)
   const uint8_t* split = nullptr;  // a SplitRole per row
   uint8_t role = 0;                // the rows scored: split[r] == role
 };
@@ -68,7 +68,6 @@ class Task {
  public:
   virtual ~Task() = default;
   virtual std::string_view name() const = 0;
-  virtual DType label_dtype() const = 0;
   virtual Output output() const = 0;
 
   /// The loss summed over the rows with mask != 0 (u8, one per row) and a label: returns the
@@ -124,8 +123,18 @@ std::optional<double> roc_auc(std::span<const float> scores, std::span<const flo
 /// Every rank's `local` scores, concatenated in rank order; the same on every rank. Collective.
 Scores gather_scores(Communicator& comm, const Scores& local);
 
-/// The task's metrics over the split of all ranks' rows: local sums all-reduced, scores
-/// gathered where the task needs them. Collective.
-std::vector<double> evaluate_split(const Task& task, Communicator& comm, const SplitRows& rows);
+/// One rank's figures of one split: the task's additive sums over its rows and, for a task
+/// that gathers them, its scores.
+struct LocalSplit {
+  std::vector<double> sums;
+  Scores scores;
+};
+LocalSplit local_split(const Task& task, const SplitRows& rows);
+
+/// The task's metrics over each split of all ranks' rows, by split: every split's sums and
+/// `extra` (further fp64 sums of the caller's, summed over ranks in place) in one all-reduce,
+/// then each split's scores gathered where the task needs them. Collective.
+std::vector<std::vector<double>> evaluate_splits(const Task& task, Communicator& comm,
+                                                 std::span<const LocalSplit> splits, std::span<double> extra = {});
 
 }  // namespace halogen::tasks
