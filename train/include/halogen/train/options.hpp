@@ -106,10 +106,11 @@ inline constexpr int kErrorFeedbackDepth = 16;
 /// How a GPU rank quantizes the rows it sends (the same words either way): kStaged gathers them
 /// into fp32 rows and quantizes each peer's message in turn, the host waiting once per message
 /// to choose its exponent; kFused quantizes all peers' messages in one pass on the device,
-/// without host waits (new, not yet measured on a GPU).
+/// without that wait per message. Either way, a communicator that stages the words through host
+/// memory (MPI) still waits for the stream before it sends them and after it receives them
+/// (kFused is new, not yet measured on a GPU).
 enum class DeviceExchange { kStaged, kFused };
 DeviceExchange parse_device_exchange(const std::string& name);
-std::string to_string(DeviceExchange d);
 
 /// How halo rows travel between ranks: their bits, and when they may be stale.
 struct ExchangeOptions {
