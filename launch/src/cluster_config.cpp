@@ -11,9 +11,9 @@
 #include <set>
 #include <thread>
 
-#include "halogen/config.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
+#include "launcher.hpp"
 
 namespace halogen::cluster {
 
@@ -270,20 +270,10 @@ ClusterConfig load_cluster_config(const std::string& name_or_path) {
   std::filesystem::path path(name_or_path);
   const bool bare_name = name_or_path.find('/') == std::string::npos && path.extension().empty();
   if (bare_name && !std::filesystem::exists(path)) {
-    std::vector<std::filesystem::path> dirs;
-    if (const char* env = std::getenv("HALOGEN_CLUSTER_CONFIGS")) dirs.emplace_back(env);
-    // An installed halogen (cmake --install) keeps them in PREFIX/share/halogen beside its bin/.
-    std::error_code ec;
-    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-    if (!ec) dirs.push_back(exe.parent_path().parent_path() / "share" / "halogen" / "cluster_configs");
-    dirs.emplace_back(std::filesystem::path(HALOGEN_SOURCE_DIR) / "cluster_configs");
-    std::vector<std::string> tried;
-    for (const auto& dir : dirs) {
-      const auto candidate = dir / (name_or_path + ".yaml");
-      if (std::filesystem::exists(candidate)) return parse_cluster_config(read_text_file(candidate), candidate);
-      tried.push_back(candidate.string());
-    }
-    HALOGEN_FAIL("cluster config '{}' not found (tried {})", name_or_path, fmt::join(tried, ", "));
+    const launch::DataFiles configs{"cluster config", "HALOGEN_CLUSTER_CONFIGS", "cluster_configs", "cluster_configs",
+                                    ".yaml"};
+    const auto found = launch::find_data_file(configs, name_or_path);
+    return parse_cluster_config(read_text_file(found), found);
   }
   HALOGEN_EXPECTS(std::filesystem::is_regular_file(path), "cluster config '{}' does not exist or is not a file",
                   path.string());

@@ -76,7 +76,8 @@ struct ClusterConfig {
 ClusterConfig parse_cluster_config(std::string_view yaml, const std::filesystem::path& source);
 
 /// Reads a config file. `name_or_path` is a path, or a bare name ("dgx-h100") looked up as
-/// cluster_configs/<name>.yaml in $HALOGEN_CLUSTER_CONFIGS, then in the source tree.
+/// <name>.yaml (launch::find_data_file) in $HALOGEN_CLUSTER_CONFIGS, then an installed
+/// halogen's PREFIX/share/halogen/cluster_configs, then the source tree's cluster_configs.
 ClusterConfig load_cluster_config(const std::string& name_or_path);
 
 /// The machine this runs on: 1 node, no GPUs, cores = hardware threads, `ranks` ranks

@@ -1,6 +1,7 @@
 #include "launcher.hpp"
 
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "halogen/config.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/partition/shard.hpp"
 
@@ -212,11 +214,32 @@ std::vector<std::string> preflight(const cluster::ClusterConfig& c, int ranks,
   return ok;
 }
 
+std::filesystem::path self_executable(std::error_code& ec) {
+  return std::filesystem::read_symlink("/proc/self/exe", ec);
+}
+
 std::filesystem::path self_executable() {
   std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  auto p = self_executable(ec);
   HALOGEN_EXPECTS(!ec, "cannot resolve /proc/self/exe: {}", ec.message());
   return p;
+}
+
+std::filesystem::path find_data_file(const DataFiles& files, const std::string& name) {
+  const std::string file = name + files.extension;
+  std::vector<std::filesystem::path> dirs;
+  if (const char* env = std::getenv(files.env_var)) dirs.emplace_back(env);
+  // Without the program's path only the other places are looked in.
+  std::error_code ec;
+  const auto exe = self_executable(ec);
+  if (!ec) dirs.push_back(exe.parent_path().parent_path() / "share" / "halogen" / files.subdir);
+  dirs.push_back(std::filesystem::path(HALOGEN_SOURCE_DIR) / files.source_subdir);
+  std::vector<std::string> tried;
+  for (const auto& dir : dirs) {
+    if (std::filesystem::exists(dir / file)) return dir / file;
+    tried.push_back((dir / file).string());
+  }
+  HALOGEN_FAIL("{} '{}' not found (tried {}){}", files.what, name, fmt::join(tried, ", "), files.hint);
 }
 
 namespace {

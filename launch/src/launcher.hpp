@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "cluster_config.hpp"
@@ -83,6 +84,24 @@ int visible_gpus();
 
 /// The running executable (/proc/self/exe).
 std::filesystem::path self_executable();
+/// The same, or an empty path with `ec` set where it cannot be read.
+std::filesystem::path self_executable(std::error_code& ec);
+
+/// One kind of file halogen ships (cluster configs, Slurm templates) and where it lives.
+struct DataFiles {
+  const char* what;            // what a message calls one: "cluster config"
+  const char* env_var;         // names a folder looked in first, when set
+  const char* subdir;          // its folder in PREFIX/share/halogen of an installed halogen
+  const char* source_subdir;   // its folder in the source tree halogen was built from
+  const char* extension = "";  // added to the name to make the file's name
+  const char* hint = "";       // ends the message when none is found
+};
+
+/// The file `name` + `files.extension`, from the first of: the folder in $`files.env_var`,
+/// PREFIX/share/halogen/`files.subdir` where PREFIX is the folder above the running program's
+/// bin/ (cmake --install puts them there), and the source tree's `files.source_subdir`.
+/// Throws halogen::Error "WHAT 'NAME' not found (tried PATH, ...)HINT" when none holds it.
+std::filesystem::path find_data_file(const DataFiles& files, const std::string& name);
 
 /// Runs `command` to completion with stdout and stderr appended to `log` (or inherited when
 /// empty), killing its process group after `timeout_s` seconds (0: no limit). Returns the

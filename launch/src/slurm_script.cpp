@@ -6,7 +6,6 @@
 #include <cctype>
 #include <cstdlib>
 
-#include "halogen/config.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/output.hpp"
 #include "launcher.hpp"
@@ -120,20 +119,9 @@ std::string render_template(std::string_view text, const std::map<std::string, s
 }
 
 std::filesystem::path find_template(const std::string& name) {
-  std::vector<std::filesystem::path> dirs;
-  if (const char* env = std::getenv("HALOGEN_TEMPLATES")) dirs.emplace_back(env);
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) dirs.push_back(exe.parent_path().parent_path() / "launch" / "templates");
-  dirs.push_back(std::filesystem::path(HALOGEN_SOURCE_DIR) / "launch" / "templates");
-  if (!ec) dirs.push_back(exe.parent_path().parent_path() / "share" / "halogen" / "templates");
-  std::vector<std::string> tried;
-  for (const auto& d : dirs) {
-    if (std::filesystem::exists(d / name)) return d / name;
-    tried.push_back((d / name).string());
-  }
-  HALOGEN_FAIL("Slurm template '{}' not found (tried {}); pass --template FILE or set HALOGEN_TEMPLATES", name,
-               fmt::join(tried, ", "));
+  return find_data_file({"Slurm template", "HALOGEN_TEMPLATES", "templates", "launch/templates", "",
+                         "; pass --template FILE or set HALOGEN_TEMPLATES"},
+                        name);
 }
 
 std::vector<std::string> sbatch_lines(const SlurmJob& job) {

@@ -45,9 +45,8 @@ bool is_slurm_script(const std::filesystem::path& file);
 std::string render_template(std::string_view text, const std::map<std::string, std::string>& vars,
                             const std::string& source);
 
-/// Finds a template by file name: $HALOGEN_TEMPLATES, then launch/templates beside the build
-/// directory of the running executable (<exe>/../launch/templates), the source tree's
-/// launch/templates, and <exe>/../share/halogen/templates.
+/// Finds a template by file name (launch::find_data_file): in $HALOGEN_TEMPLATES, then an
+/// installed halogen's PREFIX/share/halogen/templates, then the source tree's launch/templates.
 std::filesystem::path find_template(const std::string& name);
 
 struct SlurmJob {
