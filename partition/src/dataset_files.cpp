@@ -5,7 +5,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -18,10 +20,18 @@ namespace halogen::detail {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+std::array<std::string_view, 5> dataset_arrays(LabelKind kind) {
+  std::array<std::string_view, 5> names = kArrayNames;
+  names[kLabelArray] = label_array(kind);
+  return names;
+}
+
+std::string_view label_array(LabelKind kind) { return kind == LabelKind::kClass ? "labels" : "targets"; }
+
 ElementType array_element_type(std::string_view array) {
   if (array == "offsets") return ElementType::kInt64;
   if (array == "indices" || array == "labels") return ElementType::kInt32;
-  if (array == "features") return ElementType::kFloat32;
+  if (array == "features" || array == "targets") return ElementType::kFloat32;
   HALOGEN_EXPECTS(array == "split", "dataset: no array named '{}'", array);
   return ElementType::kUInt8;
 }
@@ -184,8 +194,8 @@ uint64_t seal_array_file(const fs::path& dir, std::string_view array, uint64_t c
 }
 
 json dataset_meta(const std::string& name, int64_t num_nodes, int64_t num_edges, int64_t feature_dim,
-                  int32_t num_classes, const std::array<int64_t, 3>& split, const json& files) {
-  return json{
+                  int32_t num_classes, const std::array<int64_t, 3>& split, const json& files, LabelKind label_kind) {
+  json meta{
       {"format", kDatasetFormatName},
       {"version", kDatasetFormatVersion},
       {"name", name},
@@ -196,6 +206,36 @@ json dataset_meta(const std::string& name, int64_t num_nodes, int64_t num_edges,
       {"split", {{"train", split[0]}, {"valid", split[1]}, {"test", split[2]}}},
       {"files", files},
   };
+  if (label_kind != LabelKind::kClass) meta["label_kind"] = std::string(to_string(label_kind));
+  return meta;
+}
+
+size_t first_bad_target(LabelKind kind, std::span<const float> values) {
+  const size_t n = values.size();
+  if (kind == LabelKind::kClass) return n;
+  const bool multilabel = kind == LabelKind::kMultiLabel;
+  size_t bad = n;
+#pragma omp parallel for schedule(static) reduction(min : bad)
+  for (size_t i = 0; i < n; ++i) {
+    const float x = values[i];
+    const bool ok = std::isnan(x) || (multilabel ? (x == 0.0f || x == 1.0f) : std::isfinite(x));
+    if (!ok) bad = std::min(bad, i);
+  }
+  return bad;
+}
+
+std::string_view target_rule(LabelKind kind) {
+  return kind == LabelKind::kMultiLabel ? "multilabel entries are 0, 1, or NaN for unlabelled"
+                                        : "regression targets are finite, or NaN for unlabelled";
+}
+
+void check_targets(LabelKind kind, std::span<const float> values, int32_t columns, int64_t first_node,
+                   const std::string& where, std::string_view node_word) {
+  const size_t bad = first_bad_target(kind, values);
+  if (bad == values.size()) return;
+  const auto width = static_cast<size_t>(std::max(columns, 1));
+  HALOGEN_FAIL("{}: {} {} column {} has {} ({})", where, node_word, first_node + static_cast<int64_t>(bad / width),
+               bad % width, values[bad], target_rule(kind));
 }
 
 }  // namespace halogen::detail

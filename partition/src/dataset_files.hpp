@@ -8,8 +8,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
+
+#include "halogen/partition/dataset.hpp"
 
 namespace halogen::detail {
 
@@ -32,8 +35,14 @@ struct ArrayHeader {
 };
 static_assert(sizeof(ArrayHeader) == kArrayHeaderBytes);
 
-/// The arrays of a dataset, in file order, and the element type each has.
+/// The arrays of a dataset, in file order, and the element type each has. kArrayNames are a
+/// class-kind dataset's; the other kinds hold "targets" (f32, num_nodes x num_classes) in the
+/// place of "labels" (dataset_arrays).
 inline constexpr std::array<std::string_view, 5> kArrayNames = {"offsets", "indices", "features", "labels", "split"};
+inline constexpr size_t kLabelArray = 3;  // the position of "labels" / "targets"
+std::array<std::string_view, 5> dataset_arrays(LabelKind kind);
+/// "labels" for kClass, "targets" otherwise.
+std::string_view label_array(LabelKind kind);
 ElementType array_element_type(std::string_view array);
 uint32_t element_bytes(ElementType type);
 std::string_view type_name(uint32_t code);
@@ -67,7 +76,22 @@ void create_array_file(const std::filesystem::path& dir, std::string_view array,
 /// every rank's writes to it too); returns the checksum. Reads the file in 16 MiB blocks.
 uint64_t seal_array_file(const std::filesystem::path& dir, std::string_view array, uint64_t count);
 /// meta.json of a dataset; `files` holds the arrays' entries; split = train, valid, test counts.
+/// "label_kind" is written for the non-class kinds only, so a class dataset's meta.json is the
+/// one written before label kinds existed.
 nlohmann::json dataset_meta(const std::string& name, int64_t num_nodes, int64_t num_edges, int64_t feature_dim,
-                            int32_t num_classes, const std::array<int64_t, 3>& split, const nlohmann::json& files);
+                            int32_t num_classes, const std::array<int64_t, 3>& split, const nlohmann::json& files,
+                            LabelKind label_kind = LabelKind::kClass);
+
+/// The first entry of a targets matrix (rows x `columns` floats, row-major) that its kind does
+/// not allow: multilabel entries are 0, 1 or NaN, regression entries finite or NaN. Returns
+/// its flat index, or values.size() when every entry is allowed. Parallel.
+size_t first_bad_target(LabelKind kind, std::span<const float> values);
+/// What `kind` allows, for messages: "multilabel entries are 0, 1, or NaN for unlabelled".
+std::string_view target_rule(LabelKind kind);
+/// Throws naming `where` (a file or a dataset), the node (`first_node` + row) and the column of
+/// the first entry first_bad_target finds, e.g. "DIR/targets.bin: node 17 column 3 has 0.5
+/// (multilabel entries are 0, 1, or NaN for unlabelled)".
+void check_targets(LabelKind kind, std::span<const float> values, int32_t columns, int64_t first_node,
+                   const std::string& where, std::string_view node_word = "node");
 
 }  // namespace halogen::detail

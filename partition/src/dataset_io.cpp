@@ -296,17 +296,23 @@ void write_dataset(const Dataset& ds, const fs::path& dir, bool overwrite) {
 
   const uint64_t total_bytes = ds.graph.offsets().span().size_bytes() + ds.graph.indices().span().size_bytes() +
                                ds.features.span().size_bytes() + ds.labels.span().size_bytes() +
-                               ds.split.span().size_bytes();
+                               ds.targets.span().size_bytes() + ds.split.span().size_bytes();
   WriteProgress progress{Progress(fmt::format("writing {}", target.target.filename().string()), total_bytes)};
   json files = json::object();
   files["offsets"] = write_array(temp, "offsets", ds.graph.offsets().span(), progress);
   files["indices"] = write_array(temp, "indices", ds.graph.indices().span(), progress);
   files["features"] = write_array(temp, "features", ds.features.span(), progress);
-  files["labels"] = write_array(temp, "labels", ds.labels.span(), progress);
+  // A class dataset's files are exactly those written before label kinds: labels.bin, and no
+  // "label_kind" in meta.json. The other kinds write targets.bin in its place.
+  if (ds.label_kind == LabelKind::kClass) {
+    files["labels"] = write_array(temp, "labels", ds.labels.span(), progress);
+  } else {
+    files["targets"] = write_array(temp, "targets", ds.targets.span(), progress);
+  }
   files["split"] = write_array(temp, "split", ds.split.span(), progress);
   const json meta = detail::dataset_meta(
       ds.name, ds.num_nodes(), ds.graph.num_edges(), ds.feature_dim, ds.num_classes,
-      {ds.count(SplitRole::kTrain), ds.count(SplitRole::kValid), ds.count(SplitRole::kTest)}, files);
+      {ds.count(SplitRole::kTrain), ds.count(SplitRole::kValid), ds.count(SplitRole::kTest)}, files, ds.label_kind);
   write_file_atomic(temp / "meta.json", meta.dump(2) + "\n");
   detail::install_dataset_target(target);
   remove_temp.release();
@@ -320,6 +326,12 @@ struct Meta {
   json meta;
   DatasetInfo info;
   const json& files() const { return meta["files"]; }
+  /// "labels" or "targets", and its element count.
+  std::string_view label_array() const { return detail::label_array(info.label_kind); }
+  uint64_t label_count() const {
+    const auto nodes = static_cast<uint64_t>(info.num_nodes);
+    return info.label_kind == LabelKind::kClass ? nodes : nodes * static_cast<uint64_t>(info.num_classes);
+  }
 };
 
 Meta read_checked_meta(const fs::path& dir) {
@@ -339,6 +351,16 @@ Meta read_checked_meta(const fs::path& dir) {
                   (dir / "meta.json").string());
   info.name =
       meta.contains("name") && meta["name"].is_string() ? meta["name"].get<std::string>() : dir.filename().string();
+  // Absent: a class dataset (as every dataset written before label kinds is).
+  if (meta.contains("label_kind")) {
+    const json& kind = meta["label_kind"];
+    const std::optional<LabelKind> parsed =
+        kind.is_string() ? parse_label_kind(kind.get<std::string>()) : std::optional<LabelKind>();
+    HALOGEN_EXPECTS(parsed.has_value(),
+                    "{}: field \"label_kind\" is {}, expected \"class\", \"multilabel\" or \"regression\"",
+                    (dir / "meta.json").string(), kind.dump().substr(0, 60));
+    info.label_kind = *parsed;
+  }
   return m;
 }
 
@@ -369,7 +391,9 @@ DatasetSlice read_dataset_slice(const fs::path& dir, int64_t begin, int64_t end,
   const auto offsets_file = open_array<int64_t>(dir, m, "offsets", nodes + 1);
   const auto indices_file = open_array<int32_t>(dir, m, "indices", static_cast<uint64_t>(info.num_edges));
   const auto features_file = open_array<float>(dir, m, "features", nodes * static_cast<uint64_t>(F));
-  const auto labels_file = open_array<int32_t>(dir, m, "labels", nodes);
+  const bool classes = info.label_kind == LabelKind::kClass;
+  const auto labels_file =
+      classes ? open_array<int32_t>(dir, m, "labels", nodes) : open_array<float>(dir, m, "targets", m.label_count());
   const auto split_file = open_array<uint8_t>(dir, m, "split", nodes);
 
   DatasetSlice s;
@@ -417,13 +441,21 @@ DatasetSlice read_dataset_slice(const fs::path& dir, int64_t begin, int64_t end,
     features_file->read_elements(s.features.data(), static_cast<uint64_t>(begin) * static_cast<uint64_t>(F),
                                  rows * static_cast<uint64_t>(F));
   }
-  s.labels.resize(rows);
-  labels_file->read_elements(s.labels.data(), static_cast<uint64_t>(begin), rows);
+  if (classes) {
+    s.labels.resize(rows);
+    labels_file->read_elements(s.labels.data(), static_cast<uint64_t>(begin), rows);
+  } else {
+    const auto C = static_cast<uint64_t>(info.num_classes);
+    s.targets.resize(rows * C);
+    labels_file->read_elements(s.targets.data(), static_cast<uint64_t>(begin) * C, rows * C);
+    detail::check_targets(info.label_kind, s.targets.span(), info.num_classes, begin, labels_file->path().string());
+  }
   s.split.resize(rows);
   split_file->read_elements(s.split.data(), static_cast<uint64_t>(begin), rows);
   for (size_t i = 0; i < rows; ++i) {
-    HALOGEN_EXPECTS(s.labels[i] >= -1 && s.labels[i] < info.num_classes, "{}: node {} has label {} outside [-1, {})",
-                    labels_file->path().string(), begin + static_cast<int64_t>(i), s.labels[i], info.num_classes);
+    HALOGEN_EXPECTS(!classes || (s.labels[i] >= -1 && s.labels[i] < info.num_classes),
+                    "{}: node {} has label {} outside [-1, {})", labels_file->path().string(),
+                    begin + static_cast<int64_t>(i), s.labels[i], info.num_classes);
     HALOGEN_EXPECTS(s.split[i] <= 3, "{}: node {} has split role {} (expected 0..3)", split_file->path().string(),
                     begin + static_cast<int64_t>(i), s.split[i]);
   }
@@ -449,7 +481,8 @@ void stream_dataset_payloads(const fs::path& dir, const std::function<void(std::
   files[0] = open_array<int64_t>(dir, m, "offsets", nodes + 1);
   files[1] = open_array<int32_t>(dir, m, "indices", static_cast<uint64_t>(m.info.num_edges));
   files[2] = open_array<float>(dir, m, "features", nodes * static_cast<uint64_t>(m.info.feature_dim));
-  files[3] = open_array<int32_t>(dir, m, "labels", nodes);
+  files[3] = m.info.label_kind == LabelKind::kClass ? open_array<int32_t>(dir, m, "labels", nodes)
+                                                    : open_array<float>(dir, m, "targets", m.label_count());
   files[4] = open_array<uint8_t>(dir, m, "split", nodes);
   HostBuffer<std::byte> chunk(chunk_bytes);
   XXH3_state_t* state = XXH3_createState();
@@ -485,7 +518,9 @@ Dataset read_dataset(const fs::path& dir, bool verify_checksums) {
   arrays[0] = map_array<int64_t>(dir, files, "offsets", nodes + 1);
   arrays[1] = map_array<int32_t>(dir, files, "indices", static_cast<uint64_t>(num_edges));
   arrays[2] = map_array<float>(dir, files, "features", nodes * static_cast<uint64_t>(feature_dim));
-  arrays[3] = map_array<int32_t>(dir, files, "labels", nodes);
+  const LabelKind kind = m.info.label_kind;
+  arrays[3] = kind == LabelKind::kClass ? map_array<int32_t>(dir, files, "labels", nodes)
+                                        : map_array<float>(dir, files, "targets", m.label_count());
   arrays[4] = map_array<uint8_t>(dir, files, "split", nodes);
 
   if (verify_checksums) {
@@ -511,7 +546,15 @@ Dataset read_dataset(const fs::path& dir, bool verify_checksums) {
   ds.name = m.info.name;
   ds.feature_dim = feature_dim;
   ds.features = as_array<float>(arrays[2]);
-  ds.labels = as_array<int32_t>(arrays[3]);
+  ds.label_kind = kind;
+  if (kind == LabelKind::kClass) {
+    ds.labels = as_array<int32_t>(arrays[3]);
+  } else {
+    ds.targets = as_array<float>(arrays[3]);
+    // Checked here first so that the error names the file (validate names the dataset).
+    if (verify_checksums)
+      detail::check_targets(kind, ds.targets.span(), num_classes, 0, (dir / arrays[3].name).string());
+  }
   ds.num_classes = num_classes;
   ds.split = as_array<uint8_t>(arrays[4]);
   ds.validate();

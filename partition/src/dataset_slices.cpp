@@ -102,12 +102,16 @@ void SlicedDatasetWriter::write(DatasetSlice& slice) {
   HALOGEN_CHECK_MPI(MPI_Bcast(temp.data(), length, MPI_CHAR, 0, comm_));
   const fs::path dir = temp;
   const int64_t F = slice.feature_dim;
+  const LabelKind kind = slice.label_kind;
+  const bool classes = kind == LabelKind::kClass;
+  const int64_t label_width = classes ? 1 : slice.num_classes;
+  const std::array<std::string_view, 5> arrays = dataset_arrays(kind);
   const std::array<uint64_t, 5> counts = {static_cast<uint64_t>(n) + 1, static_cast<uint64_t>(total),
-                                          static_cast<uint64_t>(n * F), static_cast<uint64_t>(n),
+                                          static_cast<uint64_t>(n * F), static_cast<uint64_t>(n * label_width),
                                           static_cast<uint64_t>(n)};
   step("creating the dataset's files", [&] {
     if (ranks.rank != 0) return;
-    for (size_t a = 0; a < kArrayNames.size(); ++a) create_array_file(dir, kArrayNames[a], counts[a]);
+    for (size_t a = 0; a < arrays.size(); ++a) create_array_file(dir, arrays[a], counts[a]);
   });
 
   std::array<int64_t, 3> split_counts{};
@@ -125,13 +129,22 @@ void SlicedDatasetWriter::write(DatasetSlice& slice) {
       write_elements(dir, "features", v0 * F, features.data(), static_cast<size_t>((v1 - v0) * F));
     }
     if (slice.after_features) slice.after_features();
-    HALOGEN_EXPECTS(
-        static_cast<int64_t>(slice.labels.size()) == rows && static_cast<int64_t>(slice.split.size()) == rows,
-        "dataset slice [{}, {}): {} labels and {} split roles, expected {} each", begin, end, slice.labels.size(),
-        slice.split.size(), rows);
+    HALOGEN_EXPECTS(static_cast<int64_t>(slice.split.size()) == rows,
+                    "dataset slice [{}, {}): {} split roles, expected {}", begin, end, slice.split.size(), rows);
     for (uint8_t role : slice.split)
       if (role >= 1 && role <= 3) split_counts[role - 1]++;
-    write_elements(dir, "labels", begin, slice.labels.data(), slice.labels.size());
+    if (classes) {
+      HALOGEN_EXPECTS(static_cast<int64_t>(slice.labels.size()) == rows && slice.targets.empty(),
+                      "dataset slice [{}, {}): {} labels and {} targets, expected {} labels", begin, end,
+                      slice.labels.size(), slice.targets.size(), rows);
+      write_elements(dir, "labels", begin, slice.labels.data(), slice.labels.size());
+    } else {
+      HALOGEN_EXPECTS(static_cast<int64_t>(slice.targets.size()) == rows * label_width && slice.labels.empty(),
+                      "dataset slice [{}, {}): {} targets and {} labels, expected {} rows x {} targets", begin, end,
+                      slice.targets.size(), slice.labels.size(), rows, label_width);
+      check_targets(kind, slice.targets.span(), slice.num_classes, begin, fmt::format("dataset '{}'", slice.name));
+      write_elements(dir, "targets", begin * label_width, slice.targets.data(), slice.targets.size());
+    }
     write_elements(dir, "split", begin, slice.split.data(), slice.split.size());
   });
   pairs = {};
@@ -140,17 +153,16 @@ void SlicedDatasetWriter::write(DatasetSlice& slice) {
   // Every array sealed by one rank (each reads its file once), the checksums gathered on all.
   std::array<uint64_t, 5> checksums{};
   step("sealing the dataset's arrays", [&] {
-    for (size_t a = 0; a < kArrayNames.size(); ++a)
-      if (static_cast<int>(a) % ranks.size == ranks.rank)
-        checksums[a] = seal_array_file(dir, kArrayNames[a], counts[a]);
+    for (size_t a = 0; a < arrays.size(); ++a)
+      if (static_cast<int>(a) % ranks.size == ranks.rank) checksums[a] = seal_array_file(dir, arrays[a], counts[a]);
   });
   HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, checksums.data(), 5, MPI_UINT64_T, MPI_BOR, comm_));
   step("installing the dataset", [&] {
     if (ranks.rank != 0) return;
     nlohmann::json files = nlohmann::json::object();
-    for (size_t a = 0; a < kArrayNames.size(); ++a)
-      files[std::string(kArrayNames[a])] = array_entry(kArrayNames[a], counts[a], checksums[a]);
-    const nlohmann::json meta = dataset_meta(slice.name, n, total, F, slice.num_classes, split_counts, files);
+    for (size_t a = 0; a < arrays.size(); ++a)
+      files[std::string(arrays[a])] = array_entry(arrays[a], counts[a], checksums[a]);
+    const nlohmann::json meta = dataset_meta(slice.name, n, total, F, slice.num_classes, split_counts, files, kind);
     write_file_atomic(dir / "meta.json", meta.dump(2) + "\n");
     install_dataset_target(target_);
     installed_ = true;

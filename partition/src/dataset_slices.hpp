@@ -5,7 +5,8 @@
 //  1. rank 0 checks the target and makes the temporary directory when the writer is made, so a
 //     refusal comes before any input is read;
 //  2. write(): rank 0 creates the array files at their full size; every rank writes its rows'
-//     offsets, indices, features, labels and split at their place (pwrite, no fsync); then rank
+//     offsets, indices, features, labels (or targets) and split at their place (pwrite, no
+//     fsync); then rank
 //     k seals (hashes, heads, fsyncs) the k-th array, and rank 0 writes meta.json and renames
 //     the directory into place.
 // Until then, a failure on any rank (a collective step) or the writer's destruction on rank 0
@@ -37,10 +38,17 @@ struct DatasetSlice {
   std::function<void(int64_t v0, int64_t v1, float* rows)> features;
   /// Called once the rows are written, on every rank (a reader's last checks); may be empty.
   std::function<void()> after_features;
-  /// The slice's labels and split roles (end - begin each).
+  /// The kind of the labels (dataset.hpp), the same on every rank: kClass fills `labels`, the
+  /// other kinds `targets`, and the dataset gets labels.bin or targets.bin accordingly.
+  LabelKind label_kind = LabelKind::kClass;
+  /// kClass: the slice's labels (end - begin). Otherwise empty.
   HostBuffer<int32_t> labels;
+  /// kMultiLabel, kRegression: the slice's target rows ((end - begin) x num_classes, row-major;
+  /// entries as Dataset::validate allows, checked by write()). Otherwise empty.
+  HostBuffer<float> targets;
+  /// The slice's split roles (end - begin).
   HostBuffer<uint8_t> split;
-  /// The class count, the same on every rank.
+  /// The output width (dataset.hpp: the class count for kClass), the same on every rank.
   int32_t num_classes = 0;
 };
 

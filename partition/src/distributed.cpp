@@ -7,7 +7,8 @@
 //
 // The shards are the bytes write_partition writes (tests/partition/test_distributed.cpp compares
 // them). What the single writer takes from the whole graph comes from elsewhere here:
-//  - a part's owned rows, features, labels and split: from the slice owners (all-to-all);
+//  - a part's owned rows, features, labels (or targets) and split: from the slice owners
+//    (all-to-all);
 //  - node order: the same order_nodes, on the part's rows;
 //  - a halo node's local id (its owner's node order) and degree: asked from the rank writing
 //    the owner's part (all-to-all of requests, then of replies);
@@ -173,7 +174,8 @@ nlohmann::json write_slices(const fs::path& dataset_dir, DatasetSlice s, std::sp
   std::future<uint64_t> id_future;
   if (ranks.rank == 0) {
     id_future = std::async(std::launch::async, [&dataset_dir, &info, part_of, P, &options] {
-      detail::FingerprintBuilder fp(info.name, info.num_nodes, info.num_edges, info.feature_dim, info.num_classes, P);
+      detail::FingerprintBuilder fp(info.name, info.num_nodes, info.num_edges, info.feature_dim, info.num_classes, P,
+                                    info.label_kind);
       stream_dataset_payloads(dataset_dir, [&](std::span<const std::byte> b) { fp.add(b.data(), b.size()); });
       return fp.finish(part_of, options.node_order);
     });
@@ -353,6 +355,7 @@ nlohmann::json write_slices(const fs::path& dataset_dir, DatasetSlice s, std::sp
       sh.global_num_edges = info.num_edges;
       sh.feature_dim = info.feature_dim;
       sh.num_classes = info.num_classes;
+      sh.label_kind = info.label_kind;
       sh.global_train_count = split_counts[0];
       sh.global_valid_count = split_counts[1];
       sh.global_test_count = split_counts[2];
@@ -460,16 +463,23 @@ nlohmann::json write_slices(const fs::path& dataset_dir, DatasetSlice s, std::sp
       sh.send_offsets = to_array(send_offsets);
       sh.send_indices = to_array(send_indices);
 
-      // Owned nodes' features (already in the node order), labels and split.
-      HostBuffer<int32_t> labels(static_cast<size_t>(num_owned));
+      // Owned nodes' features (already in the node order), labels or targets, and split.
+      const bool classes = info.label_kind == LabelKind::kClass;
+      const auto width = static_cast<size_t>(classes ? 0 : info.num_classes);
+      HostBuffer<int32_t> labels(classes ? static_cast<size_t>(num_owned) : 0);
+      HostBuffer<float> targets(static_cast<size_t>(num_owned) * width);
       HostBuffer<uint8_t> split(static_cast<size_t>(num_owned));
       for (int32_t r = 0; r < num_owned; ++r) {
         const auto k = static_cast<size_t>(lp.received[static_cast<size_t>(member_of_row[static_cast<size_t>(r)])]);
-        labels[static_cast<size_t>(r)] = in.labels[k];
+        if (classes) labels[static_cast<size_t>(r)] = in.labels[k];
+        if (width > 0)
+          std::memcpy(targets.data() + static_cast<size_t>(r) * width, in.targets.data() + k * width,
+                      width * sizeof(float));
         split[static_cast<size_t>(r)] = in.split[k];
       }
       sh.features = ArrayRef<float>(std::move(lp.features));
       sh.labels = ArrayRef<int32_t>(std::move(labels));
+      sh.targets = ArrayRef<float>(std::move(targets));
       sh.split = ArrayRef<uint8_t>(std::move(split));
       write_shard(sh, tmp);
     }

@@ -35,20 +35,32 @@ Received redistribute(halogen::DatasetSlice& s, std::span<const int32_t> part_of
   {
     HostBuffer<NodeId> ids(rows);
     HostBuffer<EdgeIdx> degree(rows);
-    HostBuffer<int32_t> labels(rows);
+    const bool classes = s.info.label_kind == LabelKind::kClass;
+    // A targets row moves as num_classes floats beside its node.
+    const auto width = static_cast<size_t>(classes ? 0 : s.info.num_classes);
+    HostBuffer<int32_t> labels(classes ? rows : 0);
+    HostBuffer<float> targets(rows * width);
     HostBuffer<uint8_t> split(rows);
     for (size_t i = 0; i < rows; ++i) {
       const auto k = static_cast<size_t>(slot[i]);
       ids[k] = static_cast<NodeId>(s.begin + static_cast<int64_t>(i));
       degree[k] = s.offsets[i + 1] - s.offsets[i];
-      labels[k] = s.labels[i];
+      if (classes) labels[k] = s.labels[i];
+      if (width > 0) std::memcpy(targets.data() + k * width, s.targets.data() + i * width, width * sizeof(float));
       split[k] = s.split[i];
     }
     s.labels = {};
+    s.targets = {};
     s.split = {};
     in.ids = exchange(ids.data(), node_counts, in.from, comm);
     in.degree = exchange(degree.data(), node_counts, ignored, comm);
-    in.labels = exchange(labels.data(), node_counts, ignored, comm);
+    if (classes) {
+      in.labels = exchange(labels.data(), node_counts, ignored, comm);
+    } else {
+      std::vector<int64_t> target_counts(node_counts);
+      for (int64_t& c : target_counts) c *= static_cast<int64_t>(width);
+      in.targets = exchange(targets.data(), target_counts, ignored, comm);
+    }
     in.split = exchange(split.data(), node_counts, ignored, comm);
   }
   {

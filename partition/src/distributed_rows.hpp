@@ -43,15 +43,17 @@ struct Received {
   HostBuffer<EdgeIdx> degree;   // row length with self loops
   HostBuffer<EdgeIdx> offsets;  // prefix sums of degree
   HostBuffer<NodeId> cols;
-  HostBuffer<int32_t> labels;
+  HostBuffer<int32_t> labels;  // kClass: one per node. Otherwise empty
+  HostBuffer<float> targets;   // other kinds: num_classes per node, in the order of `ids`. Otherwise empty
   HostBuffer<uint8_t> split;
   std::span<const NodeId> row(int64_t k) const {
     return {cols.data() + offsets[static_cast<size_t>(k)], static_cast<size_t>(degree[static_cast<size_t>(k)])};
   }
 };
 
-/// Moves every node's row, label and split from its slice owner to the rank that writes its
-/// part, freeing the slice's adjacency on the way (the peak is about twice the slice's).
+/// Moves every node's row, label (or targets row) and split from its slice owner to the rank
+/// that writes its part, freeing the slice's adjacency on the way (the peak is about twice the
+/// slice's).
 /// Collective.
 Received redistribute(halogen::DatasetSlice& s, std::span<const int32_t> part_of, MPI_Comm comm);
 

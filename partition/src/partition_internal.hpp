@@ -22,12 +22,14 @@ namespace halogen::detail {
 /// features (docs/partition.md).
 inline constexpr size_t kFeatureRoundBytes = size_t{8} << 20;
 
-/// partition_fingerprint, fed piece by piece: the dataset's identity first, then its payloads
-/// in file order (offsets, indices, features, labels, split), then the assignment.
+/// partition_fingerprint, fed piece by piece: the dataset's identity first (the label kind
+/// only when it is not kClass, so a class dataset's fingerprint is the one from before label
+/// kinds), then its payloads in file order (offsets, indices, features, labels or targets,
+/// split), then the assignment.
 class FingerprintBuilder {
  public:
   FingerprintBuilder(const std::string& name, int64_t num_nodes, int64_t num_edges, int64_t feature_dim,
-                     int32_t num_classes, int32_t num_parts);
+                     int32_t num_classes, int32_t num_parts, LabelKind label_kind = LabelKind::kClass);
   ~FingerprintBuilder();
   FingerprintBuilder(const FingerprintBuilder&) = delete;
   FingerprintBuilder& operator=(const FingerprintBuilder&) = delete;

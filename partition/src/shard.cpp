@@ -2,7 +2,7 @@
 // assignment is shard_build.cpp; Shard::validate is shard_validate.cpp; the partition
 // directory (temporary directory, report, install) is partition_dir.cpp.
 //
-// Shard file format (version 2), all integers little-endian:
+// Shard file format (version 3), all integers little-endian:
 //   [0, 128)        ShardHeader: magic "HLGNSHRD", version, section count, identity and
 //                   counts, total file size, XXH3-64 of header + section table
 //   [128, ...)      section table: one SectionEntry {id, element bytes, offset, bytes, XXH3-64
@@ -13,7 +13,12 @@
 // Version 2 adds the node order (header field `node_order`, formerly reserved and zero): owned
 // nodes may be in any order (reorder.hpp), halo nodes within an owner follow the owner's
 // order. Shards in the global order are written as version 1 (identical bytes); version 1
-// files are read as NodeOrder::kGlobalId; any other version is refused naming the file.
+// files are read as NodeOrder::kGlobalId.
+// Version 3 adds the label kind (dataset.hpp; header field `label_kind`, formerly reserved and
+// zero, so versions 1 and 2 read as kClass) and a 16th section, "targets" (f32, owned x
+// num_classes), after "split"; its "labels" section is empty. Only multilabel and regression
+// shards are written as version 3: a class shard is written as version 1 or 2, byte for byte as
+// before. Any other version is refused naming the file.
 #include "halogen/partition/shard.hpp"
 
 #include <xxhash.h>
@@ -32,8 +37,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kShardMagic[8] = {'H', 'L', 'G', 'N', 'S', 'H', 'R', 'D'};
-constexpr uint32_t kShardVersion = 2;
+constexpr uint32_t kShardVersion = 3;
 constexpr uint32_t kOldestShardVersion = 1;  // version 1: no node order (ascending global ids)
+constexpr uint32_t kNodeOrderVersion = 2;    // version 2: node order, class labels only
 constexpr uint64_t kSectionAlign = 64;
 
 struct ShardHeader {
@@ -55,7 +61,9 @@ struct ShardHeader {
   int64_t global_test_count;
   uint64_t file_bytes;       // the whole file; a shorter file is truncated
   uint64_t header_checksum;  // XXH3-64 of header (this field zero) + section table
-  uint64_t reserved[2];
+  uint32_t label_kind;       // LabelKind; versions 1 and 2: reserved, zero
+  uint32_t reserved32;
+  uint64_t reserved;
 };
 static_assert(sizeof(ShardHeader) == 128 && std::is_trivially_copyable_v<ShardHeader>);
 
@@ -84,15 +92,23 @@ enum SectionId : uint32_t {
   kFeatures,
   kLabels,
   kSplit,
+  kTargets,  // version 3 on
   kNumSections
 };
+// Versions 1 and 2 end at "split".
+constexpr uint32_t kClassSections = kTargets;
 
 constexpr const char* kSectionNames[kNumSections] = {"dataset_name", "owned_global", "halo_global",  "halo_offsets",
                                                      "in_degree",    "out_degree",   "row_offsets",  "col_indices",
                                                      "t_offsets",    "t_indices",    "send_offsets", "send_indices",
-                                                     "features",     "labels",       "split"};
+                                                     "features",     "labels",       "split",        "targets"};
 
-constexpr uint32_t kSectionElementBytes[kNumSections] = {1, 4, 4, 4, 4, 4, 8, 4, 8, 4, 4, 4, 4, 4, 1};
+constexpr uint32_t kSectionElementBytes[kNumSections] = {1, 4, 4, 4, 4, 4, 8, 4, 8, 4, 4, 4, 4, 4, 1, 4};
+
+constexpr uint32_t sections_of(uint32_t version) { return version >= 3 ? kNumSections : kClassSections; }
+constexpr uint64_t table_end_of(uint32_t num_sections) {
+  return sizeof(ShardHeader) + sizeof(SectionEntry) * num_sections;
+}
 
 constexpr uint64_t align_up(uint64_t x) { return (x + kSectionAlign - 1) / kSectionAlign * kSectionAlign; }
 
@@ -108,6 +124,7 @@ RawSection raw(const ArrayRef<T>& a) {
 
 struct ShardLayout {
   ShardHeader header{};
+  uint32_t num_sections = kNumSections;  // of the version written
   SectionEntry table[kNumSections]{};
   RawSection payload[kNumSections]{};
 };
@@ -129,9 +146,17 @@ ShardLayout layout_shard(const Shard& s) {
   out.payload[kFeatures] = raw(s.features);
   out.payload[kLabels] = raw(s.labels);
   out.payload[kSplit] = raw(s.split);
+  out.payload[kTargets] = raw(s.targets);
 
-  uint64_t offset = align_up(sizeof(ShardHeader) + sizeof(out.table));
-  for (uint32_t i = 0; i < kNumSections; ++i) {
+  // A shard in the global order is exactly a version 1 shard: written as one, byte for byte,
+  // so that builds before node orders still read it; likewise a class shard in another order
+  // is a version 2 shard. Only the other label kinds need version 3.
+  const uint32_t version = s.label_kind != LabelKind::kClass      ? kShardVersion
+                           : s.node_order == NodeOrder::kGlobalId ? kOldestShardVersion
+                                                                  : kNodeOrderVersion;
+  out.num_sections = sections_of(version);
+  uint64_t offset = align_up(table_end_of(out.num_sections));
+  for (uint32_t i = 0; i < out.num_sections; ++i) {
     SectionEntry& e = out.table[i];
     e.id = i;
     e.element_bytes = kSectionElementBytes[i];
@@ -142,10 +167,9 @@ ShardLayout layout_shard(const Shard& s) {
   }
   ShardHeader& h = out.header;
   std::memcpy(h.magic, kShardMagic, sizeof(kShardMagic));
-  // A shard in the global order is exactly a version 1 shard: written as one, byte for byte,
-  // so that builds before node orders still read it.
-  h.version = s.node_order == NodeOrder::kGlobalId ? kOldestShardVersion : kShardVersion;
-  h.num_sections = kNumSections;
+  h.version = version;
+  h.num_sections = out.num_sections;
+  h.label_kind = static_cast<uint32_t>(s.label_kind);
   h.part = s.part;
   h.num_parts = s.num_parts;
   h.partition_id = s.partition_id;
@@ -179,7 +203,7 @@ uint64_t header_checksum(ShardHeader h, const SectionEntry* table, uint32_t coun
 // Writes the laid-out shard through `write(const void*, size_t)`.
 template <typename Write>
 void emit_shard(ShardLayout& lay, Write&& write) {
-  lay.header.header_checksum = header_checksum(lay.header, lay.table, kNumSections);
+  lay.header.header_checksum = header_checksum(lay.header, lay.table, lay.num_sections);
   static const char kZeros[kSectionAlign] = {};
   uint64_t pos = 0;
   auto put = [&](const void* d, uint64_t n) {
@@ -187,8 +211,8 @@ void emit_shard(ShardLayout& lay, Write&& write) {
     pos += n;
   };
   put(&lay.header, sizeof(lay.header));
-  put(lay.table, sizeof(lay.table));
-  for (uint32_t i = 0; i < kNumSections; ++i) {
+  put(lay.table, sizeof(SectionEntry) * lay.num_sections);
+  for (uint32_t i = 0; i < lay.num_sections; ++i) {
     put(kZeros, lay.table[i].offset - pos);
     put(lay.payload[i].data, lay.payload[i].bytes);
   }
@@ -217,23 +241,27 @@ Shard deserialize_shard(const std::byte* data, size_t size, std::shared_ptr<cons
   HALOGEN_EXPECTS(h.version >= kOldestShardVersion && h.version <= kShardVersion,
                   "'{}' has shard format version {}, this build reads versions {} to {} (re-run halogen partition)",
                   source, h.version, kOldestShardVersion, kShardVersion);
-  HALOGEN_EXPECTS(h.num_sections == kNumSections, "'{}': header lists {} sections, version {} has {}", source,
-                  h.num_sections, h.version, static_cast<uint32_t>(kNumSections));
-  const size_t table_end = sizeof(ShardHeader) + sizeof(SectionEntry) * kNumSections;
+  const uint32_t num_sections = sections_of(h.version);
+  HALOGEN_EXPECTS(h.num_sections == num_sections, "'{}': header lists {} sections, version {} has {}", source,
+                  h.num_sections, h.version, num_sections);
+  const size_t table_end = table_end_of(num_sections);
   HALOGEN_EXPECTS(size >= table_end, "'{}' is truncated: {} bytes, header and section table need {}", source, size,
                   table_end);
-  SectionEntry table[kNumSections];
-  std::memcpy(table, data + sizeof(ShardHeader), sizeof(table));
-  HALOGEN_EXPECTS(header_checksum(h, table, kNumSections) == h.header_checksum,
+  SectionEntry table[kNumSections]{};
+  std::memcpy(table, data + sizeof(ShardHeader), sizeof(SectionEntry) * num_sections);
+  HALOGEN_EXPECTS(header_checksum(h, table, num_sections) == h.header_checksum,
                   "'{}': checksum mismatch in section 'header' (header or section table is corrupt)", source);
   HALOGEN_EXPECTS(size == h.file_bytes, "'{}' is truncated or has trailing bytes: {} bytes, header says {}", source,
                   size, h.file_bytes);
   // Reserved fields are written as zero; anything else is a file from a later format revision
   // that reused them, which this build would misread.
-  HALOGEN_EXPECTS((h.version >= 2 || h.node_order == 0) && h.reserved[0] == 0 && h.reserved[1] == 0,
+  HALOGEN_EXPECTS((h.version >= 2 || h.node_order == 0) && (h.version >= 3 || h.label_kind == 0) && h.reserved32 == 0 &&
+                      h.reserved == 0,
                   "'{}': reserved header fields are not zero (written by a newer halogen?)", source);
   HALOGEN_EXPECTS(h.node_order <= static_cast<uint32_t>(NodeOrder::kRcm),
                   "'{}': unknown node order {} (written by a newer halogen?)", source, h.node_order);
+  HALOGEN_EXPECTS(h.label_kind <= static_cast<uint32_t>(LabelKind::kRegression),
+                  "'{}': unknown label kind {} (written by a newer halogen?)", source, h.label_kind);
 
   // The arrays point into the bytes; realign (one copy) if the caller's buffer is not.
   if (reinterpret_cast<uintptr_t>(data) % kSectionAlign != 0) {
@@ -244,7 +272,7 @@ Shard deserialize_shard(const std::byte* data, size_t size, std::shared_ptr<cons
   }
 
   uint64_t expected_offset = align_up(table_end);
-  for (uint32_t i = 0; i < kNumSections; ++i) {
+  for (uint32_t i = 0; i < num_sections; ++i) {
     const SectionEntry& e = table[i];
     const char* name = kSectionNames[i];
     HALOGEN_EXPECTS(e.id == i && e.element_bytes == kSectionElementBytes[i],
@@ -268,13 +296,14 @@ Shard deserialize_shard(const std::byte* data, size_t size, std::shared_ptr<cons
   HALOGEN_EXPECTS(expected_offset == h.file_bytes, "'{}': sections end at byte {}, header says the file has {}", source,
                   expected_offset, h.file_bytes);
   if (verify_checksums) {
-    const uint64_t tail = table[kNumSections - 1].offset + table[kNumSections - 1].bytes;
+    const uint64_t tail = table[num_sections - 1].offset + table[num_sections - 1].bytes;
     for (uint64_t b = tail; b < size; ++b) {
       HALOGEN_EXPECTS(data[b] == std::byte{0}, "'{}': non-zero padding byte {} at the end of the file", source, b);
     }
   }
 
   auto section = [&]<typename T>(SectionId id, T*) {
+    if (id >= num_sections) return ArrayRef<T>();  // a section of a later version: empty
     const SectionEntry& e = table[id];
     return ArrayRef<T>(reinterpret_cast<const T*>(data + e.offset), e.bytes / sizeof(T), keepalive);
   };
@@ -288,6 +317,7 @@ Shard deserialize_shard(const std::byte* data, size_t size, std::shared_ptr<cons
   s.global_num_edges = h.global_num_edges;
   s.feature_dim = h.feature_dim;
   s.num_classes = h.num_classes;
+  s.label_kind = static_cast<LabelKind>(h.label_kind);
   s.global_train_count = h.global_train_count;
   s.global_valid_count = h.global_valid_count;
   s.global_test_count = h.global_test_count;
@@ -307,6 +337,7 @@ Shard deserialize_shard(const std::byte* data, size_t size, std::shared_ptr<cons
   s.features = section(kFeatures, static_cast<float*>(nullptr));
   s.labels = section(kLabels, static_cast<int32_t*>(nullptr));
   s.split = section(kSplit, static_cast<uint8_t*>(nullptr));
+  s.targets = section(kTargets, static_cast<float*>(nullptr));
   try {
     s.validate();
   } catch (const Error& e) {

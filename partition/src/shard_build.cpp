@@ -202,6 +202,7 @@ Shard build_one(const Dataset& ds, std::span<const int32_t> part_of, const Parti
   s.global_num_edges = g.num_edges();
   s.feature_dim = ds.feature_dim;
   s.num_classes = ds.num_classes;
+  s.label_kind = ds.label_kind;
   s.global_train_count = L.train_count;
   s.global_valid_count = L.valid_count;
   s.global_test_count = L.test_count;
@@ -267,7 +268,10 @@ Shard build_one(const Dataset& ds, std::span<const int32_t> part_of, const Parti
   // Per owned node data.
   const int64_t F = ds.feature_dim;
   HostBuffer<float> features(static_cast<size_t>(num_owned) * static_cast<size_t>(F));
-  HostBuffer<int32_t> labels(static_cast<size_t>(num_owned));
+  const bool classes = ds.label_kind == LabelKind::kClass;
+  const auto C = static_cast<size_t>(classes ? 0 : ds.num_classes);
+  HostBuffer<int32_t> labels(classes ? static_cast<size_t>(num_owned) : 0);
+  HostBuffer<float> targets(static_cast<size_t>(num_owned) * C);
   HostBuffer<uint8_t> split(static_cast<size_t>(num_owned));
 #pragma omp parallel for schedule(static)
   for (int32_t r = 0; r < num_owned; ++r) {
@@ -276,11 +280,17 @@ Shard build_one(const Dataset& ds, std::span<const int32_t> part_of, const Parti
       std::memcpy(features.data() + static_cast<size_t>(r) * F, ds.features.data() + static_cast<size_t>(v) * F,
                   static_cast<size_t>(F) * sizeof(float));
     }
-    labels[static_cast<size_t>(r)] = ds.labels[static_cast<size_t>(v)];
+    if (classes) {
+      labels[static_cast<size_t>(r)] = ds.labels[static_cast<size_t>(v)];
+    } else if (C > 0) {
+      std::memcpy(targets.data() + static_cast<size_t>(r) * C, ds.targets.data() + static_cast<size_t>(v) * C,
+                  C * sizeof(float));
+    }
     split[static_cast<size_t>(r)] = ds.split[static_cast<size_t>(v)];
   }
   s.features = ArrayRef<float>(std::move(features));
   s.labels = ArrayRef<int32_t>(std::move(labels));
+  s.targets = ArrayRef<float>(std::move(targets));
   s.split = ArrayRef<uint8_t>(std::move(split));
   return s;
 }
@@ -320,9 +330,11 @@ void build_transposed(Shard& s) {
 }
 
 FingerprintBuilder::FingerprintBuilder(const std::string& name, int64_t num_nodes, int64_t num_edges,
-                                       int64_t feature_dim, int32_t num_classes, int32_t num_parts) {
-  // Dataset identity is its name, counts and content (structure, features, labels, split):
-  // two partitions with equal fingerprints have byte-identical shards.
+                                       int64_t feature_dim, int32_t num_classes, int32_t num_parts,
+                                       LabelKind label_kind) {
+  // Dataset identity is its name, counts, label kind and content (structure, features, labels
+  // or targets, split): two partitions with equal fingerprints have byte-identical shards. The
+  // kind is mixed in only when it is not kClass, which keeps a class dataset's fingerprint.
   XXH3_state_t* st = XXH3_createState();
   HALOGEN_EXPECTS(st != nullptr, "out of memory creating an XXH3 state");
   state_ = st;
@@ -337,6 +349,11 @@ FingerprintBuilder::FingerprintBuilder(const std::string& name, int64_t num_node
   add_value(feature_dim);
   add_value(num_classes);
   add_value(num_parts);
+  if (label_kind != LabelKind::kClass) {
+    static constexpr char kKindTag[] = "label-kind";
+    add(kKindTag, sizeof(kKindTag));
+    add_value(static_cast<uint32_t>(label_kind));
+  }
 }
 
 FingerprintBuilder::~FingerprintBuilder() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
@@ -363,11 +380,13 @@ std::vector<Shard> build_shards(const Dataset& ds, std::span<const int32_t> part
 
 uint64_t partition_fingerprint(const Dataset& ds, std::span<const int32_t> part_of, int num_parts, NodeOrder order) {
   detail::FingerprintBuilder fp(ds.name, ds.num_nodes(), ds.graph.num_edges(), ds.feature_dim, ds.num_classes,
-                                num_parts);
+                                num_parts, ds.label_kind);
   fp.add(ds.graph.offsets().data(), ds.graph.offsets().size() * sizeof(EdgeIdx));
   fp.add(ds.graph.indices().data(), ds.graph.indices().size() * sizeof(NodeId));
   fp.add(ds.features.data(), ds.features.size() * sizeof(float));
+  // The payloads in file order (stream_dataset_payloads'): labels.bin or targets.bin.
   fp.add(ds.labels.data(), ds.labels.size() * sizeof(int32_t));
+  fp.add(ds.targets.data(), ds.targets.size() * sizeof(float));
   fp.add(ds.split.data(), ds.split.size());
   return fp.finish(part_of, order);
 }

@@ -2,6 +2,7 @@
 // with them, each failure naming the shard and the entry.
 #include <algorithm>
 
+#include "dataset_files.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/partition/shard.hpp"
 
@@ -50,7 +51,12 @@ void Shard::validate() const {
                                                                 static_cast<size_t>(feature_dim)),
                   "shard {}: features has {} entries, expected {} owned nodes x {} features", part, features.size(),
                   num_owned, feature_dim);
-  expect_size("labels", labels.size(), static_cast<size_t>(num_owned));
+  const bool classes = label_kind == LabelKind::kClass;
+  HALOGEN_EXPECTS(classes || label_kind == LabelKind::kMultiLabel || label_kind == LabelKind::kRegression,
+                  "shard {}: unknown label kind {}", part, static_cast<int>(label_kind));
+  expect_size("labels", labels.size(), classes ? static_cast<size_t>(num_owned) : 0);
+  expect_size("targets", targets.size(),
+              classes ? 0 : static_cast<size_t>(num_owned) * static_cast<size_t>(num_classes));
   expect_size("split", split.size(), static_cast<size_t>(num_owned));
   expect_size("t_indices", t_indices.size(), col_indices.size());
   check_offsets(part, "halo_offsets", halo_offsets, halo_global.size());
@@ -149,10 +155,12 @@ void Shard::validate() const {
     }
   }
   for (int32_t r = 0; r < num_owned; ++r) {
-    HALOGEN_EXPECTS(labels[r] >= -1 && labels[r] < num_classes && split[r] <= 3,
-                    "shard {}: owned node {} has label {} (classes {}) / split role {}", part, r, labels[r],
-                    num_classes, split[r]);
+    HALOGEN_EXPECTS(split[r] <= 3, "shard {}: owned node {} has split role {} (expected 0..3)", part, r, split[r]);
+    HALOGEN_EXPECTS(!classes || (labels[r] >= -1 && labels[r] < num_classes),
+                    "shard {}: owned node {} has label {} outside [-1, {})", part, r, labels[r], num_classes);
   }
+  if (!classes)
+    detail::check_targets(label_kind, targets.span(), num_classes, 0, fmt::format("shard {}", part), "owned node");
 }
 
 }  // namespace halogen

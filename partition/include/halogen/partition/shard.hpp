@@ -39,7 +39,8 @@ struct Shard {
   int64_t global_num_nodes = 0;
   int64_t global_num_edges = 0;  // stored directed entries of the whole graph
   int64_t feature_dim = 0;
-  int32_t num_classes = 0;
+  LabelKind label_kind = LabelKind::kClass;  // dataset.hpp: which of labels / targets is filled
+  int32_t num_classes = 0;                   // the model's output width
   int64_t global_train_count = 0;
   int64_t global_valid_count = 0;
   int64_t global_test_count = 0;
@@ -66,7 +67,8 @@ struct Shard {
 
   // --- per owned node data ---
   ArrayRef<float> features;  // num_owned x feature_dim
-  ArrayRef<int32_t> labels;  // num_owned
+  ArrayRef<int32_t> labels;  // kClass: num_owned. Otherwise empty
+  ArrayRef<float> targets;   // kMultiLabel, kRegression: num_owned x num_classes. Otherwise empty
   ArrayRef<uint8_t> split;   // num_owned, SplitRole
 
   int32_t num_local() const noexcept { return num_owned + num_halo; }
@@ -84,11 +86,16 @@ std::vector<Shard> build_shards(const Dataset& ds, std::span<const int32_t> part
 
 /// A stable fingerprint of (dataset identity, assignment, node order). The node order is mixed
 /// in unless it is kGlobalId, which keeps format version 1's fingerprint: a different local
-/// numbering is a different partition (checkpoints of one do not resume on the other).
+/// numbering is a different partition (checkpoints of one do not resume on the other). The
+/// label kind and the targets are mixed in for a multilabel or regression dataset; a class
+/// dataset's fingerprint is the one from before label kinds.
 uint64_t partition_fingerprint(const Dataset& ds, std::span<const int32_t> part_of, int num_parts,
                                NodeOrder order = kDefaultNodeOrder);
 
 /// Serialises a shard to bytes (versioned header, section table, XXH3 checksum per section).
+/// A class shard is written as format version 1 (global order) or 2, exactly as before label
+/// kinds; a multilabel or regression shard as version 3, which adds the label kind and a
+/// "targets" section. Reading refuses a version it does not know, naming the source.
 std::string serialize_shard(const Shard& shard);
 /// Parses bytes produced by serialize_shard; `keepalive` owns the bytes (the shard's arrays
 /// point into them). `source` names the origin in error messages.
