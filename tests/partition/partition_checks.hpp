@@ -21,8 +21,8 @@ inline NodeId global_of(const Shard& s, int32_t local) {
 }
 
 /// Maps every shard's local edges back to global ids and compares with the dataset's edge
-/// set; also checks that every node is owned exactly once with its features, label, split
-/// and degrees.
+/// set; also checks that every node is owned exactly once with its features, label (or targets
+/// row), split and degrees.
 inline void expect_reassembles(const Dataset& ds, const std::vector<Shard>& shards) {
   const int64_t n = ds.num_nodes();
   const bool symmetric = ds.graph.is_symmetric();
@@ -35,11 +35,22 @@ inline void expect_reassembles(const Dataset& ds, const std::vector<Shard>& shar
     ASSERT_EQ(s.global_num_nodes, n);
     ASSERT_EQ(s.global_num_edges, ds.graph.num_edges());
     ASSERT_EQ(s.partition_id, shards[0].partition_id);
+    ASSERT_EQ(s.label_kind, ds.label_kind);
+    ASSERT_EQ(s.num_classes, ds.num_classes);
+    ASSERT_EQ(s.labels.empty(), ds.label_kind != LabelKind::kClass);
     for (int32_t r = 0; r < s.num_owned; ++r) {
       const NodeId v = s.owned_global[static_cast<size_t>(r)];
       ASSERT_EQ(owner[static_cast<size_t>(v)], -1) << "node " << v << " owned twice";
       owner[static_cast<size_t>(v)] = s.part;
-      ASSERT_EQ(s.labels[static_cast<size_t>(r)], ds.labels[static_cast<size_t>(v)]);
+      if (ds.label_kind == LabelKind::kClass) {
+        ASSERT_EQ(s.labels[static_cast<size_t>(r)], ds.labels[static_cast<size_t>(v)]);
+      } else {
+        // Bitwise, so that NaN (an unlabelled entry) compares equal to itself.
+        const auto C = static_cast<size_t>(ds.num_classes);
+        ASSERT_EQ(0, std::memcmp(s.targets.data() + static_cast<size_t>(r) * C,
+                                 ds.targets.data() + static_cast<size_t>(v) * C, C * sizeof(float)))
+            << "targets of node " << v;
+      }
       ASSERT_EQ(s.split[static_cast<size_t>(r)], ds.split[static_cast<size_t>(v)]);
       if (ds.feature_dim > 0) {
         ASSERT_EQ(0, std::memcmp(s.features.data() + static_cast<size_t>(r) * ds.feature_dim,

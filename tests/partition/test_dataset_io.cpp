@@ -8,6 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,6 +19,7 @@
 #include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/generate.hpp"
 #include "test_data.hpp"
+#include "tiny_dataset.hpp"
 
 namespace halogen {
 namespace {
@@ -49,7 +53,9 @@ void expect_identical(const Dataset& a, const Dataset& b) {
   EXPECT_TRUE(same_array(a.graph.offsets(), b.graph.offsets()));
   EXPECT_TRUE(same_array(a.graph.indices(), b.graph.indices()));
   EXPECT_TRUE(same_array(a.features, b.features));
+  EXPECT_EQ(a.label_kind, b.label_kind);
   EXPECT_TRUE(same_array(a.labels, b.labels));
+  EXPECT_TRUE(same_array(a.targets, b.targets));  // bytewise: NaN entries compare equal
   EXPECT_TRUE(same_array(a.split, b.split));
 }
 
@@ -330,6 +336,146 @@ TEST(DatasetIo, EmptyFeaturesAndTrailingSlash) {
   const Dataset loaded = read_dataset(scratch / "ds");
   expect_identical(ds, loaded);
   EXPECT_TRUE(loaded.features.empty());
+}
+
+// --- label kinds: targets.bin in the place of labels.bin ---
+
+// small_dataset with 5 target columns of `kind` (tiny_dataset.hpp's with_targets).
+Dataset small_targets(LabelKind kind) { return test::with_targets(small_dataset(), kind, 5); }
+
+TEST(DatasetIoLabelKinds, EveryKindRoundTripsThroughFilesSlicesAndStreams) {
+  ScratchDir scratch("dsio");
+  for (const LabelKind kind : {LabelKind::kClass, LabelKind::kMultiLabel, LabelKind::kRegression}) {
+    SCOPED_TRACE(std::string(to_string(kind)));
+    const Dataset original = kind == LabelKind::kClass ? small_dataset() : small_targets(kind);
+    const fs::path dir = scratch / std::string(to_string(kind));
+    write_dataset(original, dir);
+    std::vector<std::string> files = {"features.bin", "indices.bin",
+                                      "meta.json",    "offsets.bin",
+                                      "split.bin",    kind == LabelKind::kClass ? "labels.bin" : "targets.bin"};
+    std::sort(files.begin(), files.end());
+    EXPECT_EQ(entries(dir), files);
+    // A class dataset's meta.json says nothing of label kinds (it is the file written before them).
+    const std::string meta = read_text_file(dir / "meta.json");
+    EXPECT_EQ(meta.find("label_kind") != std::string::npos, kind != LabelKind::kClass) << meta;
+    if (kind != LabelKind::kClass) {
+      EXPECT_NE(meta.find(fmt::format("\"label_kind\": \"{}\"", to_string(kind))), std::string::npos) << meta;
+      EXPECT_EQ(fs::file_size(dir / "targets.bin"), 64 + 3000 * 5 * sizeof(float));
+    }
+    expect_identical(original, read_dataset(dir));
+    expect_identical(original, read_dataset(dir, /*verify_checksums=*/false));
+    const DatasetInfo info = read_dataset_info(dir);
+    EXPECT_EQ(info.label_kind, kind);
+    EXPECT_EQ(info.num_classes, original.num_classes);
+
+    const DatasetSlice slice = read_dataset_slice(dir, 1000, 1234);
+    EXPECT_EQ(slice.info.label_kind, kind);
+    if (kind == LabelKind::kClass) {
+      EXPECT_TRUE(slice.targets.empty());
+      ASSERT_EQ(slice.labels.size(), 234u);
+      EXPECT_EQ(0, std::memcmp(slice.labels.data(), original.labels.data() + 1000, 234 * sizeof(int32_t)));
+    } else {
+      EXPECT_TRUE(slice.labels.empty());
+      ASSERT_EQ(slice.targets.size(), 234u * 5);
+      EXPECT_EQ(0, std::memcmp(slice.targets.data(), original.targets.data() + 5000, 234 * 5 * sizeof(float)));
+    }
+    // The stream carries the label array of the kind, in file order between features and split.
+    std::string streamed;
+    stream_dataset_payloads(
+        dir, [&](std::span<const std::byte> b) { streamed.append(reinterpret_cast<const char*>(b.data()), b.size()); },
+        4096);
+    const std::span<const std::byte> labels =
+        kind == LabelKind::kClass ? std::as_bytes(original.labels.span()) : std::as_bytes(original.targets.span());
+    const size_t before = original.graph.offsets().span().size_bytes() + original.graph.indices().span().size_bytes() +
+                          original.features.span().size_bytes();
+    ASSERT_EQ(streamed.size(), before + labels.size() + original.split.size());
+    EXPECT_EQ(0, std::memcmp(streamed.data() + before, labels.data(), labels.size()));
+  }
+}
+
+TEST(DatasetIoLabelKinds, MultilabelEntryOtherThanZeroOrOneIsRefusedNamingNodeAndColumn) {
+  ScratchDir scratch("dsio");
+  const fs::path dir = scratch / "ds";
+  write_dataset(small_targets(LabelKind::kMultiLabel), dir);
+  overwrite_resealed<float>(dir, "targets", 17 * 5 + 3, 0.5f);
+  const std::string want = (dir / "targets.bin").string() +
+                           ": node 17 column 3 has 0.5 (multilabel entries are 0, 1, or NaN for unlabelled)";
+  std::string msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  msg = error_of([&] { read_dataset_slice(dir, 10, 20); });
+  EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  EXPECT_EQ(error_of([&] { read_dataset_slice(dir, 18, 3000); }), "");  // the slice without node 17 is fine
+  // Unverified, the dataset is still validated, which names the dataset.
+  msg = error_of([&] { read_dataset(dir, /*verify_checksums=*/false); });
+  EXPECT_NE(msg.find("dataset 'small-sbm': node 17 column 3 has 0.5"), std::string::npos) << msg;
+
+  Dataset bad = small_targets(LabelKind::kMultiLabel);
+  HostBuffer<float> t(bad.targets.size());
+  std::memcpy(t.data(), bad.targets.data(), t.size() * sizeof(float));
+  t[2 * 5 + 1] = -1.0f;
+  bad.targets = ArrayRef<float>(std::move(t));
+  msg = error_of([&] { write_dataset(bad, scratch / "bad"); });
+  EXPECT_NE(msg.find("dataset 'small-sbm': node 2 column 1 has -1 (multilabel entries are 0, 1"), std::string::npos)
+      << msg;
+  EXPECT_FALSE(fs::exists(scratch / "bad"));
+}
+
+TEST(DatasetIoLabelKinds, InfiniteRegressionTargetIsRefused) {
+  ScratchDir scratch("dsio");
+  const fs::path dir = scratch / "ds";
+  write_dataset(small_targets(LabelKind::kRegression), dir);
+  // NaN is an unlabelled entry, not an error.
+  overwrite_resealed<float>(dir, "targets", 40 * 5 + 2, std::nanf(""));
+  EXPECT_EQ(error_of([&] { read_dataset(dir); }), "");
+  overwrite_resealed<float>(dir, "targets", 2999 * 5 + 4, -std::numeric_limits<float>::infinity());
+  const std::string want = (dir / "targets.bin").string() +
+                           ": node 2999 column 4 has -inf (regression targets are finite, or NaN for unlabelled)";
+  std::string msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  msg = error_of([&] { read_dataset_slice(dir, 2990, 3000); });
+  EXPECT_NE(msg.find(want), std::string::npos) << msg;
+}
+
+TEST(DatasetIoLabelKinds, TargetsOfTheWrongCountAreRefused) {
+  ScratchDir scratch("dsio");
+  const fs::path dir = scratch / "ds";
+  write_dataset(small_targets(LabelKind::kRegression), dir);
+  replace_in_file(dir / "meta.json", "\"num_classes\": 5", "\"num_classes\": 4");
+  std::string msg = error_of([&] { read_dataset(dir); });
+  EXPECT_NE(msg.find("targets.bin: 15000 elements, meta.json says 12000"), std::string::npos) << msg;
+  msg = error_of([&] { read_dataset_slice(dir, 0, 10); });
+  EXPECT_NE(msg.find("targets.bin: 15000 elements, meta.json says 12000"), std::string::npos) << msg;
+
+  // In memory: a targets matrix that does not have num_classes columns, or a class dataset
+  // that carries targets.
+  Dataset short_rows = small_targets(LabelKind::kRegression);
+  short_rows.num_classes = 6;
+  msg = error_of([&] { short_rows.validate(); });
+  EXPECT_NE(msg.find("targets hold 15000 values, expected 3000 nodes x 6 columns = 18000"), std::string::npos) << msg;
+  Dataset both = small_dataset();
+  both.targets = small_targets(LabelKind::kRegression).targets;
+  msg = error_of([&] { both.validate(); });
+  EXPECT_NE(msg.find("class labels, but 15000 targets"), std::string::npos) << msg;
+}
+
+TEST(DatasetIoLabelKinds, UnknownLabelKindInMetaIsRefusedNamingMetaJson) {
+  ScratchDir scratch("dsio");
+  const fs::path dir = scratch / "ds";
+  write_dataset(small_targets(LabelKind::kMultiLabel), dir);
+  replace_in_file(dir / "meta.json", "\"label_kind\": \"multilabel\"", "\"label_kind\": \"ordinal\"");
+  const std::string want = (dir / "meta.json").string() +
+                           ": field \"label_kind\" is \"ordinal\", expected \"class\", \"multilabel\" or "
+                           "\"regression\"";
+  for (const auto& read : std::vector<std::function<void()>>{
+           [&] { read_dataset(dir); }, [&] { read_dataset_info(dir); }, [&] { read_dataset_slice(dir, 0, 1); }}) {
+    const std::string msg = error_of(read);
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  }
+  // A non-class kind without its targets.bin (e.g. "label_kind" added to a class dataset).
+  write_dataset(small_dataset(), scratch / "class");
+  replace_in_file(scratch / "class" / "meta.json", "\"name\"", "\"label_kind\": \"regression\", \"name\"");
+  const std::string msg = error_of([&] { read_dataset(scratch / "class"); });
+  EXPECT_NE(msg.find("meta.json lists no file \"targets\""), std::string::npos) << msg;
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // shards entry by entry.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -42,6 +43,28 @@ inline Dataset tiny_dataset() {
   for (int v : {0, 3, 5}) split[static_cast<size_t>(v)] = static_cast<uint8_t>(SplitRole::kTrain);
   for (int v : {1, 4}) split[static_cast<size_t>(v)] = static_cast<uint8_t>(SplitRole::kValid);
   ds.split = ArrayRef<uint8_t>(std::move(split));
+  ds.validate();
+  return ds;
+}
+
+// `ds` with its class labels replaced by a `columns`-wide targets matrix of `kind` (kMultiLabel
+// or kRegression): multilabel entries 0 or 1, regression entries spread over [-6, 6], a NaN
+// wherever (v + j) % 11 == 0, and every row v % 17 == 5 all NaN (an unlabelled node).
+inline Dataset with_targets(Dataset ds, LabelKind kind, int32_t columns) {
+  const int64_t n = ds.num_nodes();
+  HostBuffer<float> t(static_cast<size_t>(n) * static_cast<size_t>(columns));
+  for (int64_t v = 0; v < n; ++v) {
+    for (int32_t j = 0; j < columns; ++j) {
+      float x = kind == LabelKind::kMultiLabel ? static_cast<float>((v * 7 + j * 3) % 5 < 2)
+                                               : 0.25f * static_cast<float>(v % 13) - 1.5f * static_cast<float>(j);
+      if ((v + j) % 11 == 0 || v % 17 == 5) x = std::nanf("");
+      t[static_cast<size_t>(v * columns + j)] = x;
+    }
+  }
+  ds.label_kind = kind;
+  ds.labels = {};
+  ds.targets = ArrayRef<float>(std::move(t));
+  ds.num_classes = columns;
   ds.validate();
   return ds;
 }
