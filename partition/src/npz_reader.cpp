@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -156,22 +157,142 @@ HostBuffer<float> read_features(const Archive& ar, const NpyMember& m, const Npz
   return out;
 }
 
-HostBuffer<int32_t> read_labels(const Archive& ar, const NpyMember& m, const NpzReadOptions& options,
-                                ReadProgress& progress, int64_t begin, int64_t end) {
-  HostBuffer<int32_t> out(static_cast<size_t>(end - begin));
-  stream_elements(ar, m, options.block_bytes, progress, [&](const unsigned char* p, uint64_t first, uint64_t count) {
-    visit_integer(m.header.dtype, [&]<typename T>() {
-      for (uint64_t i = 0; i < count; ++i) {
-        const T label = load_le<T>(p + i * sizeof(T));
-        if (std::cmp_less(label, -1) || std::cmp_greater_equal(label, INT32_MAX)) [[unlikely]] {
-          HALOGEN_FAIL("{}: label {} at row {} is outside [-1, {}) (-1 = no label)", m.where,
-                       integer_text(p + i * sizeof(T), m.header.dtype), first + i, INT32_MAX);
+// Rows [begin, end) of y (`width` values per node) as `mode`; `given`: the kind was asked for.
+// Every unmasked value is checked, whichever rows are kept; y_mask, when given, is read whole
+// first (one byte per node or per entry).
+LabelSlice read_y(const Archive& ar, const NpyMember& y, const NpyMember* mask_member, YMode mode, bool given,
+                  const NpzReadOptions& options, ReadProgress& progress, int64_t begin, int64_t end) {
+  const auto width = static_cast<uint64_t>(y.rank() == 1 ? 1 : y.dim(1));
+  std::vector<uint8_t> mask;
+  if (mask_member != nullptr) {
+    mask.resize(static_cast<size_t>(mask_member->header.count));
+    stream_elements(ar, *mask_member, options.block_bytes, progress,
+                    [&](const unsigned char* p, uint64_t first, uint64_t count) {
+                      std::memcpy(mask.data() + first, p, static_cast<size_t>(count));
+                    });
+  }
+  const bool per_node = mask_member != nullptr && mask_member->header.count != y.header.count;
+  const uint64_t lo = static_cast<uint64_t>(begin) * width, hi = static_cast<uint64_t>(end) * width;
+  LabelSlice out;
+  out.width = static_cast<int64_t>(width);
+  if (mode == YMode::kClass) {
+    out.labels = HostBuffer<int32_t>(static_cast<size_t>(end - begin));
+  } else {
+    out.targets = HostBuffer<float>(static_cast<size_t>(hi - lo));
+  }
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  auto index = [&](uint64_t k) {
+    return y.rank() == 1 ? fmt::format("[{}]", k) : fmt::format("[{}, {}]", k / width, k % width);
+  };
+  auto masked = [&](uint64_t k) { return !mask.empty() && mask[static_cast<size_t>(per_node ? k / width : k)] == 0; };
+  auto keep = [&](uint64_t k, float v) {
+    if (k >= lo && k < hi) out.targets[static_cast<size_t>(k - lo)] = v;
+  };
+  auto not_binary = [&](uint64_t k, const std::string& text) {
+    if (given) {
+      HALOGEN_FAIL(
+          "{}: entry {} = {} is not 0 or 1 (y read as multi-label; -1 in an integer y, or y_mask False, "
+          "marks an unlabelled entry)",
+          y.where, index(k), text);
+    }
+    HALOGEN_FAIL(
+        "{}: entry {} = {}: an integer y of {} columns reads as multi-label (0 or 1, -1 = unlabelled); for "
+        "integer targets, give --label-kind regression",
+        y.where, index(k), text, width);
+  };
+  bool binary = true;  // every unmasked value 0 or 1 (kFloatMatrix)
+  auto integers = [&]<typename T>(const unsigned char* p, uint64_t first, uint64_t count) {
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint64_t k = first + i;
+      const unsigned char* e = p + i * sizeof(T);
+      T v = load_le<T>(e);
+      if (y.header.dtype.is_bool()) v = v != 0;
+      if (masked(k)) {
+        if (mode == YMode::kClass) {
+          if (k >= lo && k < hi) out.labels[static_cast<size_t>(k - lo)] = -1;
+        } else {
+          keep(k, kNaN);
         }
-        const auto v = static_cast<int64_t>(first + i);
-        if (v >= begin && v < end) out[static_cast<size_t>(v - begin)] = static_cast<int32_t>(label);
+        continue;
       }
-    });
+      if (mode == YMode::kClass) {
+        if (std::cmp_less(v, -1) || std::cmp_greater_equal(v, INT32_MAX)) [[unlikely]] {
+          HALOGEN_FAIL("{}: label {} at row {} is outside [-1, {}) (-1 = no label)", y.where,
+                       integer_text(e, y.header.dtype), k, INT32_MAX);
+        }
+        if (k >= lo && k < hi) out.labels[static_cast<size_t>(k - lo)] = static_cast<int32_t>(v);
+      } else if (mode == YMode::kMultiLabel) {
+        if (std::cmp_equal(v, 0) || std::cmp_equal(v, 1)) {
+          keep(k, static_cast<float>(v));
+        } else if (std::cmp_equal(v, -1)) {
+          keep(k, kNaN);
+        } else [[unlikely]] {
+          not_binary(k, integer_text(e, y.header.dtype));
+        }
+      } else {
+        keep(k, static_cast<float>(v));
+      }
+    }
+  };
+  auto floats = [&]<typename S>(const unsigned char* p, uint64_t first, uint64_t count) {
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint64_t k = first + i;
+      if (masked(k)) {
+        keep(k, kNaN);
+        continue;
+      }
+      const S stored = load_le<S>(p + i * sizeof(S));
+      double v;
+      if constexpr (std::is_same_v<S, uint16_t>) {
+        v = half_to_float(stored);
+      } else {
+        v = static_cast<double>(stored);
+      }
+      if (!std::isfinite(v)) [[unlikely]] {
+        HALOGEN_FAIL("{}: entry {} is {}; mark an unlabelled entry False in y_mask instead", y.where, index(k),
+                     std::isnan(v) ? "NaN" : "infinite");
+      }
+      const auto f = static_cast<float>(v);
+      if (!std::isfinite(f)) [[unlikely]] {
+        HALOGEN_FAIL("{}: entry {} = {} does not fit a 32-bit float", y.where, index(k), v);
+      }
+      if (f != 0 && f != 1) {
+        if (mode == YMode::kMultiLabel) [[unlikely]] {
+          not_binary(k, fmt::format("{}", v));
+        }
+        binary = false;
+      }
+      keep(k, f);
+    }
+  };
+  stream_elements(ar, y, options.block_bytes, progress, [&](const unsigned char* p, uint64_t first, uint64_t count) {
+    const NpyDtype& t = y.header.dtype;
+    if (t.is_bool()) {
+      integers.template operator()<uint8_t>(p, first, count);
+    } else if (t.is_integer()) {
+      visit_integer(t, [&]<typename T>() { integers.template operator()<T>(p, first, count); });
+    } else if (t.size == 2) {
+      floats.template operator()<uint16_t>(p, first, count);
+    } else if (t.size == 4) {
+      floats.template operator()<float>(p, first, count);
+    } else {
+      floats.template operator()<double>(p, first, count);
+    }
   });
+  switch (mode) {
+    case YMode::kClass:
+      out.kind = LabelKind::kClass;
+      break;
+    case YMode::kMultiLabel:
+      out.kind = LabelKind::kMultiLabel;
+      break;
+    case YMode::kRegression:
+      out.kind = LabelKind::kRegression;
+      break;
+    case YMode::kFloatMatrix:
+      out.kind = binary ? LabelKind::kMultiLabel : LabelKind::kRegression;
+      break;
+  }
   return out;
 }
 
@@ -252,6 +373,7 @@ NpzInput::NpzInput(const fs::path& file, const NpzReadOptions& options)
   const NpyMember& em = *edges_;
   x_ = open_member(ar, "x");
   y_ = open_member(ar, "y");
+  y_mask_ = open_member(ar, "y_mask");
   split_ = open_member(ar, "split");
   const auto count_member = open_member(ar, "num_nodes");
   for (size_t i = 0; i < kMasks.size(); ++i) masks_[i] = open_member(ar, kMasks[i].first);
@@ -272,9 +394,43 @@ NpzInput::NpzInput(const fs::path& file, const NpzReadOptions& options)
                     "{}: stored in Fortran order; store it C-contiguous (e.g. np.ascontiguousarray(x))", x->where);
   }
   if (y) {
-    expect_dtype(*y, y->header.dtype.is_integer(), "an integer dtype");
-    HALOGEN_EXPECTS(y->rank() == 1 || (y->rank() == 2 && y->dim(1) == 1), "{}: expected shape (N,) or (N, 1), got {}",
-                    y->where, shape_string(y->header.shape));
+    const NpyDtype& t = y->header.dtype;
+    expect_dtype(*y, t.is_integer() || t.is_bool() || t.is_float(), "an integer, bool or float dtype");
+    HALOGEN_EXPECTS(y->rank() == 1 || y->rank() == 2, "{}: expected shape (N,), (N, 1) or (N, C), got {}", y->where,
+                    shape_string(y->header.shape));
+    const int64_t width = y->rank() == 1 ? 1 : y->dim(1);
+    HALOGEN_EXPECTS(width == 1 || !y->header.fortran_order,
+                    "{}: stored in Fortran order; store it C-contiguous (e.g. np.ascontiguousarray(y))", y->where);
+    const std::optional<LabelKind> given = options.label_kind;
+    if (given == LabelKind::kClass) {
+      HALOGEN_EXPECTS(width == 1,
+                      "{}: shape {} holds {} values per node, but --label-kind class reads one class per node",
+                      y->where, shape_string(y->header.shape), width);
+      HALOGEN_EXPECTS(!t.is_float(), "{}: dtype {}: --label-kind class needs an integer (or bool) y", y->where,
+                      t.name());
+    }
+    if (given) {
+      y_mode_ = *given == LabelKind::kClass        ? YMode::kClass
+                : *given == LabelKind::kMultiLabel ? YMode::kMultiLabel
+                                                   : YMode::kRegression;
+    } else if (width == 1) {
+      y_mode_ = t.is_float() ? YMode::kRegression : YMode::kClass;
+    } else {
+      y_mode_ = t.is_float() ? YMode::kFloatMatrix : YMode::kMultiLabel;
+    }
+  } else {
+    HALOGEN_EXPECTS(!options.label_kind || *options.label_kind == LabelKind::kClass,
+                    "{}: --label-kind {}, but the archive has no array 'y'", archive, to_string(*options.label_kind));
+  }
+  if (y_mask_) {
+    const NpyMember& m = *y_mask_;
+    HALOGEN_EXPECTS(y.has_value(), "{}: the archive has no array 'y' for it to mask", m.where);
+    expect_dtype(m, m.header.dtype.is_bool(), "bool");
+    HALOGEN_EXPECTS(m.rank() == 1 || m.header.shape == y->header.shape,
+                    "{}: expected shape (N,) or y's shape {}, got {}", m.where, shape_string(y->header.shape),
+                    shape_string(m.header.shape));
+    HALOGEN_EXPECTS(m.rank() == 1 || !m.header.fortran_order || y->rank() == 1 || y->dim(1) == 1,
+                    "{}: stored in Fortran order; store it C-contiguous (e.g. np.ascontiguousarray(y_mask))", m.where);
   }
   if (split_member) {
     expect_dtype(*split_member, split_member->header.dtype.is_integer(), "an integer dtype (SplitRole values 0..3)");
@@ -296,8 +452,8 @@ NpzInput::NpzInput(const fs::path& file, const NpzReadOptions& options)
     HALOGEN_EXPECTS(count_member->header.count == 1, "{}: expected a single integer (shape () or (1,)), got {}",
                     count_member->where, shape_string(count_member->header.shape));
   }
-  const std::array<const std::optional<NpyMember>*, 8> all = {&edges_,       &x,        &y,        &split_member,
-                                                              &count_member, &masks[0], &masks[1], &masks[2]};
+  const std::array<const std::optional<NpyMember>*, 9> all = {
+      &edges_, &x, &y, &y_mask_, &split_member, &count_member, &masks[0], &masks[1], &masks[2]};
   uint64_t total_bytes = 0;
   for (const auto* m : all) {
     if (!m->has_value()) continue;
@@ -320,7 +476,8 @@ NpzInput::NpzInput(const fs::path& file, const NpzReadOptions& options)
     HALOGEN_EXPECTS(nodes.n <= options.max_nodes, "{}: {} nodes ({}) exceed the supported maximum of {}", archive,
                     nodes.n, nodes.source, options.max_nodes);
     if (x) expect_length(*x, nodes, "(N, F)");
-    if (y) expect_length(*y, nodes, y->rank() == 1 ? "(N,)" : "(N, 1)");
+    if (y) expect_length(*y, nodes, y->rank() == 1 ? "(N,)" : "(N, C)");
+    if (y_mask_) expect_length(*y_mask_, nodes, y_mask_->rank() == 1 ? "(N,)" : "(N, C)");
     if (split_member) expect_length(*split_member, nodes, "(N,)");
     for (const auto& mask : masks) {
       if (mask) expect_length(*mask, nodes, "(N,)");
@@ -349,9 +506,14 @@ HostBuffer<float> NpzInput::features(int64_t begin, int64_t end) {
   return x_ ? read_features(*ar_, *x_, options_, *progress_, begin, end) : HostBuffer<float>();
 }
 
-HostBuffer<int32_t> NpzInput::labels(int64_t begin, int64_t end) {
-  if (!y_) return HostBuffer<int32_t>(static_cast<size_t>(end - begin), -1);
-  return read_labels(*ar_, *y_, options_, *progress_, begin, end);
+LabelSlice NpzInput::labels(int64_t begin, int64_t end) {
+  if (!y_) {
+    LabelSlice none;
+    none.labels = HostBuffer<int32_t>(static_cast<size_t>(end - begin), -1);
+    return none;
+  }
+  return read_y(*ar_, *y_, y_mask_ ? &*y_mask_ : nullptr, y_mode_, options_.label_kind.has_value(), options_,
+                *progress_, begin, end);
 }
 
 HostBuffer<uint8_t> NpzInput::split(int64_t begin, int64_t end) {
@@ -379,11 +541,14 @@ Dataset read_npz_dataset(const fs::path& file, const NpzReadOptions& options) {
     ds.feature_dim = input.feature_dim();
     ds.features = ArrayRef<float>(input.features(0, n));
   }
-  HostBuffer<int32_t> labels = input.labels(0, n);
-  int32_t max_label = -1;
-  for (int32_t l : labels) max_label = std::max(max_label, l);
-  ds.num_classes = max_label + 1;
-  ds.labels = ArrayRef<int32_t>(std::move(labels));
+  LabelSlice labels = input.labels(0, n);
+  ds.label_kind = labels.kind;
+  ds.num_classes = labels.num_classes();
+  if (labels.kind == LabelKind::kClass) {
+    ds.labels = ArrayRef<int32_t>(std::move(labels.labels));
+  } else {
+    ds.targets = ArrayRef<float>(std::move(labels.targets));
+  }
   ds.split = ArrayRef<uint8_t>(input.split(0, n));
   input.finish();
   ds.validate();
@@ -392,6 +557,8 @@ Dataset read_npz_dataset(const fs::path& file, const NpzReadOptions& options) {
 
 }  // namespace detail
 
-Dataset read_npz_dataset(const std::filesystem::path& file) { return detail::read_npz_dataset(file, {}); }
+Dataset read_npz_dataset(const std::filesystem::path& file, std::optional<LabelKind> label_kind) {
+  return detail::read_npz_dataset(file, detail::NpzReadOptions{.label_kind = label_kind});
+}
 
 }  // namespace halogen

@@ -14,8 +14,13 @@
 #include "halogen/partition/dataset.hpp"
 #include "halogen/partition/graph.hpp"
 #include "npz_archive.hpp"
+#include "readers_internal.hpp"
 
 namespace halogen::detail {
+
+/// How y is read: as a kind, or as a float matrix that is multi-label unless a value is not 0
+/// or 1 (then regression), which is known only once every value is seen.
+enum class YMode { kClass, kMultiLabel, kRegression, kFloatMatrix };
 
 struct NpzReadOptions {
   /// Bytes read from a member per zip_fread; elements may straddle blocks (tests use odd,
@@ -24,6 +29,8 @@ struct NpzReadOptions {
   /// Largest node count accepted. The fuzzer lowers it: a tiny archive may legitimately
   /// declare 2^31-1 nodes, and per-node arrays of that size are not a bug.
   int64_t max_nodes = INT32_MAX;
+  /// The kind y is read as (readers.hpp, read_npz_dataset); nullopt: detected.
+  std::optional<LabelKind> label_kind;
 };
 
 Dataset read_npz_dataset(const std::filesystem::path& file, const NpzReadOptions& options);
@@ -53,9 +60,10 @@ class NpzInput {
   int64_t feature_dim() const;
   /// edge_index's columns in blocks of checked ids; `count_progress` adds its bytes to the bar.
   void stream_edges(const EdgeBlockFn& fn, bool count_progress);
-  /// Rows [begin, end) of x, of y (-1 throughout without y) and of the split (masks or roles).
+  /// Rows [begin, end) of x, of y (kClass, -1 throughout, without y; a kind detected from
+  /// every value of y, so the same on every rank) and of the split (masks or roles).
   HostBuffer<float> features(int64_t begin, int64_t end);
-  HostBuffer<int32_t> labels(int64_t begin, int64_t end);
+  LabelSlice labels(int64_t begin, int64_t end);
   HostBuffer<uint8_t> split(int64_t begin, int64_t end);
   /// Ends the progress bar.
   void finish();
@@ -64,7 +72,8 @@ class NpzInput {
   NpzReadOptions options_;
   std::unique_ptr<Archive> ar_;
   std::string name_;
-  std::optional<NpyMember> edges_, x_, y_, split_;
+  std::optional<NpyMember> edges_, x_, y_, y_mask_, split_;
+  YMode y_mode_ = YMode::kClass;
   std::array<std::optional<NpyMember>, 3> masks_;
   NodeCount nodes_;
   std::unique_ptr<ReadProgress> progress_;

@@ -241,33 +241,6 @@ void OgbFeatureRows::finish() {
   }
 }
 
-HostBuffer<int32_t> read_ogb_labels(const OgbLayout& ogb, int64_t begin, int64_t end) {
-  HostBuffer<int32_t> labels(static_cast<size_t>(end - begin), -1);
-  if (!ogb.label_file) return labels;
-  TextInput in(*ogb.label_file);
-  int64_t rows = 0;
-  std::string_view line;
-  std::array<std::string_view, 1> f;
-  // Rows past the slice are read only by the reader of the last rows, to check the count.
-  while ((rows < end || end == ogb.num_nodes) && in.next_line(line)) {
-    if (rows == ogb.num_nodes) {
-      HALOGEN_FAIL("{}: more label lines than the {} nodes that '{}' declares", at(in), ogb.num_nodes,
-                   ogb.node_count_file.string());
-    }
-    if (rows >= begin) {
-      split_exact(in, line, FieldSplitter::Mode::kComma, "(one integer label per node)", f);
-      const int64_t label = int_field(in, f[0], "a class label", line);
-      HALOGEN_EXPECTS(label >= -1 && label < INT32_MAX, "{}: expected a class label >= 0 or -1 (no label), found {}",
-                      at(in), label);
-      labels[static_cast<size_t>(rows - begin)] = static_cast<int32_t>(label);
-    }
-    ++rows;
-  }
-  HALOGEN_EXPECTS(rows == end, "'{}' has {} labels, but '{}' declares {} nodes (one label per node)",
-                  ogb.label_file->string(), rows, ogb.node_count_file.string(), ogb.num_nodes);
-  return labels;
-}
-
 HostBuffer<uint8_t> read_ogb_split(const OgbLayout& ogb, int64_t begin, int64_t end) {
   HostBuffer<uint8_t> split(static_cast<size_t>(end - begin));
   split.zero();
@@ -294,7 +267,8 @@ HostBuffer<uint8_t> read_ogb_split(const OgbLayout& ogb, int64_t begin, int64_t 
 
 }  // namespace detail
 
-Dataset read_ogb_dataset(const std::filesystem::path& dir, const std::string& split_scheme) {
+Dataset read_ogb_dataset(const std::filesystem::path& dir, const std::string& split_scheme,
+                         std::optional<LabelKind> label_kind) {
   const detail::OgbLayout ogb = detail::open_ogb_layout(dir, split_scheme);
   const int64_t n = ogb.num_nodes;
   Dataset ds;
@@ -313,11 +287,17 @@ Dataset read_ogb_dataset(const std::filesystem::path& dir, const std::string& sp
     rows.finish();
     ds.features = ArrayRef<float>(std::move(values));
   }
-  HostBuffer<int32_t> labels = detail::read_ogb_labels(ogb, 0, n);
-  int32_t max_label = -1;
-  for (int32_t l : labels) max_label = std::max(max_label, l);
-  ds.num_classes = max_label + 1;
-  ds.labels = ArrayRef<int32_t>(std::move(labels));
+  {
+    detail::OgbLabelRows rows(ogb, 0, n);
+    detail::LabelSlice labels = rows.take(rows.resolve(rows.facts(), label_kind));
+    ds.label_kind = labels.kind;
+    ds.num_classes = labels.num_classes();
+    if (labels.kind == LabelKind::kClass) {
+      ds.labels = ArrayRef<int32_t>(std::move(labels.labels));
+    } else {
+      ds.targets = ArrayRef<float>(std::move(labels.targets));
+    }
+  }
   ds.split = ArrayRef<uint8_t>(detail::read_ogb_split(ogb, 0, n));
   ds.validate();
   return ds;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "halogen/core/buffer.hpp"
+#include "halogen/partition/dataset.hpp"
 #include "halogen/partition/graph.hpp"
 
 namespace halogen::detail {
@@ -88,9 +89,58 @@ class OgbFeatureRows {
   int64_t next_ = 0, end_ = 0, width_ = 0;
 };
 
-/// The labels of nodes [begin, end) (-1 throughout without a label file); the reader of the
-/// last rows checks the file's row count.
-HostBuffer<int32_t> read_ogb_labels(const OgbLayout& ogb, int64_t begin, int64_t end);
+/// Rows [begin, end) of a dataset's labels once their kind is known (dataset.hpp): `labels`
+/// (one per row) for kClass, `targets` (rows x width, NaN = unlabelled) otherwise.
+struct LabelSlice {
+  LabelKind kind = LabelKind::kClass;
+  int64_t width = 1;  // values per node; 1 for kClass
+  HostBuffer<int32_t> labels;
+  HostBuffer<float> targets;
+  /// kClass: the largest label + 1 over these rows (0 without one); otherwise the width. A
+  /// reader of several ranks takes the largest over its ranks.
+  int32_t num_classes() const;
+};
+
+/// What the values of a label file's rows say about its kind (readers.hpp). A conversion by
+/// several ranks ORs its ranks' facts (each a 0/1 byte, for MPI_BOR) before the kind is chosen.
+struct LabelFacts {
+  uint8_t empty = 0;           // an empty field
+  uint8_t fraction = 0;        // a value with a fractional part
+  uint8_t outside_binary = 0;  // a value outside {-1, 0, 1}
+  void merge(const LabelFacts& o) noexcept {
+    empty |= o.empty;
+    fraction |= o.fraction;
+    outside_binary |= o.outside_binary;
+  }
+};
+
+/// The rows [begin, end) of an OGB node-label file, parsed before its kind is known: line 1
+/// gives the width (its commas + 1), rows before `begin` are skipped unparsed, and the reader
+/// of the last rows checks the row count. Text that is no number, "nan"/"inf" and a line of
+/// another width fail here. Without a label file: width 1, every node unlabelled (kClass).
+class OgbLabelRows {
+ public:
+  OgbLabelRows(const OgbLayout& ogb, int64_t begin, int64_t end);
+  ~OgbLabelRows();
+  OgbLabelRows(OgbLabelRows&&) noexcept;
+  OgbLabelRows& operator=(OgbLabelRows&&) noexcept;
+
+  int64_t width() const noexcept;
+  const LabelFacts& facts() const noexcept;
+  /// The kind of the whole file: `given`, else detected from `all` (these rows' facts merged
+  /// with the other ranks'). Throws, naming the file, line and column, at the first of these
+  /// rows that the kind refuses (a class label that is no integer or below -1, an empty class
+  /// field, a multi-label value other than 0, 1 and -1, an integer matrix with other values
+  /// when detected). Where the refused row is another rank's, this returns (that rank throws
+  /// in the same collective step).
+  LabelKind resolve(const LabelFacts& all, std::optional<LabelKind> given) const;
+  /// The rows as `kind` (resolve's): a multi-label -1 becomes NaN.
+  LabelSlice take(LabelKind kind);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 /// The split roles of nodes [begin, end) (all kNone without a split scheme). Every split file is
 /// read whole (they list node ids in any order); a node listed twice is an error when it falls

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -23,76 +24,19 @@
 #include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/readers.hpp"
 #include "npz_reader.hpp"
+#include "npz_testing.hpp"
 #include "test_data.hpp"
 
 namespace halogen {
 namespace {
 
 namespace fs = std::filesystem;
+using test::Members;
+using test::npy;
+using test::npy_bytes;
+using test::raw;
 using test::ScratchDir;
-
-// ---- writing .npy members and .npz archives ---------------------------------------------------
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  if (shape.size() == 1) return fmt::format("({},)", shape[0]);
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", shape[i]);
-  return s + ")";
-}
-
-// A whole .npy file: preamble, header dict padded to a multiple of 64 bytes, then `data`.
-std::string npy_bytes(std::string_view descr, const std::vector<int64_t>& shape, std::string_view data,
-                      bool fortran = false, int version = 1) {
-  std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': {}, 'shape': {}, }}", descr,
-                                 fortran ? "True" : "False", shape_text(shape));
-  const size_t preamble = version == 1 ? 10 : 12;
-  dict.append(63 - (preamble + dict.size()) % 64, ' ');
-  dict += '\n';
-  std::string out = "\x93NUMPY";
-  out += static_cast<char>(version);
-  out += '\0';
-  const auto len = static_cast<uint32_t>(dict.size());
-  out.append(reinterpret_cast<const char*>(&len), version == 1 ? 2 : 4);
-  return out + dict + std::string(data);
-}
-
-template <typename T>
-std::string raw(const std::vector<T>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-}
-
-// `values` (C order, logical layout) converted to T, as a .npy member of `shape`; Fortran
-// order transposes the 2-D layout in the bytes.
-template <typename T, typename U>
-std::string npy(std::string_view descr, const std::vector<int64_t>& shape, const std::vector<U>& values,
-                bool fortran = false) {
-  std::vector<T> v(values.size());
-  for (size_t i = 0; i < values.size(); ++i) v[i] = static_cast<T>(values[i]);
-  if (fortran && shape.size() == 2) {
-    const auto rows = static_cast<size_t>(shape[0]), cols = static_cast<size_t>(shape[1]);
-    for (size_t r = 0; r < rows; ++r) {
-      for (size_t c = 0; c < cols; ++c) v[c * rows + r] = static_cast<T>(values[r * cols + c]);
-    }
-  }
-  return npy_bytes(descr, shape, raw(v), fortran);
-}
-
-using Members = std::vector<std::pair<std::string, std::string>>;  // name (without .npy), bytes
-
-void write_npz(const fs::path& file, const Members& members, bool deflate) {
-  int error = 0;
-  zip_t* za = zip_open(file.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
-  ASSERT_NE(za, nullptr) << "zip_open " << error;
-  for (const auto& [name, bytes] : members) {
-    zip_source_t* src = zip_source_buffer(za, bytes.data(), bytes.size(), 0);
-    ASSERT_NE(src, nullptr);
-    const zip_int64_t i = zip_file_add(za, (name + ".npy").c_str(), src, ZIP_FL_OVERWRITE);
-    ASSERT_GE(i, 0) << zip_strerror(za);
-    ASSERT_EQ(zip_set_file_compression(za, static_cast<zip_uint64_t>(i), deflate ? ZIP_CM_DEFLATE : ZIP_CM_STORE, 0),
-              0);
-  }
-  ASSERT_EQ(zip_close(za), 0);
-}
+using test::write_npz;
 
 // ---- the reference graph, written the OGB way --------------------------------------------------
 
@@ -194,14 +138,14 @@ struct Combo {
 };
 
 // y: the type, and whether it is stored as (N, 1); unsigned types get labels without -1.
-struct LabelKind {
+struct LabelDtype {
   std::string descr;
   bool column;
 };
-const LabelKind kLabelKinds[] = {{"|i1", false}, {"<i2", true}, {"<i4", false}, {"<i8", true}, {"|u1", false},
-                                 {"<u2", false}, {"<u4", true}, {"<u8", false}, {"", false}};
+const LabelDtype kLabelDtypes[] = {{"|i1", false}, {"<i2", true}, {"<i4", false}, {"<i8", true}, {"|u1", false},
+                                   {"<u2", false}, {"<u4", true}, {"<u8", false}, {"", false}};
 
-std::string label_member(const LabelKind& k, const std::vector<int64_t>& labels) {
+std::string label_member(const LabelDtype& k, const std::vector<int64_t>& labels) {
   const std::vector<int64_t> shape = k.column ? std::vector<int64_t>{kN, 1} : std::vector<int64_t>{kN};
   const std::string& d = k.descr;
   if (d == "|i1") return npy<int8_t>(d, shape, labels);
@@ -244,7 +188,7 @@ TEST(NpzReader, EveryDtypeOrderSplitAndCompressionMatchesTheOgbReader) {
       for (const char* x_descr : {"<f2", "<f4", "<f8", ""}) {
         for (bool deflate : {false, true}) {
           const int c = case_index++;
-          const LabelKind& lk = kLabelKinds[static_cast<size_t>(c) % std::size(kLabelKinds)];
+          const LabelDtype& lk = kLabelDtypes[static_cast<size_t>(c) % std::size(kLabelDtypes)];
           const bool unsigned_labels = lk.descr.find('u') != std::string::npos;
           const std::vector<int64_t>& labels = unsigned_labels ? kLabelsNonNegative : kLabels;
           const int split_kind = c % 4;  // 0 three masks, 1 train+test masks, 2 split array, 3 none
@@ -383,8 +327,8 @@ TEST_F(NpzBadInput, UnsupportedDtypes) {
                {"array 'edge_index'", "'<u4'"});
   expect_error({{"edge_index", edges()}, {"x", npy<int32_t>("<i4", {kN, 1}, std::vector<int64_t>(kN))}},
                {"array 'x'", "'<i4'", "float16, float32 or float64"});
-  expect_error({{"edge_index", edges()}, {"y", npy<float>("<f4", {kN}, std::vector<float>(kN))}},
-               {"array 'y'", "'<f4'", "integer"});
+  expect_error({{"edge_index", edges()}, {"y", npy_bytes("<c8", {kN}, std::string(8 * kN, '\0'))}},
+               {"array 'y'", "'<c8'", "an integer, bool or float dtype"});
   expect_error({{"edge_index", edges()}, {"train_mask", npy<uint8_t>("|u1", {kN}, std::vector<int64_t>(kN))}},
                {"array 'train_mask'", "'|u1'", "bool"});
   expect_error({{"edge_index", npy_bytes("<U3", {2}, std::string(24, 'a'))}}, {"array 'edge_index'", "'<U3'"});
@@ -398,8 +342,8 @@ TEST_F(NpzBadInput, WrongShapeOrRank) {
   expect_error({{"edge_index", npy<int64_t>("<i8", {24}, edge_values())}}, {"array 'edge_index'", "got (24,)"});
   expect_error({{"edge_index", edges()}, {"x", npy<float>("<f4", {kN}, std::vector<float>(kN))}},
                {"array 'x'", "expected shape (N, F), got (8,)"});
-  expect_error({{"edge_index", edges()}, {"y", npy<int64_t>("<i8", {kN, 2}, std::vector<int64_t>(2 * kN))}},
-               {"array 'y'", "expected shape (N,) or (N, 1), got (8, 2)"});
+  expect_error({{"edge_index", edges()}, {"y", npy<int64_t>("<i8", {kN, 2, 1}, std::vector<int64_t>(2 * kN))}},
+               {"array 'y'", "expected shape (N,), (N, 1) or (N, C), got (8, 2, 1)"});
   expect_error({{"edge_index", edges()}, {"x", x()}, {"y", npy<int64_t>("<i8", {kN - 1}, std::vector<int64_t>(7))}},
                {"array 'y'", "N = 8", "the rows of 'x'", "got (7,)"});
   expect_error({{"edge_index", edges()}, {"num_nodes", npy<int64_t>("<i8", {2}, std::vector<int64_t>{8, 8})}},
@@ -496,6 +440,178 @@ TEST_F(NpzBadInput, TruncatedOrCorruptMembers) {
   for (size_t i = bytes.size() / 2; i < bytes.size() / 2 + 16; ++i) bytes[i] = static_cast<char>(bytes[i] ^ 0x5a);
   write_file_atomic(file, bytes);
   expect_file_error(file, {"array 'x'", "corrupt or truncated"});
+}
+
+// ---- multi-label and regression y -----------------------------------------------------------
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Targets with NaN compared as NaN.
+void expect_targets(const Dataset& ds, const std::vector<float>& want) {
+  ASSERT_EQ(ds.targets.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(ds.targets[i])) << "entry " << i << " = " << ds.targets[i];
+    } else {
+      EXPECT_EQ(ds.targets[i], want[i]) << "entry " << i;
+    }
+  }
+}
+
+class NpzLabels : public NpzBadInput {
+ protected:
+  Dataset read(const Members& members, std::optional<LabelKind> kind = std::nullopt) {
+    return read_npz_dataset(write(members, /*deflate=*/true), kind);
+  }
+  void expect_kind_error(const Members& members, std::optional<LabelKind> kind,
+                         std::initializer_list<std::string_view> parts) {
+    const fs::path file = write(members);
+    const std::string what = test::error_of([&] { read_npz_dataset(file, kind); });
+    ASSERT_FALSE(what.empty()) << "expected halogen::Error";
+    EXPECT_NE(what.find(file.string()), std::string::npos) << "file not named in: " << what;
+    for (std::string_view p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
+  }
+  // kN x 3 labels: 0/1, with -1 at [2, 1] and an unlabelled node 5 (all -1).
+  static std::vector<int64_t> binary() {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < kN * 3; ++i) v.push_back((i * 5 + i / 3) % 2);
+    v[2 * 3 + 1] = -1;
+    for (int c = 0; c < 3; ++c) v[static_cast<size_t>(5 * 3 + c)] = -1;
+    return v;
+  }
+  static std::vector<float> binary_targets() {
+    std::vector<float> t;
+    for (int64_t v : binary()) t.push_back(v == -1 ? kNaN : static_cast<float>(v));
+    return t;
+  }
+};
+
+TEST_F(NpzLabels, IntegerMatrixOfZerosAndOnesIsMultiLabelWithMinusOneUnlabelled) {
+  for (std::string_view d : {"|i1", "<i8", "<u1"}) {
+    SCOPED_TRACE(d);
+    auto values = binary();
+    if (d == "<u1") std::replace(values.begin(), values.end(), int64_t{-1}, int64_t{0});
+    const std::string y = d == "|i1"   ? npy<int8_t>(d, {kN, 3}, values)
+                          : d == "<i8" ? npy<int64_t>(d, {kN, 3}, values)
+                                       : npy<uint8_t>(d, {kN, 3}, values);
+    const Dataset ds = read({{"edge_index", edges()}, {"x", x()}, {"y", y}});
+    EXPECT_EQ(ds.label_kind, LabelKind::kMultiLabel);
+    EXPECT_EQ(ds.num_classes, 3);
+    EXPECT_TRUE(ds.labels.empty());
+    std::vector<float> want = binary_targets();
+    if (d == "<u1")
+      std::replace_if(
+          want.begin(), want.end(), [](float v) { return std::isnan(v); }, 0.0f);
+    expect_targets(ds, want);
+  }
+}
+
+TEST_F(NpzLabels, FloatAndBoolZerosAndOnesAreMultiLabelAndYMaskMarksUnlabelled) {
+  std::vector<float> f;
+  for (int64_t v : binary()) f.push_back(v == 1 ? 1.0f : 0.0f);
+  std::vector<bool> entry_mask(kN * 3, true), node_mask(kN, true);
+  entry_mask[4] = false;  // [1, 1]
+  node_mask[6] = false;
+  const auto entry_bools = npy<uint8_t>("|b1", {kN, 3}, entry_mask);
+  for (std::string_view d : {"<f4", "<f8", "|b1"}) {
+    SCOPED_TRACE(d);
+    const std::string y = d == "<f4"   ? npy<float>(d, {kN, 3}, f)
+                          : d == "<f8" ? npy<double>(d, {kN, 3}, f)
+                                       : npy<uint8_t>(d, {kN, 3}, f);
+    const Dataset by_entry = read({{"edge_index", edges()}, {"y", y}, {"y_mask", entry_bools}});
+    EXPECT_EQ(by_entry.label_kind, LabelKind::kMultiLabel);
+    std::vector<float> entry_want = f;
+    entry_want[4] = kNaN;
+    expect_targets(by_entry, entry_want);
+    // A mask per node; y under a False node may hold anything, NaN included.
+    std::vector<float> g = f;
+    if (d != "|b1") g[6 * 3 + 2] = kNaN;
+    const std::string y2 = d == "<f4" ? npy<float>(d, {kN, 3}, g) : d == "<f8" ? npy<double>(d, {kN, 3}, g) : y;
+    std::vector<float> node_want = f;
+    for (int c = 0; c < 3; ++c) node_want[static_cast<size_t>(6 * 3 + c)] = kNaN;
+    expect_targets(read({{"edge_index", edges()}, {"y", y2}, {"y_mask", bools(node_mask)}}), node_want);
+  }
+}
+
+TEST_F(NpzLabels, FloatValuesBeyondZeroAndOneAreRegression) {
+  std::vector<float> t;
+  for (int64_t i = 0; i < kN * 2; ++i) t.push_back(static_cast<float>(i) * 0.5f - 3.0f);
+  const Dataset ds = read({{"edge_index", edges()}, {"y", npy<double>("<f8", {kN, 2}, t)}});
+  EXPECT_EQ(ds.label_kind, LabelKind::kRegression);
+  EXPECT_EQ(ds.num_classes, 2);
+  expect_targets(ds, t);
+  // One column (or none) of floats: regression with one target, even of 0/1 values.
+  const std::vector<float> one = {0, 1, 1, 0, 1, 0, 0, 1};
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{kN}, std::vector<int64_t>{kN, 1}}) {
+    const Dataset r = read({{"edge_index", edges()}, {"y", npy<float>("<f4", shape, one)}});
+    EXPECT_EQ(r.label_kind, LabelKind::kRegression);
+    EXPECT_EQ(r.num_classes, 1);
+    expect_targets(r, one);
+  }
+}
+
+TEST_F(NpzLabels, AnExplicitKindOverridesTheDetectedOne) {
+  // Integers read as regression: -1 is a value; 0/1 floats read as multi-label; class y read
+  // as one multi-label column.
+  const std::vector<int64_t> counts = {0, 7, -1, 3, 2, 9, 1, 4};
+  const Dataset r =
+      read({{"edge_index", edges()}, {"y", npy<int32_t>("<i4", {kN, 1}, counts)}}, LabelKind::kRegression);
+  EXPECT_EQ(r.label_kind, LabelKind::kRegression);
+  expect_targets(r, std::vector<float>(counts.begin(), counts.end()));
+  const std::vector<float> one = {0, 1, 1, 0, 1, 0, 0, 1};
+  const Dataset m = read({{"edge_index", edges()}, {"y", npy<float>("<f4", {kN}, one)}}, LabelKind::kMultiLabel);
+  EXPECT_EQ(m.label_kind, LabelKind::kMultiLabel);
+  EXPECT_EQ(m.num_classes, 1);
+  expect_targets(m, one);
+  std::vector<int64_t> wide = binary();
+  wide[0] = 5;
+  const Dataset w = read({{"edge_index", edges()}, {"y", npy<int64_t>("<i8", {kN, 3}, wide)}}, LabelKind::kRegression);
+  EXPECT_EQ(w.label_kind, LabelKind::kRegression);
+  EXPECT_EQ(w.targets[0], 5.0f);
+  EXPECT_EQ(w.targets[7], -1.0f);
+}
+
+TEST_F(NpzLabels, IntegersBeyondMinusOneZeroOneInAMatrixAreRefused) {
+  auto v = binary();
+  v[4 * 3 + 2] = 2;
+  expect_kind_error({{"edge_index", edges()}, {"y", npy<int64_t>("<i8", {kN, 3}, v)}}, std::nullopt,
+                    {"array 'y'", "entry [4, 2] = 2", "--label-kind regression"});
+  expect_kind_error({{"edge_index", edges()}, {"y", npy<int64_t>("<i8", {kN, 3}, v)}}, LabelKind::kMultiLabel,
+                    {"array 'y'", "entry [4, 2] = 2", "is not 0 or 1", "read as multi-label"});
+  std::vector<float> f(kN * 3, 1.0f);
+  f[7] = 0.5f;
+  expect_kind_error({{"edge_index", edges()}, {"y", npy<float>("<f4", {kN, 3}, f)}}, LabelKind::kMultiLabel,
+                    {"array 'y'", "entry [2, 1] = 0.5", "is not 0 or 1"});
+}
+
+TEST_F(NpzLabels, NonFiniteTargetsAreRefusedNamingTheIndex) {
+  std::vector<float> t(kN * 2, 0.25f);
+  t[3 * 2 + 1] = kNaN;
+  expect_kind_error({{"edge_index", edges()}, {"y", npy<float>("<f4", {kN, 2}, t)}}, std::nullopt,
+                    {"array 'y'", "entry [3, 1] is NaN", "y_mask"});
+  std::vector<double> d(kN, 1.5);
+  d[6] = -std::numeric_limits<double>::infinity();
+  expect_kind_error({{"edge_index", edges()}, {"y", npy<double>("<f8", {kN}, d)}}, std::nullopt,
+                    {"array 'y'", "entry [6] is infinite", "y_mask"});
+  d[6] = 1e300;
+  expect_kind_error({{"edge_index", edges()}, {"y", npy<double>("<f8", {kN}, d)}}, std::nullopt,
+                    {"array 'y'", "entry [6]", "does not fit a 32-bit float"});
+}
+
+TEST_F(NpzLabels, KindsThatDoNotFitYAndBadMasksAreRefused) {
+  const std::string wide = npy<int64_t>("<i8", {kN, 3}, binary());
+  expect_kind_error({{"edge_index", edges()}, {"y", wide}}, LabelKind::kClass,
+                    {"array 'y'", "3 values per node", "--label-kind class"});
+  expect_kind_error({{"edge_index", edges()}, {"y", npy<float>("<f4", {kN}, std::vector<float>(kN))}},
+                    LabelKind::kClass, {"array 'y'", "float32", "integer"});
+  expect_kind_error({{"edge_index", edges()}, {"x", x()}}, LabelKind::kRegression, {"no array 'y'"});
+  expect_kind_error(
+      {{"edge_index", edges()}, {"y", wide}, {"y_mask", npy<uint8_t>("|b1", {kN, 2}, std::vector<int64_t>(kN * 2))}},
+      std::nullopt, {"array 'y_mask'", "expected shape (N,) or y's shape (8, 3), got (8, 2)"});
+  expect_kind_error({{"edge_index", edges()}, {"y", wide}, {"y_mask", npy<uint8_t>("|u1", {kN}, kRoles)}}, std::nullopt,
+                    {"array 'y_mask'", "'|u1'", "bool"});
+  expect_kind_error({{"edge_index", edges()}, {"x", x()}, {"y_mask", bools(std::vector<bool>(kN))}}, std::nullopt,
+                    {"array 'y_mask'", "no array 'y'"});
 }
 
 }  // namespace

@@ -5,9 +5,12 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <initializer_list>
+#include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -367,11 +370,12 @@ TEST(OgbLayout, RejectsBadInputNamingFileAndLine) {
   expect_tiny_error(feats, "0,1,2\n0,1,2\n0,1,2\n0,1,2\n0,1,2\n0,1,2\n",
                     {"node-feat.csv.gz' line 6", "more feature rows"});
   // Labels: count, values.
-  expect_tiny_error(labels, "0\n1\n2\n3\n", {"node-label.csv' has 4 labels", "declares 5 nodes"});
+  expect_tiny_error(labels, "0\n1\n2\n3\n", {"node-label.csv' has 4 label lines", "declares 5 nodes"});
   expect_tiny_error(labels, "0\n1\n2\n3\n4\n5\n", {"node-label.csv' line 6", "more label lines"});
-  expect_tiny_error(labels, "0\n1\n-2\n3\n4\n", {"node-label.csv' line 3", "found -2"});
-  expect_tiny_error(labels, "0\n1\n1.5\n3\n4\n", {"node-label.csv' line 3", "integer", "\"1.5\""});
-  expect_tiny_error(labels, "0\n1\n1,2\n3\n4\n", {"node-label.csv' line 3", "expected 1 field", "found 2"});
+  expect_tiny_error(labels, "0\n1\n-2\n3\n4\n", {"node-label.csv' line 3", "column 1", "found \"-2\""});
+  expect_tiny_error(labels, "0\n1\n\n3\n4\n", {"node-label.csv' line 3", "column 1", "empty", "-1"});
+  expect_tiny_error(labels, "0\n1\n1,2\n3\n4\n",
+                    {"node-label.csv' line 3", "expected 1 comma-separated columns (as on line 1), found 2"});
   // Counts and splits.
   expect_tiny_error("raw/num-node-list.csv", "five\n", {"num-node-list.csv' line 1", "\"five\""});
   expect_tiny_error("raw/num-node-list.csv", "5\n6\n", {"num-node-list.csv' line 2", "single count"});
@@ -379,6 +383,107 @@ TEST(OgbLayout, RejectsBadInputNamingFileAndLine) {
   expect_tiny_error("split/scheme-a/test.csv", "3\n0\n", {"test.csv' line 2", "node 0 is already in the train split"});
   expect_tiny_error("split/scheme-a/test.csv", "3\n3\n", {"test.csv' line 2", "node 3 is already in the test split"});
   expect_tiny_error("split/scheme-a/test.csv", "3\n7\n", {"test.csv' line 2", "7 is outside [0, 4]"});
+}
+
+// ---- multi-label and regression label files ---------------------------------------------------
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// The tiny dataset with `labels` as its label file (gzip), read as `kind` (nullopt: detected).
+Dataset tiny_with_labels(const fs::path& dir, const std::string& labels, std::optional<LabelKind> kind = std::nullopt) {
+  auto files = tiny_files();
+  files.erase("raw/node-label.csv");
+  files["raw/node-label.csv.gz"] = labels;
+  fs::remove_all(dir);
+  write_tree(dir, files);
+  return read_ogb_dataset(dir, "", kind);
+}
+
+// Targets with NaN compared as NaN.
+void expect_targets(const Dataset& ds, const std::vector<float>& want) {
+  ASSERT_EQ(ds.targets.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(ds.targets[i])) << "entry " << i << " = " << ds.targets[i];
+    } else {
+      EXPECT_EQ(ds.targets[i], want[i]) << "entry " << i;
+    }
+  }
+}
+
+TEST(OgbLabels, ColumnsOfZerosAndOnesAreMultiLabelWithEmptyAndMinusOneUnlabelled) {
+  ScratchDir scratch("readers");
+  // Node 2 unlabelled (a line of empty fields), entry [1, 2] empty, [4, 0] -1; "1.0" is a 1.
+  const Dataset ds = tiny_with_labels(scratch / "ml", "0,1,1,0\n1,0,,1\n,,,\n0,0,0,1.0\n-1,1, 0 ,0\n");
+  EXPECT_EQ(ds.label_kind, LabelKind::kMultiLabel);
+  EXPECT_EQ(ds.num_classes, 4);
+  EXPECT_TRUE(ds.labels.empty());
+  expect_targets(ds, {0, 1, 1, 0, 1, 0, kNaN, 1, kNaN, kNaN, kNaN, kNaN, 0, 0, 0, 1, kNaN, 1, 0, 0});
+  EXPECT_EQ(ds.count(SplitRole::kTrain), 2);
+}
+
+TEST(OgbLabels, AValueWithAFractionMakesRegression) {
+  ScratchDir scratch("readers");
+  const Dataset ds = tiny_with_labels(scratch / "reg", "0.5,-1\n2,3e2\n,\n-1.25,\n7,0\n");
+  EXPECT_EQ(ds.label_kind, LabelKind::kRegression);
+  EXPECT_EQ(ds.num_classes, 2);
+  expect_targets(ds, {0.5f, -1, 2, 300, kNaN, kNaN, -1.25f, kNaN, 7, 0});
+  // One column: an empty line is an unlabelled node.
+  const Dataset one = tiny_with_labels(scratch / "one", "0.5\n\n3\n-2\n1\n");
+  EXPECT_EQ(one.label_kind, LabelKind::kRegression);
+  EXPECT_EQ(one.num_classes, 1);
+  expect_targets(one, {0.5f, kNaN, 3, -2, 1});
+}
+
+TEST(OgbLabels, AnExplicitKindOverridesTheDetectedOne) {
+  ScratchDir scratch("readers");
+  // Integer targets: -1 is a value, an empty field unlabelled.
+  const Dataset counts = tiny_with_labels(scratch / "c", "0,5\n-1,2\n,1\n4,4\n9,0\n", LabelKind::kRegression);
+  EXPECT_EQ(counts.label_kind, LabelKind::kRegression);
+  expect_targets(counts, {0, 5, -1, 2, kNaN, 1, 4, 4, 9, 0});
+  // One column of 0/1 (class by default) as one multi-label column.
+  const Dataset binary = tiny_with_labels(scratch / "b", "0\n1\n-1\n1\n0\n", LabelKind::kMultiLabel);
+  EXPECT_EQ(binary.label_kind, LabelKind::kMultiLabel);
+  EXPECT_EQ(binary.num_classes, 1);
+  expect_targets(binary, {0, 1, kNaN, 1, 0});
+  const Dataset classes = tiny_with_labels(scratch / "k", "0\n2\n-1\n1\n2\n", LabelKind::kClass);
+  EXPECT_EQ(classes.label_kind, LabelKind::kClass);
+  EXPECT_EQ(std::vector<int32_t>(classes.labels.begin(), classes.labels.end()), (std::vector<int32_t>{0, 2, -1, 1, 2}));
+  EXPECT_TRUE(classes.targets.empty());
+  auto files = tiny_files();
+  files.erase("raw/node-label.csv");
+  write_tree(scratch / "none", files);
+  EXPECT_READ_ERROR(read_ogb_dataset(scratch / "none", "", LabelKind::kRegression), "--label-kind regression",
+                    "no label file");
+}
+
+TEST(OgbLabels, RejectsBadLabelFilesNamingFileLineAndColumn) {
+  ScratchDir scratch("readers");
+  const fs::path dir = scratch / "bad";
+  auto expect_labels_error = [&](const std::string& text, std::optional<LabelKind> kind,
+                                 std::initializer_list<std::string_view> parts) {
+    SCOPED_TRACE(text);
+    expect_error([&] { tiny_with_labels(dir, text, kind); }, parts);
+  };
+  const std::string file = "node-label.csv.gz' line ";
+  // A width that changes.
+  expect_labels_error("0,1\n1,0\n1\n0,0\n1,1\n", std::nullopt,
+                      {file + "3", "expected 2 comma-separated columns (as on line 1), found 1"});
+  expect_labels_error("0,1\n1,0\n1,1\n0,0,1\n1,1\n", std::nullopt, {file + "4", "found 3"});
+  // nan / inf: an unlabelled entry is an empty field.
+  expect_labels_error("0,1\n1,nan\n1,1\n0,0\n1,1\n", std::nullopt, {file + "2", "column 2", "\"nan\"", "empty"});
+  expect_labels_error("0.5,1\n1,2\n1,1\n0,-inf\n1,1\n", LabelKind::kRegression,
+                      {file + "4", "column 2", "\"-inf\"", "empty"});
+  // Integers beyond {-1, 0, 1} in several columns, detected and read as multi-label.
+  expect_labels_error("0,1\n1,0\n1,1\n0,3\n1,1\n", std::nullopt,
+                      {file + "4", "column 2", "\"3\"", "--label-kind regression"});
+  expect_labels_error("0,1\n1,0\n1,0.5\n0,0\n1,1\n", LabelKind::kMultiLabel,
+                      {file + "3", "column 2", "\"0.5\"", "multi-label"});
+  // Unparsable text.
+  expect_labels_error("0,1\n1,0\n1,1\n0,0\nyes,1\n", std::nullopt, {file + "5", "column 1", "\"yes\""});
+  // Class labels that are none.
+  expect_labels_error("0\n1\n1.5\n3\n4\n", LabelKind::kClass, {file + "3", "column 1", "integer", "\"1.5\""});
+  expect_labels_error("0,1\n1,0\n1,1\n0,0\n1,1\n", LabelKind::kClass, {file + "1", "2 comma-separated columns"});
 }
 
 TEST(OgbLayout, RejectsTruncatedGzipAndMissingFiles) {
