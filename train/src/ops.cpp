@@ -140,6 +140,26 @@ double softmax_xent(const ExecContext& ctx, const TensorView& logits, const Tens
   return loss;
 }
 
+double value_loss(const ExecContext& ctx, ValueLoss kind, const TensorView& logits, const TensorView& labels,
+                  const TensorView& mask, float grad_scale, const TensorView& grad) {
+  on_device(ctx, "value_loss", {&logits, &labels, &mask, &grad});
+  is_dtype(logits, DType::kF32, "value_loss", "logits");
+  is_dtype(labels, DType::kF32, "value_loss", "labels");
+  is_dtype(mask, DType::kU8, "value_loss", "mask");
+  same_shape(logits, labels, "value_loss");
+  contiguous(logits, "value_loss", "logits");
+  contiguous(labels, "value_loss", "labels");
+  if (!grad.empty()) {
+    is_dtype(grad, DType::kF32, "value_loss", "grad");
+    same_shape(logits, grad, "value_loss");
+    contiguous(grad, "value_loss", "grad");
+  }
+  HALOGEN_EXPECTS(mask.numel() >= logits.rows, "value_loss: {} mask values for {} rows", mask.numel(), logits.rows);
+  double loss = 0.0;
+  HALOGEN_XPU_SWITCH(ctx.device, XPU, loss = impl::value_loss<XPU>(ctx, kind, logits, labels, mask, grad_scale, grad););
+  return loss;
+}
+
 void adam_step(const ExecContext& ctx, const TensorView& param, const TensorView& grad, const TensorView& m,
                const TensorView& v, int64_t step, float lr, float weight_decay, float beta1, float beta2, float eps) {
   on_device(ctx, "adam_step", {&param, &grad, &m, &v});

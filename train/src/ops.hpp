@@ -17,6 +17,7 @@
 #include "halogen/core/rng.hpp"
 #include "halogen/core/tensor.hpp"
 #include "kernels/gat.hpp"
+#include "kernels/value_loss.hpp"
 
 namespace halogen::ops {
 
@@ -81,6 +82,17 @@ void dropout(const ExecContext& ctx, const TensorView& x, const TensorView& glob
 /// elsewhere. logits, grad: f32; labels: i32; mask: u8 (one per row).
 double softmax_xent(const ExecContext& ctx, const TensorView& logits, const TensorView& labels, const TensorView& mask,
                     float grad_scale, const TensorView& grad);
+/// The loss of the value-labelled tasks (multilabel, regression; kernels/value_loss.hpp): over
+/// the rows with mask != 0, each row's mean over its labelled entries (labels not NaN) of the
+/// entry loss `kind`. Returns the sum of the rows' losses (host fp64; synchronises ctx, one host
+/// wait on the GPU) and writes grad = d(sum)/d(logits) * grad_scale on those rows, 0 on the
+/// other rows and on unlabelled entries; an empty grad computes the loss alone. logits, labels,
+/// grad: f32 of one shape, contiguous; mask: u8, one per row. Both devices evaluate each entry
+/// in fp64 by the same expressions and round its gradient to fp32 once (the GPU's exp and log1p
+/// are within an ulp of the host's, so gradients agree to about an fp32 ulp); the sums differ
+/// only in rounding and each device's sum is deterministic (fixed blocks of rows, fixed order).
+double value_loss(const ExecContext& ctx, ValueLoss kind, const TensorView& logits, const TensorView& labels,
+                  const TensorView& mask, float grad_scale, const TensorView& grad);
 /// One Adam step (torch.optim.Adam's formula) over f32 vectors of equal length; `step` is the
 /// step number after this one (1 for the first). weight_decay is added to the gradient.
 void adam_step(const ExecContext& ctx, const TensorView& param, const TensorView& grad, const TensorView& m,

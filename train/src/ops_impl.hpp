@@ -32,6 +32,9 @@ template <Device D>
 double softmax_xent(const ExecContext& ctx, const TensorView& logits, const TensorView& labels, const TensorView& mask,
                     float grad_scale, const TensorView& grad);
 template <Device D>
+double value_loss(const ExecContext& ctx, ValueLoss kind, const TensorView& logits, const TensorView& labels,
+                  const TensorView& mask, float grad_scale, const TensorView& grad);
+template <Device D>
 void adam_step(const ExecContext& ctx, const TensorView& param, const TensorView& grad, const TensorView& m,
                const TensorView& v, int64_t step, float lr, float weight_decay, float beta1, float beta2, float eps);
 template <Device D>

@@ -13,6 +13,7 @@
 #include "kernels/dense.hpp"
 #include "kernels/gat.hpp"
 #include "kernels/row_block_sum.hpp"
+#include "kernels/value_loss.hpp"
 
 namespace halogen::ops::impl {
 
@@ -94,6 +95,13 @@ double softmax_xent<kDevCpu>(const ExecContext&, const TensorView& logits, const
                              const TensorView& mask, float grad_scale, const TensorView& grad) {
   return halogen::softmax_xent(f32(logits), logits.rows, logits.cols, static_cast<const int32_t*>(labels.data),
                                static_cast<const uint8_t*>(mask.data), grad_scale, f32(grad));
+}
+
+template <>
+double value_loss<kDevCpu>(const ExecContext&, ValueLoss kind, const TensorView& logits, const TensorView& labels,
+                           const TensorView& mask, float grad_scale, const TensorView& grad) {
+  return halogen::value_loss(kind, f32(logits), logits.rows, logits.cols, f32(labels),
+                             static_cast<const uint8_t*>(mask.data), grad_scale, grad.empty() ? nullptr : f32(grad));
 }
 
 template <>

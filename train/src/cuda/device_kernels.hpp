@@ -1,7 +1,8 @@
 // The CUDA leaf kernels of the op layer (train/src/ops.hpp chooses them for tensors on a GPU),
 // besides fp32 aggregation (aggregate<kDevCuda>, kernels/aggregate.hpp) and GAT (kernels/gat.hpp):
 // half-precision fused aggregation with chunked long rows, cuBLAS GEMM, elementwise kernels
-// (ReLU, keyed dropout, softmax cross-entropy, Adam, fp32 <-> fp16, non-finite checks).
+// (ReLU, keyed dropout, softmax cross-entropy, the value-labelled tasks' losses, Adam,
+// fp32 <-> fp16, non-finite checks).
 // Private to halogen_train (and its tests).
 //
 // Conventions: every pointer argument is a device pointer, `stream` is a cudaStream_t
@@ -19,6 +20,7 @@
 #include "halogen/core/device.hpp"
 #include "halogen/core/error.hpp"
 #include "kernels/aggregate.hpp"
+#include "kernels/value_loss.hpp"
 
 #if HALOGEN_HAVE_CUDA
 #include "halogen/core/cuda/device_memory.hpp"
@@ -165,6 +167,19 @@ void softmax_xent(const float* logits, int64_t rows, int64_t classes, const int3
 /// As above, returning the loss to the host (synchronises `stream`).
 double softmax_xent(const float* logits, int64_t rows, int64_t classes, const int32_t* labels, const uint8_t* mask,
                     float grad_scale, float* grad, void* stream = nullptr);
+
+/// value_loss.hpp's loss on the device (train/src/cuda/value_loss.cu): one warp per row, each
+/// entry's loss and gradient by value_loss.hpp's fp64 expressions, the gradient rounded once
+/// (grad may be null). Writes the summed loss to *loss (a device double). The sum is
+/// deterministic: the rows' fp64 losses are added in blocks of a fixed number of rows, in a
+/// fixed order within a block, and the blocks' partial sums in block order, so a call gives
+/// the same bits every time for the same inputs (on any GPU); it differs from the CPU's sum only
+/// in rounding.
+void value_loss(ValueLoss kind, const float* logits, int64_t rows, int64_t cols, const float* labels,
+                const uint8_t* mask, float grad_scale, float* grad, double* loss, void* stream = nullptr);
+/// As above, returning the loss to the host: one copy back and one (counted) wait on `stream`.
+double value_loss(ValueLoss kind, const float* logits, int64_t rows, int64_t cols, const float* labels,
+                  const uint8_t* mask, float grad_scale, float* grad, void* stream = nullptr);
 
 /// dense.hpp's adam_step on device arrays: the same formula, evaluated with correctly rounded
 /// fp32 operations and no contraction, so the parameters and moments equal the CPU's bit for

@@ -130,6 +130,14 @@ double softmax_xent<kDevCuda>(const ExecContext& ctx, const TensorView& logits, 
 }
 
 template <>
+double value_loss<kDevCuda>(const ExecContext& ctx, ValueLoss kind, const TensorView& logits, const TensorView& labels,
+                            const TensorView& mask, float grad_scale, const TensorView& grad) {
+  return cuda::value_loss(kind, f32(logits), logits.rows, logits.cols, f32(labels),
+                          static_cast<const uint8_t*>(mask.data), grad_scale, grad.empty() ? nullptr : f32(grad),
+                          ctx.stream);
+}
+
+template <>
 void adam_step<kDevCuda>(const ExecContext& ctx, const TensorView& param, const TensorView& grad, const TensorView& m,
                          const TensorView& v, int64_t step, float lr, float weight_decay, float beta1, float beta2,
                          float eps) {

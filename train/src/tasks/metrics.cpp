@@ -124,10 +124,9 @@ std::vector<std::vector<double>> evaluate_splits(const Task& task, Communicator&
 
 void check_value_loss(const ExecContext& ctx, std::string_view task, const TensorView& logits, const TensorView& labels,
                       const TensorView& mask, const TensorView& grad) {
-  HALOGEN_EXPECTS(ctx.device == kDevCpu, "--task {} runs on the CPU only in this version", task);
   for (const TensorView* v : {&logits, &labels, &mask, &grad})
-    HALOGEN_EXPECTS(v->device == kDevCpu || v->empty(), "task {}: a tensor on {} given to the CPU loss", task,
-                    to_string(v->device));
+    HALOGEN_EXPECTS(v->device == ctx.device || v->empty(), "task {}: a tensor on {} given to the loss on {}", task,
+                    to_string(v->device), to_string(ctx.device));
   HALOGEN_EXPECTS(logits.dtype == DType::kF32 && labels.dtype == DType::kF32 && mask.dtype == DType::kU8,
                   "task {}: logits and labels must be f32 and the mask u8, got {}, {} and {}", task,
                   to_string(logits.dtype), to_string(labels.dtype), to_string(mask.dtype));

@@ -1,18 +1,17 @@
 // Multi-label classification, as PipeGCN and GraphSAINT train Yelp and PPI and OGB scores
 // ogbn-proteins: sigmoid binary cross-entropy on the logits (torch's BCEWithLogitsLoss),
 // sigmoid predictions, F1-micro at probability 0.5 and ROC-AUC averaged over the labels that
-// have both classes in the split. CPU only in this version.
+// have both classes in the split. The loss runs on either device (ops::value_loss).
 #include <cmath>
 
 #include "halogen/core/error.hpp"
+#include "kernels/value_loss.hpp"
+#include "ops.hpp"
 #include "tasks/task.hpp"
 #include "tasks/task_checks.hpp"
 
 namespace halogen::tasks {
 namespace {
-
-// -log p(y | z) for p = sigmoid(z), stable for either sign of z.
-double bce(double z, double y) { return std::max(z, 0.0) - z * y + std::log1p(std::exp(-std::abs(z))); }
 
 class Multilabel final : public Task {
  public:
@@ -22,14 +21,12 @@ class Multilabel final : public Task {
   double loss(const ExecContext& ctx, const TensorView& logits, const TensorView& labels, const TensorView& mask,
               float grad_scale, const TensorView& grad) const override {
     check_value_loss(ctx, name(), logits, labels, mask, grad);
-    return mean_entry_loss(logits, labels, mask, grad_scale, grad, bce, [](double z, double y) {
-      return 1.0 / (1.0 + std::exp(-z)) - y;  // d bce / dz = p - y
-    });
+    return ops::value_loss(ctx, ValueLoss::kBinaryCrossEntropy, logits, labels, mask, grad_scale, grad);
   }
 
   double split_loss(const SplitRows& in) const override {
     check_value_rows(in, name());
-    return mean_entry_split_loss(in, bce);
+    return mean_entry_split_loss(in, BinaryCrossEntropy::loss);
   }
 
   std::vector<std::string_view> metric_names() const override { return {"f1_micro", "roc_auc"}; }

@@ -1,9 +1,11 @@
 // Node regression: squared error on the outputs themselves (torch's MSELoss), identity
 // predictions, MSE and R² (each the mean over the target columns, as sklearn's
-// 'uniform_average'). CPU only in this version.
+// 'uniform_average'). The loss runs on either device (ops::value_loss).
 #include <cmath>
 
 #include "halogen/core/error.hpp"
+#include "kernels/value_loss.hpp"
+#include "ops.hpp"
 #include "tasks/task.hpp"
 #include "tasks/task_checks.hpp"
 
@@ -13,8 +15,6 @@ namespace {
 // Per target column: labelled entries, sum of targets, of their squares, of squared errors.
 constexpr int64_t kSumsPerColumn = 4;
 
-double squared_error(double z, double y) { return (z - y) * (z - y); }
-
 class Regression final : public Task {
  public:
   std::string_view name() const override { return "regression"; }
@@ -23,14 +23,12 @@ class Regression final : public Task {
   double loss(const ExecContext& ctx, const TensorView& logits, const TensorView& labels, const TensorView& mask,
               float grad_scale, const TensorView& grad) const override {
     check_value_loss(ctx, name(), logits, labels, mask, grad);
-    return mean_entry_loss(logits, labels, mask, grad_scale, grad, squared_error, [](double z, double y) {
-      return 2.0 * (z - y);  // d (z - y)^2 / dz
-    });
+    return ops::value_loss(ctx, ValueLoss::kSquaredError, logits, labels, mask, grad_scale, grad);
   }
 
   double split_loss(const SplitRows& in) const override {
     check_value_rows(in, name());
-    return mean_entry_split_loss(in, squared_error);
+    return mean_entry_split_loss(in, SquaredError::loss);
   }
 
   std::vector<std::string_view> metric_names() const override { return {"mse", "r2"}; }
