@@ -1,4 +1,5 @@
 // halogen predict / evaluate / export-model: using a trained model (train/model.hpp).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -57,22 +58,40 @@ Loaded run_model(const ModelRun& r, const MpiSession& mpi, int embeddings_layer)
     HALOGEN_EXPECTS(l.shard.feature_dim == l.model.feature_dim,
                     "the model '{}' takes {} input features; the graph's nodes have {}", r.model_dir,
                     l.model.feature_dim, l.shard.feature_dim);
-    HALOGEN_EXPECTS(l.shard.num_classes <= l.model.num_classes,
-                    "the graph's labels have {} classes; the model '{}' predicts {}", l.shard.num_classes, r.model_dir,
-                    l.model.num_classes);
+    if (l.shard.label_kind == LabelKind::kClass)
+      HALOGEN_EXPECTS(l.shard.num_classes <= l.model.num_classes,
+                      "the graph's labels have {} classes; the model '{}' predicts {}", l.shard.num_classes,
+                      r.model_dir, l.model.num_classes);
   });
   prepare_process(*l.comm, device);
   l.result = infer(l.shard, *l.comm, l.model, embeddings_layer, device);
   return l;
 }
 
-void print_accuracy(const Inference& r, const MpiSession& mpi) {
-  if (mpi.rank() == 0)
-    std::printf("loss %.4f  train %.4f  val %.4f  test %.4f\n", r.loss, r.train_acc, r.val_acc, r.test_acc);
+// "loss 0.4123  train 0.9000  val 0.7800  test 0.7900" (accuracy), or every metric of the task
+// by split: "loss 0.2011  train f1_micro 0.8123 roc_auc 0.9012  val ...".
+void print_metrics(const Inference& r, const MpiSession& mpi) {
+  if (mpi.rank() != 0) return;
+  std::string line = fmt::format("loss {:.4f}", r.loss);
+  const bool accuracy_only = r.metrics.size() == 3;
+  for (const char* role : {"train", "val", "test"}) {
+    line += fmt::format("  {}", role);
+    for (const auto& [key, value] : r.metrics) {
+      if (!key.starts_with(std::string(role) + "_")) continue;
+      if (!accuracy_only) line += fmt::format(" {}", key.substr(std::string_view(role).size() + 1));
+      line += fmt::format(" {:.4f}", value);
+    }
+  }
+  std::printf("%s\n", line.c_str());
 }
 
-nlohmann::json accuracy_json(const Inference& r) {
-  return {{"loss", r.loss}, {"train_acc", r.train_acc}, {"val_acc", r.val_acc}, {"test_acc", r.test_acc}};
+// The loss and the task's metrics ("train_acc", ...; "val_f1_micro", ...), and the task unless
+// it is multiclass (the figures' files of earlier versions, which had no other).
+nlohmann::json metrics_json(const Inference& r) {
+  nlohmann::json j = {{"loss", r.loss}};
+  if (r.task != "multiclass") j["task"] = r.task;
+  for (const auto& [key, value] : r.metrics) j[key] = value;
+  return j;
 }
 
 // The output of an earlier `halogen predict`: its predict.json lists the files it wrote.
@@ -84,9 +103,45 @@ bool is_predict_dir(const std::filesystem::path& dir) {
 // The --json file of an earlier `halogen evaluate`.
 bool is_evaluate_json(const std::filesystem::path& file) {
   const nlohmann::json j = read_json_object_or_null(file);
-  for (const char* key : {"loss", "train_acc", "val_acc", "test_acc"})
-    if (!j.is_object() || !j.contains(key)) return false;
-  return true;
+  return j.is_object() && j.contains("loss") && (j.contains("val_acc") || j.contains("task"));
+}
+
+// Writes predict's arrays of every owned node in global order and returns their file names.
+//   multiclass  predictions.npy (i32 class, the argmax), probabilities.npy (N x C softmax),
+//               labels.npy (i32, -1 unlabelled)
+//   multilabel  predictions.npy (u8 N x C: probability > 0.5), probabilities.npy (N x C
+//               sigmoid), labels.npy (f32 N x C, 0/1, NaN unlabelled)
+//   regression  predictions.npy (f32 N x T, the values), labels.npy (f32 N x T, NaN unlabelled)
+// and split.npy (u8 SplitRole) for all three.
+std::vector<std::string> write_predictions(Loaded& l, const std::filesystem::path& out) {
+  const Shard& s = l.shard;
+  const int64_t owned = s.num_owned, C = l.model.num_classes, total = s.global_num_nodes;
+  const int32_t* gid = s.owned_global.data();
+  const std::string& task = l.result.task;
+  std::vector<float> values = l.result.logits;  // owned x C
+  apply_task_output(task, values.data(), owned, C);
+  if (task == "multiclass") {
+    std::vector<int32_t> predicted(static_cast<size_t>(owned));
+    for (int64_t i = 0; i < owned; ++i) {
+      const float* z = l.result.logits.data() + i * C;
+      predicted[static_cast<size_t>(i)] = static_cast<int32_t>(std::max_element(z, z + C) - z);
+    }
+    write_global_npy(out / "predictions.npy", *l.comm, gid, owned, predicted.data(), 0, total);
+    write_global_npy(out / "probabilities.npy", *l.comm, gid, owned, values.data(), C, total);
+    write_global_npy(out / "labels.npy", *l.comm, gid, owned, s.labels.data(), 0, total);
+  } else if (task == "multilabel") {
+    std::vector<uint8_t> predicted(values.size());
+    for (size_t i = 0; i < values.size(); ++i) predicted[i] = values[i] > kMultilabelPositiveAbove;
+    write_global_npy(out / "predictions.npy", *l.comm, gid, owned, predicted.data(), C, total);
+    write_global_npy(out / "probabilities.npy", *l.comm, gid, owned, values.data(), C, total);
+    write_global_npy(out / "labels.npy", *l.comm, gid, owned, s.targets.data(), C, total);
+  } else {
+    write_global_npy(out / "predictions.npy", *l.comm, gid, owned, values.data(), C, total);
+    write_global_npy(out / "labels.npy", *l.comm, gid, owned, s.targets.data(), C, total);
+  }
+  write_global_npy(out / "split.npy", *l.comm, gid, owned, s.split.data(), 0, total);
+  if (task == "regression") return {"predictions.npy", "labels.npy", "split.npy"};
+  return {"predictions.npy", "probabilities.npy", "labels.npy", "split.npy"};
 }
 
 }  // namespace
@@ -118,45 +173,24 @@ int cmd_predict(int argc, char** argv, const std::vector<std::string>& args) {
   });
   Loaded l = run_model(r, mpi, embeddings);
   const Shard& s = l.shard;
-  const int64_t owned = s.num_owned, C = l.model.num_classes;
-  const int64_t total = s.global_num_nodes;
+  const int64_t owned = s.num_owned, total = s.global_num_nodes;
   run_on_root(MPI_COMM_WORLD, "creating the output directory", [&] { std::filesystem::create_directories(out_dir); });
-  // Probabilities (softmax of the logits, in fp64) and the predicted class of every owned node.
-  std::vector<float> probabilities(static_cast<size_t>(owned * C));
-  std::vector<int32_t> predicted(static_cast<size_t>(owned));
-  std::vector<double> shifted(static_cast<size_t>(C));
-  for (int64_t i = 0; i < owned; ++i) {
-    const float* z = l.result.logits.data() + i * C;
-    int64_t best = 0;
-    for (int64_t c = 1; c < C; ++c)
-      if (z[c] > z[best]) best = c;
-    // exp once per class (fp64), then normalised.
-    double sum = 0.0;
-    for (int64_t c = 0; c < C; ++c)
-      sum += (shifted[static_cast<size_t>(c)] = std::exp(static_cast<double>(z[c]) - z[best]));
-    for (int64_t c = 0; c < C; ++c)
-      probabilities[static_cast<size_t>(i * C + c)] = static_cast<float>(shifted[static_cast<size_t>(c)] / sum);
-    predicted[static_cast<size_t>(i)] = static_cast<int32_t>(best);
-  }
   const std::filesystem::path out(out_dir);
   const int32_t* gid = s.owned_global.data();
-  write_global_npy(out / "predictions.npy", *l.comm, gid, owned, predicted.data(), 0, total);
-  write_global_npy(out / "probabilities.npy", *l.comm, gid, owned, probabilities.data(), C, total);
-  write_global_npy(out / "labels.npy", *l.comm, gid, owned, s.labels.data(), 0, total);
-  write_global_npy(out / "split.npy", *l.comm, gid, owned, s.split.data(), 0, total);
+  const std::vector<std::string> files = write_predictions(l, out);
   if (embeddings > 0)
     write_global_npy(out / fmt::format("embeddings_layer{}.npy", embeddings), *l.comm, gid, owned,
                      l.result.embeddings.data(), l.result.embedding_cols, total);
   if (mpi.rank() == 0) {
-    nlohmann::json j = accuracy_json(l.result);
+    nlohmann::json j = metrics_json(l.result);
     j["model"] = r.model_dir;
     j["ranks"] = mpi.size();
     j["nodes"] = total;
-    j["files"] = {"predictions.npy", "probabilities.npy", "labels.npy", "split.npy"};
+    j["files"] = files;
     if (embeddings > 0) j["files"].push_back(fmt::format("embeddings_layer{}.npy", embeddings));
     write_file_atomic(out / "predict.json", j.dump(2) + "\n");
   }
-  print_accuracy(l.result, mpi);
+  print_metrics(l.result, mpi);
   return 0;
 }
 
@@ -181,8 +215,8 @@ int cmd_evaluate(int argc, char** argv, const std::vector<std::string>& args) {
     });
   }
   const Loaded l = run_model(r, mpi, 0);
-  if (mpi.rank() == 0 && !json_out.empty()) write_file_atomic(json_out, accuracy_json(l.result).dump(2) + "\n");
-  print_accuracy(l.result, mpi);
+  if (mpi.rank() == 0 && !json_out.empty()) write_file_atomic(json_out, metrics_json(l.result).dump(2) + "\n");
+  print_metrics(l.result, mpi);
   return 0;
 }
 

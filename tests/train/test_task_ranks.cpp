@@ -16,7 +16,6 @@
 #include "halogen/comm/communicator.hpp"
 #include "halogen/core/error.hpp"
 #include "tasks/task.hpp"
-#include "trainer_common.hpp"
 
 namespace halogen::tasks {
 namespace {
@@ -112,27 +111,6 @@ TEST_P(TaskRanks, SplittingRowsOverRanksChangesNoMetric) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tasks, TaskRanks, testing::Values("multiclass", "multilabel", "regression"));
-
-// The trainer's best-epoch record ranks epochs by a metric where higher is better; a task
-// selected by a lower-is-better one (regression's MSE) is refused up front.
-TEST(EpochLogTask, RefusesATaskSelectedByALowerIsBetterMetric) {
-  MpiCommunicator self(MPI_COMM_SELF);
-  const Shard shard;
-  const TrainOptions opt;
-  for (const char* name : {"multiclass", "multilabel"}) {
-    const std::unique_ptr<Task> task = make_task(name);
-    EXPECT_NO_THROW({ train_detail::EpochLog log(self, shard, opt, *task); }) << name;
-  }
-  const std::unique_ptr<Task> regression = make_task("regression");
-  try {
-    train_detail::EpochLog log(self, shard, opt, *regression);
-    ADD_FAILURE() << "a regression task was accepted";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("regression"), std::string::npos) << what;
-    EXPECT_NE(what.find("mse"), std::string::npos) << what;
-  }
-}
 
 }  // namespace
 }  // namespace halogen::tasks

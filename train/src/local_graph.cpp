@@ -7,7 +7,9 @@ namespace halogen {
 LocalGraph::LocalGraph(const Shard& shard, const ExecContext& ctx, nn::Aggregation aggregation) : s_(shard), ctx_(ctx) {
   gid = place(s_.owned_global.data(), owned());
   halo_gid = place(s_.halo_global.data(), halo());
-  labels = place(s_.labels.data(), owned());
+  // The task's labels (tasks/task.hpp): class labels, or the owned rows' targets, one row per node.
+  labels = s_.label_kind == LabelKind::kClass ? place(s_.labels.data(), owned())
+                                              : place(s_.targets.data(), owned(), s_.num_classes);
   send_indices = place(s_.send_indices.data(), sends());
   {
     std::vector<uint8_t> mask(static_cast<size_t>(owned()));
@@ -27,10 +29,10 @@ LocalGraph::LocalGraph(const Shard& shard, const ExecContext& ctx, nn::Aggregati
 }
 
 template <typename T>
-TensorView LocalGraph::place(const T* host, int64_t n) {
-  const TensorView h = TensorView::of(host, n, 1);
+TensorView LocalGraph::place(const T* host, int64_t n, int64_t cols) {
+  const TensorView h = TensorView::of(host, n, cols);
   if (ctx_.device == kDevCpu) return h;
-  Tensor& t = placed_.emplace_back(ctx_.device, h.dtype, n, 1);
+  Tensor& t = placed_.emplace_back(ctx_.device, h.dtype, n, cols);
   copy(ctx_, h, t);
   return t.view();
 }

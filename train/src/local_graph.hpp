@@ -30,8 +30,9 @@ class LocalGraph {
   int64_t entries() const { return s_.t_offsets[static_cast<size_t>(local())]; }
   int64_t halo_entries() const { return entries() - s_.t_offsets[static_cast<size_t>(owned())]; }
 
-  /// Global ids of the owned and halo rows (i32), the owned rows' labels, the training mask
-  /// (u8) and the send lists' local rows (i32).
+  /// Global ids of the owned and halo rows (i32), the owned rows' labels as the task reads them
+  /// (class labels i32 x 1, or targets f32 x num_classes), the training mask (u8) and the send
+  /// lists' local rows (i32).
   TensorView gid, halo_gid, labels, train_mask, send_indices;
 
   /// Normalised aggregation (kSymmetric, kMean): z (owned rows) = the aggregation of x's owned
@@ -49,7 +50,7 @@ class LocalGraph {
 
  private:
   template <typename T>
-  TensorView place(const T* host, int64_t n);
+  TensorView place(const T* host, int64_t n, int64_t cols = 1);
   template <typename T>
   TensorView place(const std::vector<T>& host) {
     return place(host.data(), static_cast<int64_t>(host.size()));

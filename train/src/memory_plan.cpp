@@ -73,7 +73,7 @@ uint64_t resident_shard_bytes(const ShardCounts& s) {
   const int64_t local = s.owned + s.halo;
   return f32(s.owned, s.feature_dim) + static_cast<uint64_t>(s.owned + local + 2) * 8 +
          static_cast<uint64_t>(s.local_edges) * 8 + static_cast<uint64_t>(local) * 4 * 3 +
-         static_cast<uint64_t>(s.sends) * 4 + static_cast<uint64_t>(s.owned) * 5;
+         static_cast<uint64_t>(s.sends) * 4 + static_cast<uint64_t>(s.owned) * (s.label_bytes_per_node() + 1);
 }
 
 uint64_t words_bytes(int bits, int64_t rows, int64_t cols) { return quant::packed_words(bits, rows, cols) * 4; }
@@ -151,6 +151,7 @@ ShardCounts ShardCounts::of(const Shard& s) {
   c.sends = s.send_offsets.empty() ? 0 : s.send_offsets[s.num_parts];
   c.feature_dim = s.feature_dim;
   c.classes = s.num_classes;
+  c.label_kind = s.label_kind;
   c.ranks = s.num_parts;
   c.shared_transpose_entries = train_detail::shared_transpose_entries(s);
   c.long_row_chunks = halogen::long_row_chunks(s.row_offsets.data(), s.num_owned);
@@ -226,8 +227,8 @@ MemoryEstimate estimate_training_memory(const ShardCounts& s, const TrainOptions
   // per-node ids, labels, training mask and send lists.
   const uint64_t device_arrays =
       on_gpu ? static_cast<uint64_t>(edges - (shared_transpose ? s.shared_transpose_entries : 0)) * 4 +
-                   static_cast<uint64_t>(shared_transpose ? 0 : owned + 1) * 8 + static_cast<uint64_t>(owned) * 9 +
-                   static_cast<uint64_t>(sends) * 4
+                   static_cast<uint64_t>(shared_transpose ? 0 : owned + 1) * 8 +
+                   static_cast<uint64_t>(owned) * (5 + s.label_bytes_per_node()) + static_cast<uint64_t>(sends) * 4
              : 0;
   // What the optimizer (weights, gradients, Adam's moments, the fp16 copy) and the gradient
   // sum (the packed buffer, PowerSGD's state) allocate, as they report it.

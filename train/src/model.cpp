@@ -18,6 +18,7 @@
 #include "halogen/core/output.hpp"
 #include "halogen/train/checkpoint.hpp"
 #include "nn/registry.hpp"
+#include "tasks/task.hpp"
 #include "trainer_common.hpp"
 
 namespace halogen {
@@ -123,9 +124,13 @@ std::vector<float> parse_npy_f32(const std::filesystem::path& path, const std::s
 
 nlohmann::json shape_json(const SavedModel& m) {
   const TrainOptions& o = m.options;
-  nlohmann::json j = {{"model", o.model.name},    {"layers", o.model.layers},
-                      {"hidden", o.model.hidden}, {"feature_dim", m.feature_dim},
-                      {"classes", m.num_classes}, {"feature_norm", to_string(o.model.feature_norm)}};
+  nlohmann::json j = {{"model", o.model.name},
+                      {"layers", o.model.layers},
+                      {"hidden", o.model.hidden},
+                      {"feature_dim", m.feature_dim},
+                      {"classes", m.num_classes},
+                      {"feature_norm", to_string(o.model.feature_norm)},
+                      {"task", o.model.task.empty() ? std::string("multiclass") : o.model.task}};
   nn::describe_model(o, j);
   return j;
 }
@@ -137,6 +142,8 @@ TrainOptions options_of(const nlohmann::json& j, const std::string& where) {
     o.model.name = j.at("model").get<std::string>();
     o.model.layers = j.at("layers").get<int>();
     o.model.hidden = j.at("hidden").get<int>();
+    // Models and checkpoints from before other tasks existed are multiclass.
+    o.model.task = j.value("task", std::string("multiclass"));
     nn::read_model_description(j, o);
     o.model.feature_norm = parse_feature_norm(j.value("feature_norm", std::string("row")));
     o.output.progress = false;
@@ -302,10 +309,29 @@ SavedModel model_from_checkpoint(const std::filesystem::path& checkpoint_dir) {
   m.training = {{"epochs", epoch + 1},
                 {"weights_of_epoch", best ? meta.value("best_epoch", epoch) : epoch},
                 {"from_checkpoint", checkpoint_dir.string()},
-                {"best_val_acc", meta.value("best_val", 0.0)},
+                {fmt::format("best_val_{}", selection_metric(m.options.model.task)), meta.value("best_val", 0.0)},
                 {"best_epoch", meta.value("best_epoch", -1)},
                 {"settings", manifest.at("training")}};
   return m;
+}
+
+static_assert(kMultilabelPositiveAbove == tasks::kPositiveAbove, "predict and the F1-micro threshold agree");
+
+void apply_task_output(std::string_view task, float* values, int64_t rows, int64_t cols) {
+  tasks::apply_output(tasks::make_task(task)->output(), values, rows, cols);
+}
+
+std::string selection_metric(std::string_view task) {
+  const std::unique_ptr<tasks::Task> t = tasks::make_task(task);
+  return std::string(t->metric_names().at(t->selection().metric));
+}
+
+double Inference::metric(std::string_view key) const {
+  for (const auto& [name, value] : metrics)
+    if (name == key) return value;
+  std::vector<std::string> keys;
+  for (const auto& m : metrics) keys.push_back(m.first);
+  HALOGEN_FAIL("task '{}' reports no metric '{}' (it reports {})", task, key, fmt::join(keys, ", "));
 }
 
 template <typename T>

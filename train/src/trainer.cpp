@@ -41,6 +41,7 @@
 #include "keys.hpp"
 #include "ops.hpp"
 #include "optimizer.hpp"
+#include "tasks/task.hpp"
 #include "trainer_common.hpp"
 #include "trainer_impl.hpp"
 
@@ -133,6 +134,7 @@ void TrainOptions::validate() const {
   const OptimOptions& o = optim;
   const DeviceOptions& d = device;
   const nn::ModelSpec& spec = nn::model_spec(m.name);  // an unknown name is refused here
+  if (!m.task.empty()) tasks::trains_on(m.task);       // and an unknown task
   HALOGEN_EXPECTS(m.layers >= 1, "--layers must be at least 1, got {}", m.layers);
   HALOGEN_EXPECTS(m.hidden >= 1, "--hidden must be at least 1, got {}", m.hidden);
   HALOGEN_EXPECTS(m.dropout >= 0.0f && m.dropout < 1.0f, "--dropout must be in [0, 1), got {}", m.dropout);
@@ -239,6 +241,14 @@ Inference infer(const Shard& shard, Communicator& comm, const SavedModel& model,
   // The model's classes, whatever labels this graph has.
   Shard s = shard;
   s.num_classes = static_cast<int32_t>(model.num_classes);
+  // Inference scores the model's task; the graph's labels must be of the kind it trains on.
+  if (t.model.task.empty()) t.model.task = "multiclass";
+  HALOGEN_EXPECTS(tasks::trains_on(t.model.task) == shard.label_kind,
+                  "rank {}: the model was trained for the task {} ({} labels); the graph's labels are {}", comm.rank(),
+                  t.model.task, to_string(tasks::trains_on(t.model.task)), to_string(shard.label_kind));
+  HALOGEN_EXPECTS(shard.label_kind == LabelKind::kClass || shard.num_classes == model.num_classes,
+                  "rank {}: the model predicts {} values per node; the graph's nodes have {} {} labels", comm.rank(),
+                  model.num_classes, shard.num_classes, to_string(shard.label_kind));
   comm.set_timeout(t.reliability.timeout_s);
   check_training_memory(s, comm, t, t.reliability.memory_limit, node_ranks(comm));
   Trainer trainer(s, comm, t);
@@ -280,8 +290,13 @@ TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& op
   run_on_root(ranks, "checking the output paths", [&] { check_train_outputs(options); });
   check_shards_consistent(shard, comm);
   HALOGEN_EXPECTS(shard.feature_dim >= 1, "shard {} has no node features (feature_dim 0)", shard.part);
-  HALOGEN_EXPECTS(shard.num_classes >= 2, "shard {} has {} classes; node classification needs at least 2", shard.part,
-                  shard.num_classes);
+  if (shard.label_kind == LabelKind::kClass) {
+    HALOGEN_EXPECTS(shard.num_classes >= 2, "shard {} has {} classes; node classification needs at least 2", shard.part,
+                    shard.num_classes);
+  } else {
+    HALOGEN_EXPECTS(shard.num_classes >= 1, "shard {} has {} labels; {} training needs at least 1", shard.part,
+                    shard.num_classes, to_string(shard.label_kind));
+  }
   HALOGEN_EXPECTS(options.device.kind == kDevCpu || cuda_device_count() > 0,
                   "rank {}: --device cuda but no GPU is visible to this process", comm.rank());
   comm.set_timeout(options.reliability.timeout_s);

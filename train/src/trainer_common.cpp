@@ -156,27 +156,18 @@ namespace {
 constexpr SplitRole kRoles[3] = {SplitRole::kTrain, SplitRole::kValid, SplitRole::kTest};
 constexpr const char* kRoleNames[3] = {"train", "val", "test"};
 
-// The task, once checked to be one whose epochs the best-epoch record ranks correctly: best_val
-// starts below every accuracy and selection_score negates a lower-is-better metric, so such a
-// task's (MSE) best epoch would be chosen wrongly. Checked before the metrics file is opened.
-const tasks::Task& trainable(const tasks::Task& task) {
-  HALOGEN_EXPECTS(task.selection().higher_is_better,
-                  "task '{}': the trainer selects the best epoch by a metric where higher is better, and this task's "
-                  "selection metric ({}) is lower-is-better; the trainer does not support such tasks yet",
-                  task.name(), task.metric_names().at(task.selection().metric));
-  return task;
-}
 }  // namespace
 
 EpochLog::EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& opt, const tasks::Task& task)
     : comm_(comm),
       s_(shard),
       opt_(opt),
-      task_(trainable(task)),
+      task_(task),
       metrics_(comm.rank() == 0 ? opt.output.metrics_path : std::filesystem::path()) {
   const std::vector<std::string_view> names = task.metric_names();
   for (int i = 0; i < 3; ++i)
     for (const std::string_view name : names) keys_[i].push_back(fmt::format("{}_{}", kRoleNames[i], name));
+  metric_ = std::string(names.at(task.selection().metric));
 #if HALOGEN_HAVE_CUDA
   host_syncs_ = cuda::host_sync_count();  // the first epoch's count includes the set-up after this
 #endif
@@ -184,8 +175,10 @@ EpochLog::EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& o
 
 EvalCounts evaluate_logits(const tasks::Task& task, const float* logits, const Shard& s) {
   EvalCounts e;
-  tasks::SplitRows rows{logits, s.num_owned, s.num_classes, TensorView::of(s.labels.data(), s.num_owned, 1),
-                        s.split.data()};
+  const TensorView labels = s.label_kind == LabelKind::kClass
+                                ? TensorView::of(s.labels.data(), s.num_owned, 1)
+                                : TensorView::of(s.targets.data(), s.num_owned, s.num_classes);
+  tasks::SplitRows rows{logits, s.num_owned, s.num_classes, labels, s.split.data()};
   for (int i = 0; i < 3; ++i) {
     rows.role = static_cast<uint8_t>(kRoles[i]);
     e.splits[i] = tasks::local_split(task, rows);
@@ -199,24 +192,26 @@ bool EpochLog::add_accuracy(nlohmann::json& rec, int epoch, const EvalCounts& ev
   double val_loss_sum = eval.val_loss_sum;
   const std::vector<std::vector<double>> metrics =
       tasks::evaluate_splits(task_, comm_, eval.splits, std::span<double>(&val_loss_sum, 1));
-  std::array<double, 3> selected{};
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 3; ++i)
     for (size_t k = 0; k < keys_[i].size(); ++k) rec[keys_[i][k]] = metrics[i][k];
-    selected[i] = tasks::selection_score(task_, metrics[i]);
-  }
-  const double val_acc = selected[1];
-  const double test_acc = selected[2];
+  const size_t m = task_.selection().metric;
+  const double val = metrics[1][m];
+  const double test = metrics[2][m];
+  // Scores oriented so that higher is better (accuracy, F1-micro, -MSE).
+  const double sign = task_.selection().higher_is_better ? 1.0 : -1.0;
+  const double score = sign * val, best_score = sign * best_val;
+  const bool first = best_epoch < 0;
   const double loss = s_.global_valid_count > 0 ? val_loss_sum / static_cast<double>(s_.global_valid_count) : 0.0;
   rec["val_loss"] = loss;
-  if (loss < best_val_loss || val_acc > best_val) improved_epoch = epoch;
+  if (first || loss < best_val_loss || score > best_score) improved_epoch = epoch;
   best_val_loss = std::min(best_val_loss, loss);
-  // The best epoch: the highest validation accuracy, and among equal ones (a small validation
-  // set has few distinct values) the lowest validation loss, which picks the steadier of
-  // equally accurate models instead of the first.
-  if (val_acc < best_val || (val_acc == best_val && loss >= val_loss_at_best)) return false;
-  best_val = val_acc;
+  // The best epoch: the best validation metric, and among equal ones (a small validation set
+  // has few distinct accuracies) the lowest validation loss, which picks the steadier of
+  // equally good models instead of the first.
+  if (!first && (score < best_score || (score == best_score && loss >= val_loss_at_best))) return false;
+  best_val = val;
   val_loss_at_best = loss;
-  test_at_best = test_acc;
+  test_at_best = test;
   best_epoch = epoch;
   return true;
 }
@@ -280,9 +275,11 @@ void EpochLog::print_progress(const nlohmann::json& rec, double epoch_s) {
       const auto share = [&](const char* key, int64_t nodes) {
         return nodes > 0 ? std::optional<double>(rec[key].get<double>()) : std::nullopt;
       };
-      line.train_acc = share("train_acc", s_.global_train_count);
-      line.val_acc = share("val_acc", s_.global_valid_count);
-      line.test_acc = share("test_acc", s_.global_test_count);
+      const size_t m = task_.selection().metric;
+      line.train_acc = share(keys_[0][m].c_str(), s_.global_train_count);
+      line.val_acc = share(keys_[1][m].c_str(), s_.global_valid_count);
+      line.test_acc = share(keys_[2][m].c_str(), s_.global_test_count);
+      if (metric_ != "acc") line.metric = metric_;
     }
     line.epoch_s = epoch_s;
     line.elapsed_s = clock_.elapsed_s();
@@ -306,13 +303,16 @@ std::string epoch_line(const EpochLine& l) {
   const int width = static_cast<int>(std::to_string(std::max(l.epochs, 1)).size());
   std::string out = fmt::format("epoch {:>{}}/{}  loss {:.4f}", l.epoch, width, l.epochs, l.loss);
   constexpr std::string_view kAccuracies = "  train 0.0000  val 0.0000  test 0.0000";
+  // A task scored by another metric than accuracy names it before the three splits.
+  const std::string metric = l.metric.empty() ? std::string() : "  " + l.metric;
   if (l.evaluated) {
+    out += metric;
     const auto acc = [](const std::optional<double>& a) {
       return a ? fmt::format("{:.4f}", *a) : std::string("   n/a");
     };
     out += fmt::format("  train {}  val {}  test {}", acc(l.train_acc), acc(l.val_acc), acc(l.test_acc));
   } else {
-    out.append(kAccuracies.size(), ' ');
+    out.append(metric.size() + kAccuracies.size(), ' ');
   }
   out += fmt::format("  {:.3f} s  elapsed {}  ETA {}", l.epoch_s, clock_duration(l.elapsed_s), clock_duration(l.eta_s));
   return out;
@@ -338,9 +338,13 @@ nlohmann::json EpochLog::summary(const std::string& device, double total_s, int 
   summary["epochs_run"] = epochs_run;
   summary["stopped_early"] = epochs_run < opt_.optim.epochs;
   summary["patience"] = opt_.optim.patience;
-  summary["best_val_acc"] = accuracy_json(s_.global_valid_count, best_val);
+  // The task's selection metric at the best epoch: best_val_acc and test_acc_at_best_val for
+  // multiclass, best_val_f1_micro ... for multilabel, best_val_mse ... for regression.
+  summary["task"] = task_.name();
+  summary["selection_metric"] = metric_;
+  summary[fmt::format("best_val_{}", metric_)] = accuracy_json(s_.global_valid_count, best_val);
   summary["best_epoch"] = best_epoch;
-  summary["test_acc_at_best_val"] = accuracy_json(s_.global_test_count, test_at_best);
+  summary[fmt::format("test_{}_at_best_val", metric_)] = accuracy_json(s_.global_test_count, test_at_best);
   summary["total_s"] = total_s;
   summary["device"] = device;
   summary["ranks"] = comm_.size();
@@ -350,9 +354,12 @@ nlohmann::json EpochLog::summary(const std::string& device, double total_s, int 
   return summary;
 }
 
-nlohmann::json model_description(const TrainOptions& opt, const Shard& s, size_t num_params) {
+nlohmann::json model_description(const TrainOptions& opt, const Shard& s, size_t num_params, std::string_view task) {
   nlohmann::json m = {{"model", opt.model.name},      {"layers", opt.model.layers}, {"hidden", opt.model.hidden},
                       {"feature_dim", s.feature_dim}, {"classes", s.num_classes},   {"parameters", num_params}};
+  // Only another task than multiclass is recorded, so that checkpoints written before tasks
+  // existed (all multiclass) still resume.
+  if (task != "multiclass") m["task"] = task;
   nn::describe_model(opt, m);
   return m;
 }

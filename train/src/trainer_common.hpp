@@ -99,8 +99,10 @@ struct EpochLine {
   int epochs = 0;  // --epochs: the last epoch is epochs - 1
   double loss = 0.0;
   bool evaluated = false;
-  // Accuracy over each split; empty for a split without nodes ("n/a").
+  // The selection metric over each split (accuracy unless `metric` names another); empty for a
+  // split without nodes ("n/a").
   std::optional<double> train_acc, val_acc, test_acc;
+  std::string metric;  // empty: accuracy, unnamed; else printed before the splits ("f1_micro")
   double epoch_s = 0.0, elapsed_s = 0.0, eta_s = 0.0;
 };
 
@@ -126,14 +128,14 @@ std::string run_estimate_line(int epochs, double mean_epoch_s, double total_s, b
 /// validation epoch. Collective: every rank calls each method in the same order.
 class EpochLog {
  public:
-  /// `task`: what the records score (the trainer's: multiclass); it must outlive the log. Its
-  /// selection metric must be one where higher is better: the best-epoch record assumes it.
+  /// `task`: what the records score (the trainer's); it must outlive the log.
   EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& opt, const tasks::Task& task);
 
   /// Sums this rank's counts over ranks, adds the task's metrics of each split to `rec`
-  /// ("train_acc", "val_acc", ...) and remembers the epoch with the best validation selection
-  /// metric (the accuracy; ties: the lower validation loss). Returns whether `epoch` is the new
-  /// best (the same answer on every rank).
+  /// ("train_acc", "val_acc", ...; "val_f1_micro", "val_roc_auc"; "val_mse", "val_r2") and
+  /// remembers the epoch with the best validation selection metric (accuracy, F1-micro, or the
+  /// lowest MSE; ties: the lower validation loss). Returns whether `epoch` is the new best (the
+  /// same answer on every rank).
   bool add_accuracy(nlohmann::json& rec, int epoch, const EvalCounts& counts);
   /// Early stopping: after `epoch`, neither the validation accuracy nor the validation loss has
   /// improved for the options' patience (never with patience 0, or before any evaluation).
@@ -152,9 +154,13 @@ class EpochLog {
   nlohmann::json summary(const std::string& device, double total_s, int start_epoch, int epochs_run) const;
   void write_summary(const nlohmann::json& summary) { metrics_.write(summary); }
 
-  // The best-validation record (checkpointed with the run).
+  // The best-validation record (checkpointed with the run): the selection metric over the
+  // validation and test nodes at the best epoch, as reported (MSE itself, not negated); none
+  // before the first evaluation (best_epoch -1).
   double best_val = -1.0, test_at_best = 0.0;
   int best_epoch = -1;
+  /// The selection metric's name ("acc", "f1_micro", "mse").
+  const std::string& selection_metric() const { return metric_; }
   // Early stopping: the lowest validation loss and the last epoch either figure improved.
   double best_val_loss = std::numeric_limits<double>::infinity();
   double val_loss_at_best = std::numeric_limits<double>::infinity();  // tie-break of the best epoch
@@ -167,6 +173,7 @@ class EpochLog {
   const tasks::Task& task_;
   // The record's key of each metric, by role: "train_acc", "val_acc", ...
   std::array<std::vector<std::string>, 3> keys_;
+  std::string metric_;  // the selection metric's name
   MetricsWriter metrics_;
   uint64_t host_syncs_ = 0;  // the process's host waits on the GPU when the last epoch was written
   // Rank 0: the epoch's progress line (unless quiet), and once the run's estimate.
@@ -181,9 +188,10 @@ class EpochLog {
 // Checkpoints (checkpoint.hpp's files), the same records on every device, so a run can also
 // resume on the other device: the parameters and Adam state have the same layout there.
 
-/// What a checkpoint records of the model (must match to resume) and of the training settings
-/// (a difference is warned about: later epochs will differ from the original run).
-nlohmann::json model_description(const TrainOptions& opt, const Shard& s, size_t num_params);
+/// What a checkpoint records of the model (must match to resume: the task trained included) and
+/// of the training settings (a difference is warned about: later epochs will differ from the
+/// original run).
+nlohmann::json model_description(const TrainOptions& opt, const Shard& s, size_t num_params, std::string_view task);
 nlohmann::json training_description(const TrainOptions& opt);
 
 /// When the options ask for a checkpoint after `epoch` (every N epochs and after the last,

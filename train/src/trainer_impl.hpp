@@ -67,7 +67,9 @@ class Trainer {
   void save_checkpoint(int epoch);
   void save_model(int epochs_run, const TrainResult& result) const;
   nlohmann::json summary(double total_s, int epochs_run) const;
-  nlohmann::json model_description() const { return train_detail::model_description(opt_, s_, nn::num_params(decl_)); }
+  nlohmann::json model_description() const {
+    return train_detail::model_description(opt_, s_, nn::num_params(decl_), task_->name());
+  }
   const float* logits_on_host();
 
   const Shard& s_;
@@ -89,7 +91,7 @@ class Trainer {
   // dL/d output of the layer being differentiated (owned rows, as wide as the widest output);
   // fp16: the loss gradient in fp32 before it is rounded into dy_.
   Tensor dy_, dlogits_;
-  // What the logits are trained for and scored by: multiclass, on the shard's class labels.
+  // What the logits are trained for and scored by: --task, or the task of the shard's labels.
   const std::unique_ptr<tasks::Task> task_;
   train_detail::EpochLog log_;
   int start_epoch_ = 0;

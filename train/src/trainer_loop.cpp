@@ -120,9 +120,12 @@ Inference Trainer::infer(const std::vector<float>& params, int embeddings_layer)
   r.loss = loss[0] / static_cast<double>(std::max<int64_t>(s_.global_train_count, 1));
   nlohmann::json rec;
   log_.add_accuracy(rec, 0, train_detail::evaluate_logits(*task_, r.logits.data(), s_));
-  r.train_acc = rec["train_acc"].get<double>();
-  r.val_acc = rec["val_acc"].get<double>();
-  r.test_acc = rec["test_acc"].get<double>();
+  r.task = task_->name();
+  for (const char* role : {"train", "val", "test"})
+    for (const std::string_view name : task_->metric_names()) {
+      const std::string key = fmt::format("{}_{}", role, name);
+      r.metrics.emplace_back(key, rec[key].get<double>());
+    }
   return r;
 }
 
@@ -235,7 +238,8 @@ TrainResult Trainer::run_epochs() {
     if (train_detail::checkpoint_due(opt_, epoch, last)) save_checkpoint(epoch);
     if (last && epoch + 1 < opt_.optim.epochs) {
       if (s_.part == 0 && opt_.output.progress)
-        std::printf("stopping early: validation accuracy has not improved for %d epochs (best %.4f at epoch %d)\n",
+        std::printf("stopping early: validation %s has not improved for %d epochs (best %.4f at epoch %d)\n",
+                    log_.selection_metric() == "acc" ? "accuracy" : log_.selection_metric().c_str(),
                     opt_.optim.patience, log_.best_val, log_.best_epoch);
       break;
     }
@@ -253,17 +257,24 @@ void Trainer::save_model(int epochs_run, const TrainResult& result) const {
   SavedModel model{opt_, s_.feature_dim, s_.num_classes,
                    best_params_.empty() ? to_host_floats(ctx(), optim_->params()) : best_params_,
                    nlohmann::json::object()};
+  model.options.model.task = task_->name();  // the task trained, also when chosen by the data
   model.training = {{"epochs", epochs_run},
                     {"weights_of_epoch", best_params_.empty() ? epochs_run - 1 : log_.best_epoch}};
   if (!result.epochs.empty()) {
     const nlohmann::json& last = result.epochs.back();
     model.training["loss"] = last.value("loss", 0.0);
-    for (const char* key : {"train_acc", "val_acc", "test_acc"})
-      if (last.contains(key)) model.training[std::string("last_") + key] = last[key];
+    for (const char* role : {"train", "val", "test"})
+      for (const std::string_view name : task_->metric_names()) {
+        const std::string key = fmt::format("{}_{}", role, name);
+        if (last.contains(key)) model.training["last_" + key] = last[key];
+      }
   }
-  // As in the metrics summary: no node of a split, no accuracy over it (null).
-  model.training["best_val_acc"] = train_detail::accuracy_json(s_.global_valid_count, log_.best_val);
-  model.training["test_acc_at_best_val"] = train_detail::accuracy_json(s_.global_test_count, log_.test_at_best);
+  // As in the metrics summary: no node of a split, no metric over it (null).
+  const std::string& metric = log_.selection_metric();
+  model.training[fmt::format("best_val_{}", metric)] =
+      train_detail::accuracy_json(s_.global_valid_count, log_.best_val);
+  model.training[fmt::format("test_{}_at_best_val", metric)] =
+      train_detail::accuracy_json(s_.global_test_count, log_.test_at_best);
   model.training["best_epoch"] = log_.best_epoch;
   model.training["ranks"] = comm_.size();
   model.training["settings"] = train_detail::training_description(opt_);

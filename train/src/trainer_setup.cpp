@@ -15,7 +15,7 @@ Trainer::Trainer(const Shard& shard, Communicator& comm, const TrainOptions& opt
       stream_(opt.device.kind),
       decl_(nn::layout(opt, shard.feature_dim, shard.num_classes)),
       graph_(shard, stream_.context(), spec_.aggregation()),
-      task_(tasks::make_task("multiclass")),
+      task_(tasks::make_task(opt.model.task, shard.label_kind)),
       log_(comm, shard, opt, *task_) {
   init_params();
   halo_ = std::make_unique<HaloChannel>(s_, comm_, ctx(), opt_, act_, graph_, nn::halo_error_gains(decl_),

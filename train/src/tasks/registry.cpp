@@ -17,18 +17,33 @@ namespace {
 struct Entry {
   std::string_view name;
   std::unique_ptr<Task> (*make)();
+  LabelKind labels;
 };
 constexpr Entry kTasks[] = {
-    {"multiclass", &make_multiclass},  // tasks/multiclass.cpp
-    {"multilabel", &make_multilabel},  // tasks/multilabel.cpp
-    {"regression", &make_regression},  // tasks/regression.cpp
+    {"multiclass", &make_multiclass, LabelKind::kClass},       // tasks/multiclass.cpp
+    {"multilabel", &make_multilabel, LabelKind::kMultiLabel},  // tasks/multilabel.cpp
+    {"regression", &make_regression, LabelKind::kRegression},  // tasks/regression.cpp
 };
+
+const Entry& entry(std::string_view name) {
+  for (const Entry& e : kTasks)
+    if (e.name == name) return e;
+  HALOGEN_FAIL("unknown task '{}': expected one of {}", name, fmt::join(task_names(), ", "));
+}
 }  // namespace
 
-std::unique_ptr<Task> make_task(std::string_view name) {
-  for (const Entry& e : kTasks)
-    if (e.name == name) return e.make();
-  HALOGEN_FAIL("unknown task '{}': expected one of {}", name, fmt::join(task_names(), ", "));
+std::unique_ptr<Task> make_task(std::string_view name) { return entry(name).make(); }
+
+LabelKind trains_on(std::string_view task) { return entry(task).labels; }
+
+std::unique_ptr<Task> make_task(std::string_view name, LabelKind kind) {
+  if (name.empty()) return make_task(default_task(kind));
+  const Entry& e = entry(name);
+  HALOGEN_EXPECTS(e.labels == kind,
+                  "--task {} trains on {} labels, and this dataset's labels are {} (its task is {}; "
+                  "convert the labels, or leave --task out)",
+                  name, to_string(e.labels), to_string(kind), default_task(kind));
+  return e.make();
 }
 
 std::vector<std::string> task_names() {

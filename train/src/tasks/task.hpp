@@ -8,8 +8,8 @@
 //   multiclass  i32, rows x 1: a class in [0, cols) per row, -1 = unlabelled;
 //   multilabel  f32, rows x cols: 0 or 1 per entry, NaN = that entry unlabelled;
 //   regression  f32, rows x cols: the targets, NaN = that entry unlabelled.
-// The trainer trains the multiclass task on the shard's class labels; the other two are
-// complete here (loss, gradient, metrics) but no dataset carries their labels yet.
+// The trainer trains the task of the shard's label kind (dataset.hpp) unless told another that
+// trains on the same kind (make_task(name, kind)).
 //
 // Metrics over several ranks are exact: each rank computes additive sums over its rows of the
 // split (integer counts, fp64 sums of squares), summed over ranks by one all-reduce, and a task
@@ -29,6 +29,7 @@
 
 #include "halogen/comm/communicator.hpp"
 #include "halogen/core/tensor.hpp"
+#include "halogen/partition/dataset.hpp"
 
 namespace halogen::tasks {
 
@@ -100,6 +101,12 @@ class Task {
 /// naming the registered ones.
 std::unique_ptr<Task> make_task(std::string_view name);
 std::vector<std::string> task_names();
+/// The labels a task trains on: multiclass class labels, multilabel 0/1 targets, regression
+/// real targets.
+LabelKind trains_on(std::string_view task);
+/// The task `name` for a dataset whose labels are of `kind`: empty `name` = the kind's own
+/// (default_task); a task that trains on another kind of labels is refused, naming both.
+std::unique_ptr<Task> make_task(std::string_view name, LabelKind kind);
 
 /// The selection metric of `metrics` oriented so that higher is better (accuracy, F1-micro, or
 /// -MSE).

@@ -3,6 +3,7 @@
 // instead of being killed by the kernel's OOM killer hours into a job.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -44,6 +45,12 @@ struct ShardCounts {
   int64_t sends = 0;        // rows it sends per exchange (to all peers together)
   int64_t feature_dim = 0;
   int64_t classes = 0;
+  // What a node's labels take: class labels one i32, multi-label or regression targets one f32
+  // per label (classes of them).
+  LabelKind label_kind = LabelKind::kClass;
+  uint64_t label_bytes_per_node() const {
+    return label_kind == LabelKind::kClass ? 4 : static_cast<uint64_t>(std::max<int64_t>(classes, 0)) * 4;
+  }
   double feature_density = 1.0;  // non-zero share of this shard's input features
   // Their non-zero share over all ranks, where known (check_training_memory counts it): the
   // trainer chooses layer 0's order and the features' storage (sparse below 0.3) from it, so

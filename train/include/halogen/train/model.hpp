@@ -61,8 +61,13 @@ struct Inference {
   std::vector<float> logits;      // owned x classes
   std::vector<float> embeddings;  // owned x embedding_cols (empty when not asked)
   int64_t embedding_cols = 0;
-  double loss = 0.0;                                // mean over the training nodes of all ranks
-  double train_acc = 0, val_acc = 0, test_acc = 0;  // over all ranks
+  double loss = 0.0;  // mean over the training nodes of all ranks
+  std::string task;   // the model's task (multiclass, multilabel, regression)
+  /// The task's metrics over all ranks, by split: ("train_acc", v), ("val_acc", v), ...;
+  /// ("train_f1_micro", v), ("train_roc_auc", v), ...; ("train_mse", v), ("train_r2", v), ...
+  std::vector<std::pair<std::string, double>> metrics;
+  /// The metric of that key; throws halogen::Error naming the task's keys if there is none.
+  double metric(std::string_view key) const;
 };
 /// Full-graph inference with `model` on this rank's shard (any partition: the model does
 /// not depend on it). `embeddings_layer` in [1, layers] also returns the output of that layer
@@ -70,6 +75,16 @@ struct Inference {
 /// Collective over `comm`. With fp32 exchange, P ranks give 1 rank's logits to fp32 rounding.
 Inference infer(const Shard& shard, Communicator& comm, const SavedModel& model, int embeddings_layer = 0,
                 Device device = Device::kCpu);
+
+/// What predict writes for the logits of a model of `task`, in place on host rows: softmax
+/// probabilities (multiclass), one sigmoid probability per label (multilabel), the values
+/// themselves (regression); fp64 inside, rounded once to fp32.
+void apply_task_output(std::string_view task, float* values, int64_t rows, int64_t cols);
+/// A multilabel prediction is positive where its probability is above this (the threshold of
+/// the F1-micro that PipeGCN and GraphSAINT report).
+inline constexpr float kMultilabelPositiveAbove = 0.5f;
+/// The metric of `task` that selects the best epoch: "acc", "f1_micro" or "mse".
+std::string selection_metric(std::string_view task);
 
 /// Writes rows of a global matrix held by the ranks (this rank: the rows of `global_ids`,
 /// `cols` values each, row-major in `values`) as one .npy file of `total_rows` x `cols` in

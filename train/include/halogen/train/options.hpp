@@ -72,6 +72,10 @@ std::string to_string(GradCompression g);
 /// The model trained and its shape.
 struct ModelOptions {
   std::string name = "gcn";  // a name of model_names() (or an alias: graphsage)
+  /// What the output layer is trained for: a task of tasks::task_names() (multiclass,
+  /// multilabel, regression); empty = the task of the dataset's labels (default_task of its
+  /// LabelKind). A saved model records the task it was trained for.
+  std::string task;
   int layers = 2;
   int hidden = 64;  // GAT: per head; a hidden layer is heads * hidden wide (default_hidden)
   /// The model's own hyper-parameters by name (model_params()); one not set takes the model's
