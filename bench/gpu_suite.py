@@ -2,14 +2,15 @@
 """halogen's GPU path against its anchors, in one run on one GPU; bench/gpu_suite.sh calls it.
 
 Sections (each prints its rows as it finishes; the summary table comes last):
-  tests   the GPU test programs found beside halogen (test_gpu_kernels, test_quantize_cuda,
-          test_gpu_training on 1 and 2 ranks sharing the GPU, and the CUDA instances of the
-          trainer suites that run over every registered model: test_exactness (2 and 4 ranks),
-          test_gradcheck, test_grad_allreduce (2 and 4 ranks), test_staleness_runs, and
-          test_nccl_communicator on 1 rank; then tests/e2e's resume, failure and model scenarios
-          with HALOGEN_TEST_DEVICE=cuda): pass, fail or skip each, so that one call checks the
-          kernels and every model's CUDA path before it times them. The tests read Cora from
-          --shared-data (HALOGEN_SHARED_DATA; default ../shared/data beside the sources).
+  tests   the GPU test programs found beside halogen (test_gpu_kernels, test_gpu_tasks,
+          test_quantize_cuda, test_gpu_training on 1 and 2 ranks sharing the GPU, and the CUDA
+          instances of the trainer suites that run over every registered model: test_exactness
+          (2 and 4 ranks), test_gradcheck, test_grad_allreduce (2 and 4 ranks),
+          test_staleness_runs, and test_nccl_communicator on 1 rank; then tests/e2e's resume,
+          failure and model scenarios with HALOGEN_TEST_DEVICE=cuda): pass, fail or skip each, so
+          that one call checks the kernels and every model's CUDA path before it times them. The
+          tests read Cora from --shared-data (HALOGEN_SHARED_DATA; default ../shared/data beside
+          the sources).
   train   halogen against PyG (bench/gpu_pyg.py) on an RMAT graph of ogbn-products' shape:
           GCN and GraphSAGE, 2 and 3 layers, hidden 256, fp32 and fp16, alternating runs;
           median training-step time and the peak of each one's device allocator.
@@ -429,7 +430,8 @@ class Suite:
             env["HALOGEN_SHARED_DATA"] = os.path.abspath(self.a.shared_data)
         log("\n# tests: GPU test programs")
         # (program, ranks, gtest filter, seconds)
-        programs = [("test_gpu_kernels", 1, "*", 300), ("test_quantize_cuda", 1, "*", 300),
+        programs = [("test_gpu_kernels", 1, "*", 300), ("test_gpu_tasks", 1, "*", 300),
+                    ("test_quantize_cuda", 1, "*", 300),
                     ("test_quantize_fused", 1, "*", 300),
                     ("test_nccl_communicator", 1, "*", 300),
                     ("test_gpu_training", 1, "*", 300), ("test_gpu_training", 2, "*", 300),

@@ -7,7 +7,8 @@
 #
 # --bundle DIR runs a relocatable bundle of halogen's executables (build/halogen,
 # build/bench/bench_spmm_gpu and the GPU test programs build/tests/gpu/test_gpu_kernels,
-# build/tests/gpu/test_gpu_training, build/tests/gpu/test_nccl_communicator,
+# build/tests/gpu/test_gpu_tasks, build/tests/gpu/test_gpu_training,
+# build/tests/gpu/test_nccl_communicator,
 # build/tests/quant/test_quantize_cuda, build/tests/quant/test_quantize_fused,
 # build/tests/train/test_exactness,
 # build/tests/train/test_gradcheck, build/tests/train/test_grad_allreduce and
@@ -18,8 +19,9 @@
 # The whole suite takes about 8 minutes on one H100 or H200; --sections tests,exchange about
 # 7.5 (docs/gpu.md, the exchange section, says from which measured figures). Make the bundle with
 #   bash ../shared/tools/runtime-bundle.sh DIR build/halogen build/bench/bench_spmm_gpu \
-#     build/tests/gpu/test_gpu_kernels build/tests/gpu/test_gpu_training \
-#     build/tests/gpu/test_nccl_communicator build/tests/quant/test_quantize_cuda \
+#     build/tests/gpu/test_gpu_kernels build/tests/gpu/test_gpu_tasks \
+#     build/tests/gpu/test_gpu_training build/tests/gpu/test_nccl_communicator \
+#     build/tests/quant/test_quantize_cuda \
 #     build/tests/quant/test_quantize_fused build/tests/train/test_exactness \
 #     build/tests/train/test_gradcheck build/tests/train/test_grad_allreduce \
 #     build/tests/pipeline/test_staleness_runs
