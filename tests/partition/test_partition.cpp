@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,6 +20,7 @@
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/partition/readers.hpp"
 #include "halogen/partition/shard.hpp"
+#include "halogen/partition/trainability.hpp"
 #include "partition_checks.hpp"
 #include "test_data.hpp"
 #include "tiny_dataset.hpp"
@@ -105,6 +107,109 @@ TEST(Shards, ValidateCatchesBrokenOrderingAndStructure) {
   Shard bad_degree = good;
   bad_degree.in_degree = copy_to_array<int32_t>(std::vector<int32_t>{2, 2, 2, 3, 3, 3});
   EXPECT_NE(error_of([&] { bad_degree.validate(); }).find("in_degree"), std::string::npos);
+}
+
+// Multilabel and regression targets move with their nodes into the shards at 1, 2 and 4 parts,
+// and survive the shard bytes.
+TEST(Shards, TargetsOfEveryKindAt1To4Parts) {
+  SbmOptions so;
+  so.num_nodes = 2000;
+  so.feature_dim = 6;
+  const Dataset base = generate_sbm(so);
+  for (const LabelKind kind : {LabelKind::kMultiLabel, LabelKind::kRegression}) {
+    const Dataset ds = test::with_targets(base, kind, 5);
+    for (int parts : {1, 2, 4}) {
+      SCOPED_TRACE(testing::Message() << to_string(kind) << " P=" << parts);
+      const auto part_of = metis_parts(ds, parts);
+      const auto shards = build_shards(ds, part_of, parts);
+      expect_reassembles(ds, shards);
+      expect_send_lists_mirror_halos(shards);
+      for (const Shard& s : shards) {
+        auto bytes = std::make_shared<std::string>(serialize_shard(s));
+        const Shard back =
+            deserialize_shard(reinterpret_cast<const std::byte*>(bytes->data()), bytes->size(), bytes, "mem");
+        EXPECT_EQ(back.label_kind, kind);
+        ASSERT_EQ(back.targets.size(), s.targets.size());
+        EXPECT_EQ(0, std::memcmp(back.targets.data(), s.targets.data(), s.targets.size() * sizeof(float)));
+      }
+      EXPECT_EQ(shards[0].partition_id, partition_fingerprint(ds, part_of, parts));
+      EXPECT_NE(shards[0].partition_id, partition_fingerprint(base, part_of, parts));
+    }
+  }
+}
+
+TEST(Shards, ValidateChecksTargetsSizesAndEntries) {
+  const Dataset ds = test::with_targets(tiny_dataset(), LabelKind::kMultiLabel, 2);
+  const Shard good = build_shards(ds, kTinyParts, 3, NodeOrder::kGlobalId)[0];  // owns 0, 1, 7
+  ASSERT_NO_THROW(good.validate());
+  auto with = [&](std::vector<float> t) {
+    Shard s = good;
+    s.targets = copy_to_array<float>(t);
+    return error_of([&] { s.validate(); });
+  };
+  std::vector<float> t = vec(good.targets);
+  EXPECT_NE(with({t.begin(), t.end() - 1}).find("shard 0: targets has 5 entries, expected 6"), std::string::npos);
+  t[2 * 2 + 1] = 2.0f;  // node 7, column 1
+  std::string msg = with(t);
+  EXPECT_NE(msg.find("shard 0: owned node 2 column 1 has 2 (multilabel entries are 0, 1, or NaN for unlabelled)"),
+            std::string::npos)
+      << msg;
+  Shard labelled = good;
+  labelled.labels = copy_to_array<int32_t>(std::vector<int32_t>{0, 1, 0});
+  msg = error_of([&] { labelled.validate(); });
+  EXPECT_NE(msg.find("shard 0: labels has 3 entries, expected 0"), std::string::npos) << msg;
+  Shard regression = good;
+  regression.label_kind = LabelKind::kRegression;
+  EXPECT_NO_THROW(regression.validate());  // 0 and 1 are finite
+  regression.targets = copy_to_array<float>(std::vector<float>{0, 1, 2, 3, std::numeric_limits<float>::infinity(), 5});
+  msg = error_of([&] { regression.validate(); });
+  EXPECT_NE(msg.find("owned node 2 column 0 has inf (regression targets are finite"), std::string::npos) << msg;
+  Shard class_with_targets = build_shards(tiny_dataset(), kTinyParts, 3)[0];
+  class_with_targets.targets = good.targets;
+  msg = error_of([&] { class_with_targets.validate(); });
+  EXPECT_NE(msg.find("shard 0: targets has 6 entries, expected 0"), std::string::npos) << msg;
+}
+
+// For multilabel and regression targets a node is labelled when one of its entries is not NaN;
+// the class count applies to class labels only.
+TEST(Trainability, TargetsCountNodesWithAnEntryAndNameTheTargets) {
+  Dataset ds = test::with_targets(tiny_dataset(), LabelKind::kRegression, 1);  // nodes 0 and 5: NaN
+  TrainabilityCounts c = count_trainability(ds);
+  EXPECT_EQ(c.label_kind, LabelKind::kRegression);
+  EXPECT_EQ(c.labelled, 6);
+  EXPECT_EQ(c.train_labelled, 1);  // train 0 3 5
+  EXPECT_EQ(c.valid_labelled, 2);
+  EXPECT_TRUE(trainability_problems(c).empty());  // one column, no class count needed
+  int64_t summed = 0;
+  for (const Shard& s : build_shards(ds, kTinyParts, 3)) summed += count_trainability(s).labelled;
+  EXPECT_EQ(summed, 6);
+
+  HostBuffer<float> nan(8, std::nanf(""));
+  ds.targets = ArrayRef<float>(std::move(nan));
+  c = count_trainability(ds);
+  EXPECT_EQ(c.labelled, 0);
+  TrainabilityArrays names;
+  names.labels = "labels-array";
+  names.targets = "targets-array";
+  std::string msg = trainability_message("dataset 'd'", c, names);
+  EXPECT_NE(msg.find("no node has a label (targets-array is missing or every entry of its 8 rows is NaN"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("labels-array"), std::string::npos) << msg;
+
+  const Dataset multilabel = test::with_targets(tiny_dataset(), LabelKind::kMultiLabel, 3);
+  c = count_trainability(multilabel);
+  EXPECT_EQ(c.labelled, 7);  // node 5's row is all NaN, every other row has an entry
+  c.num_classes = 0;
+  msg = trainability_message("dataset 'd'", c);
+  EXPECT_NE(msg.find("y has no label column (expected at least 1 per node)"), std::string::npos) << msg;
+  // The class kind still needs two classes.
+  Dataset one_class = tiny_dataset();
+  one_class.num_classes = 1;
+  c = count_trainability(one_class);
+  c.num_classes = 1;
+  msg = trainability_message("dataset 'd'", c);
+  EXPECT_NE(msg.find("has 1 class"), std::string::npos) << msg;
 }
 
 TEST(Shards, SelfLoopsAndIsolatedNodesSurvive) {

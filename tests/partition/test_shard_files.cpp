@@ -10,11 +10,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
 #include "halogen/partition/dataset.hpp"
+#include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/generate.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/partition/readers.hpp"
@@ -62,8 +64,38 @@ void expect_same_shard(const Shard& a, const Shard& b) {
   EXPECT_EQ(vec(a.send_offsets), vec(b.send_offsets));
   EXPECT_EQ(vec(a.send_indices), vec(b.send_indices));
   EXPECT_EQ(vec(a.features), vec(b.features));
+  EXPECT_EQ(a.label_kind, b.label_kind);
   EXPECT_EQ(vec(a.labels), vec(b.labels));
+  // Bytewise: NaN (an unlabelled entry) equals itself.
+  EXPECT_TRUE(a.targets.size() == b.targets.size() &&
+              (a.targets.empty() || std::memcmp(a.targets.data(), b.targets.data(), a.targets.size() * 4) == 0));
   EXPECT_EQ(vec(a.split), vec(b.split));
+}
+
+// The bytes of one shard file, and a shard parsed from them.
+std::string shard_bytes(const Shard& s) { return serialize_shard(s); }
+Shard parse(const std::string& bytes, const std::string& source = "mem") {
+  auto copy = std::make_shared<std::string>(bytes);
+  return deserialize_shard(reinterpret_cast<const std::byte*>(copy->data()), copy->size(), copy, source);
+}
+template <typename T>
+T header_field(const std::string& bytes, size_t offset) {
+  T v{};
+  std::memcpy(&v, bytes.data() + offset, sizeof(T));
+  return v;
+}
+// Header fields of the shard format (shard.cpp): version at 8, section count at 12, the label
+// kind at 112; the header checksum at 104 covers the 128-byte header (itself zero) and the
+// 32-byte section table entries.
+constexpr size_t kVersionAt = 8, kSectionsAt = 12, kHeaderSumAt = 104, kLabelKindAt = 112;
+// Sets a 32-bit header field and recomputes the header checksum, as a writer that meant it would.
+void set_header_field(std::string& bytes, size_t offset, uint32_t value) {
+  std::memcpy(bytes.data() + offset, &value, 4);
+  const auto sections = header_field<uint32_t>(bytes, kSectionsAt);
+  std::string head = bytes.substr(0, 128 + 32 * size_t{sections});
+  std::memset(head.data() + kHeaderSumAt, 0, 8);
+  const uint64_t sum = checksum64(head.data(), head.size());
+  std::memcpy(bytes.data() + kHeaderSumAt, &sum, 8);
 }
 
 TEST(ShardFormat, SerializeDeserializeRoundTrip) {
@@ -225,10 +257,18 @@ TEST(ShardFormat, ReadShardPointsIntoTheMappingAndRejectsDamage) {
   }
   {
     std::string bytes = good;
-    const uint32_t v3 = 3;
-    std::memcpy(bytes.data() + 8, &v3, 4);
+    const uint32_t v4 = 4;
+    std::memcpy(bytes.data() + 8, &v4, 4);
     auto [f, err] = damaged("version", bytes);
-    EXPECT_NE(err.find("version 3"), std::string::npos) << err;
+    EXPECT_NE(err.find("has shard format version 4, this build reads versions 1 to 3"), std::string::npos) << err;
+    EXPECT_NE(err.find(f), std::string::npos) << err;
+  }
+  {
+    // A label kind in a version 1 file, whose field is reserved: a later writer's file.
+    std::string bytes = good;
+    set_header_field(bytes, kLabelKindAt, 1);
+    auto [f, err] = damaged("kind", bytes);
+    EXPECT_NE(err.find("reserved header fields are not zero"), std::string::npos) << err;
     EXPECT_NE(err.find(f), std::string::npos) << err;
   }
   {
@@ -337,6 +377,101 @@ TEST(WritePartition, BadInputWritesNothing) {
       error_of([&] { write_partition(ds, kTinyParts, o, scratch / "file", 16, 2, false); }).find("not a directory"),
       std::string::npos);
   EXPECT_EQ(entries_in(scratch.path()), 2u);
+}
+
+// --- label kinds ---
+
+// Class shards, their partition ids and a class dataset's files are byte for byte what they
+// were before label kinds existed: the checksums below were computed by the build before them
+// (tiny_dataset, kTinyParts, 3 parts; a file's checksum covers its whole contents).
+TEST(LabelKinds, ClassShardsFingerprintsAndDatasetFilesKeepTheirBytes) {
+  const Dataset ds = tiny_dataset();
+  const std::vector<std::tuple<NodeOrder, uint64_t, uint64_t>> golden = {
+      {NodeOrder::kGlobalId, 0xb974d4b4e5ae1801ull, 0x5ef4c1feced42237ull},
+      {NodeOrder::kRcm, 0x02522074ad333d54ull, 0x00f1e0ef28dc8b4bull}};
+  for (const auto& [order, shards_sum, fingerprint] : golden) {
+    SCOPED_TRACE(std::string(to_string(order)));
+    std::string all;
+    for (const Shard& s : build_shards(ds, kTinyParts, 3, order)) all += serialize_shard(s);
+    EXPECT_EQ(all.size(), 4864u);
+    EXPECT_EQ(checksum64(all.data(), all.size()), shards_sum);
+    EXPECT_EQ(partition_fingerprint(ds, kTinyParts, 3, order), fingerprint);
+  }
+  test::ScratchDir scratch("shard-golden");
+  write_dataset(ds, scratch / "ds");
+  const std::map<std::string, uint64_t> files = {
+      {"meta.json", 0x6fb795918552628bull},   {"offsets.bin", 0xa86854eabb97c292ull},
+      {"indices.bin", 0x10de5a29f2400891ull}, {"features.bin", 0x92acf6b8b61a6356ull},
+      {"labels.bin", 0x158d93ec49a2787cull},  {"split.bin", 0x22b870495c0882eaull}};
+  for (const auto& [name, sum] : files) {
+    const std::string bytes = read_text_file(scratch / "ds" / name);
+    EXPECT_EQ(checksum64(bytes.data(), bytes.size()), sum) << name;
+  }
+}
+
+// Multilabel and regression shards: version 3 with the label kind in the header and a targets
+// section, round trips in memory and through files, for every node order.
+TEST(LabelKinds, TargetShardsAreVersionThreeAndRoundTrip) {
+  test::ScratchDir scratch("shard-kinds");
+  const Dataset classes = tiny_dataset();
+  std::vector<uint64_t> ids = {partition_fingerprint(classes, kTinyParts, 3)};
+  for (const LabelKind kind : {LabelKind::kMultiLabel, LabelKind::kRegression}) {
+    const Dataset ds = test::with_targets(tiny_dataset(), kind, 4);
+    ids.push_back(partition_fingerprint(ds, kTinyParts, 3));
+    for (const NodeOrder order : {NodeOrder::kGlobalId, NodeOrder::kRcm}) {
+      SCOPED_TRACE(testing::Message() << to_string(kind) << " " << to_string(order));
+      const auto shards = build_shards(ds, kTinyParts, 3, order);
+      expect_reassembles(ds, shards);
+      for (const Shard& s : shards) {
+        EXPECT_EQ(s.label_kind, kind);
+        EXPECT_TRUE(s.labels.empty());
+        EXPECT_EQ(s.targets.size(), static_cast<size_t>(s.num_owned) * 4);
+        const std::string bytes = shard_bytes(s);
+        EXPECT_EQ(header_field<uint32_t>(bytes, kVersionAt), 3u);
+        EXPECT_EQ(header_field<uint32_t>(bytes, kSectionsAt), 16u);
+        EXPECT_EQ(header_field<uint32_t>(bytes, kLabelKindAt), static_cast<uint32_t>(kind));
+        const Shard back = parse(bytes);
+        expect_same_shard(s, back);
+        EXPECT_EQ(serialize_shard(back), bytes);
+        const fs::path dir = scratch / fmt::format("{}-{}", to_string(kind), to_string(order));
+        fs::create_directories(dir);
+        write_shard(s, dir);
+        expect_same_shard(s, read_shard(shard_path(dir, s.part, s.num_parts)));
+      }
+    }
+  }
+  // The kind and the targets are part of the partition's identity.
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(std::adjacent_find(ids.begin(), ids.end()), ids.end());
+  Dataset changed = test::with_targets(tiny_dataset(), LabelKind::kRegression, 4);
+  const uint64_t before = partition_fingerprint(changed, kTinyParts, 3);
+  HostBuffer<float> t(changed.targets.size());
+  std::memcpy(t.data(), changed.targets.data(), t.size() * sizeof(float));
+  t[9] += 1.0f;
+  changed.targets = ArrayRef<float>(std::move(t));
+  EXPECT_NE(partition_fingerprint(changed, kTinyParts, 3), before);
+
+  // A version 3 header with a kind this build does not know is refused naming the source.
+  std::string bytes =
+      shard_bytes(build_shards(test::with_targets(tiny_dataset(), LabelKind::kMultiLabel, 4), kTinyParts, 3)[0]);
+  set_header_field(bytes, kLabelKindAt, 7);
+  const std::string err = error_of([&] { parse(bytes, "later.shard"); });
+  EXPECT_NE(err.find("'later.shard': unknown label kind 7"), std::string::npos) << err;
+}
+
+// write_partition of a multilabel dataset: shards that read back as built, and a partition id
+// that is the in-memory fingerprint.
+TEST(LabelKinds, WritePartitionWritesTargetShards) {
+  test::ScratchDir scratch("writepart-kinds");
+  const Dataset ds = test::with_targets(tiny_dataset(), LabelKind::kMultiLabel, 3);
+  PartitionOptions o;
+  o.num_parts = 3;
+  const nlohmann::json report = write_partition(ds, kTinyParts, o, scratch / "p", 16, 2, false);
+  EXPECT_EQ(report["partition_id"].get<std::string>(),
+            fmt::format("{:016x}", partition_fingerprint(ds, kTinyParts, 3, o.node_order)));
+  const auto built = build_shards(ds, kTinyParts, 3, o.node_order);
+  for (int p = 0; p < 3; ++p)
+    expect_same_shard(built[static_cast<size_t>(p)], read_shard(shard_path(scratch / "p", p, 3)));
 }
 
 }  // namespace
