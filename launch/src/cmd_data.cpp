@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "cli.hpp"
 #include "halogen/comm/collective_error.hpp"
@@ -31,9 +32,10 @@ void warn_if_untrainable(const std::string& format, const std::string& split_sch
     names = {.features = "raw/node-feat.csv.gz",
              .labels = "raw/node-label.csv.gz",
              .train = fmt::format("split/{}/train.csv.gz", scheme),
-             .valid = fmt::format("split/{}/valid.csv.gz", scheme)};
+             .valid = fmt::format("split/{}/valid.csv.gz", scheme),
+             .targets = "raw/node-label.csv.gz"};
   } else if (structure_only_format) {
-    names = {.features = "features", .labels = "labels", .train = "split", .valid = "split"};
+    names = {.features = "features", .labels = "labels", .train = "split", .valid = "split", .targets = "labels"};
   }
   const std::string message = trainability_message(fmt::format("dataset '{}'", out), counts, names);
   if (message.empty()) return;
@@ -123,7 +125,7 @@ int cmd_generate(int argc, char** argv, const std::vector<std::string>& args) {
 
 int cmd_convert(int argc, char** argv, const std::vector<std::string>& args) {
   po::options_description opts("convert options");
-  std::string format, input, out, split;
+  std::string format, input, out, split, label_kind_name;
   int64_t num_nodes = 0;
   bool overwrite = false;
   opts.add_options()("input", po::value(&input)->required(), "input file, or directory for ogb")(
@@ -131,6 +133,8 @@ int cmd_convert(int argc, char** argv, const std::vector<std::string>& args) {
       "out,o", po::value(&out)->required(), "output dataset directory")(
       "split", po::value(&split), "ogb: split scheme (default: the only one present)")(
       "num-nodes", po::value(&num_nodes), "edgelist: node count (default max id + 1)")(
+      "label-kind", po::value(&label_kind_name),
+      "ogb, npz: read the labels as class | multilabel | regression (default: detected from them)")(
       "overwrite", po::bool_switch(&overwrite),
       "replace an existing dataset in --out (never a directory of other files)");
   po::positional_options_description pos;
@@ -141,13 +145,23 @@ int cmd_convert(int argc, char** argv, const std::vector<std::string>& args) {
              "       mpirun -np R halogen convert ...   (each rank keeps its slice of nodes; the same bytes)",
              opts, pos, args, vm))
     return 0;
+  std::optional<LabelKind> label_kind;
+  if (vm.count("label-kind")) {
+    label_kind = parse_label_kind(label_kind_name);
+    HALOGEN_EXPECTS(label_kind.has_value(), "convert: --label-kind '{}': expected class, multilabel or regression",
+                    label_kind_name);
+    HALOGEN_EXPECTS(format == "ogb" || format == "npz",
+                    "convert: --label-kind applies to --format ogb and npz (--format {} reads no labels)", format);
+  }
   Stopwatch sw;
   if (launched_ranks() > 1) {
     // Under mpirun every rank keeps the entries and rows of its slice of nodes.
     MpiSession mpi(&argc, &argv);
     const CollectiveStep collectively = world_collective_steps();
-    convert_distributed(input, ConvertOptions{.format = format, .split_scheme = split, .num_nodes = num_nodes}, out,
-                        overwrite, MPI_COMM_WORLD, collectively);
+    convert_distributed(
+        input,
+        ConvertOptions{.format = format, .split_scheme = split, .num_nodes = num_nodes, .label_kind = label_kind}, out,
+        overwrite, MPI_COMM_WORLD, collectively);
     if (mpi.rank() == 0) {
       const DatasetInfo info = read_dataset_info(out);
       std::printf("converted %s (%s) on %d ranks: %lld nodes, %lld edges (stored directed) -> %s (%.2f s)\n",
@@ -161,9 +175,9 @@ int cmd_convert(int argc, char** argv, const std::vector<std::string>& args) {
   }
   Dataset ds;
   if (format == "ogb") {
-    ds = read_ogb_dataset(input, split);
+    ds = read_ogb_dataset(input, split, label_kind);
   } else if (format == "npz") {
-    ds = read_npz_dataset(input);  // named after the file's stem
+    ds = read_npz_dataset(input, label_kind);  // named after the file's stem
   } else {
     EdgeList edges;
     if (format == "edgelist")
@@ -217,7 +231,13 @@ int cmd_info(const std::vector<std::string>& args) {
   std::printf("symmetric    %s\n", g.is_symmetric() ? "yes (every entry (r, c) has its (c, r))"
                                                     : "no (some entry (r, c) lacks its (c, r): a directed graph)");
   std::printf("features     %lld\n", static_cast<long long>(ds.feature_dim));
-  std::printf("classes      %d\n", ds.num_classes);
+  if (ds.label_kind == LabelKind::kClass) {
+    std::printf("classes      %d\n", ds.num_classes);
+  } else {
+    // A multi-label dataset's columns are labels, a regression dataset's targets.
+    std::printf("%s %.*s, %d per node\n", ds.label_kind == LabelKind::kMultiLabel ? "labels      " : "targets     ",
+                static_cast<int>(to_string(ds.label_kind).size()), to_string(ds.label_kind).data(), ds.num_classes);
+  }
   std::printf("split        train %lld  valid %lld  test %lld\n", static_cast<long long>(ds.count(SplitRole::kTrain)),
               static_cast<long long>(ds.count(SplitRole::kValid)), static_cast<long long>(ds.count(SplitRole::kTest)));
   return 0;

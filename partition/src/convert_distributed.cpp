@@ -110,7 +110,7 @@ void convert_distributed(const fs::path& input, const ConvertOptions& options, c
     if (format == "ogb") {
       ogb = detail::open_ogb_layout(input, options.split_scheme);
     } else if (format == "npz") {
-      npz = std::make_unique<detail::NpzInput>(input, detail::NpzReadOptions{});
+      npz = std::make_unique<detail::NpzInput>(input, detail::NpzReadOptions{.label_kind = options.label_kind});
     } else {
       HALOGEN_EXPECTS(fs::is_regular_file(input), "cannot read '{}': not a file", input.string());
     }
@@ -155,27 +155,40 @@ void convert_distributed(const fs::path& input, const ConvertOptions& options, c
 
   std::unique_ptr<detail::OgbFeatureRows> feature_rows;
   HostBuffer<float> npz_features;  // an archive's rows of x are read at once (a member is one stream)
-  int32_t max_label = -1;
+  detail::LabelSlice labels;
+  std::optional<detail::OgbLabelRows> label_rows;
   writer.step("reading the labels and the split", [&] {
     if (npz) {
-      slice.labels = npz->labels(slice.begin, slice.end);
+      // Every rank reads all of y, so every rank detects the same kind.
+      labels = npz->labels(slice.begin, slice.end);
       slice.split = npz->split(slice.begin, slice.end);
       if (npz->has_features()) npz_features = npz->features(slice.begin, slice.end);
       npz->finish();
     } else if (ogb) {
-      slice.labels = detail::read_ogb_labels(*ogb, slice.begin, slice.end);
+      label_rows.emplace(*ogb, slice.begin, slice.end);
       slice.split = detail::read_ogb_split(*ogb, slice.begin, slice.end);
       // Skips to this rank's first row of features (read while the slices are written).
       feature_rows = std::make_unique<detail::OgbFeatureRows>(*ogb, slice.begin, slice.end);
     } else {
-      slice.labels = HostBuffer<int32_t>(rows, -1);
+      labels.labels = HostBuffer<int32_t>(rows, -1);
       slice.split = HostBuffer<uint8_t>(rows);
       slice.split.zero();
     }
   });
-  for (int32_t l : slice.labels) max_label = std::max(max_label, l);
-  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &max_label, 1, MPI_INT32_T, MPI_MAX, comm));
-  slice.num_classes = max_label + 1;
+  if (label_rows) {
+    // An OGB label file's kind follows from all its rows: the ranks' facts are combined first.
+    detail::LabelFacts all = label_rows->facts();
+    HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &all, static_cast<int>(sizeof(all)), MPI_BYTE, MPI_BOR, comm));
+    writer.step("checking the labels",
+                [&] { labels = label_rows->take(label_rows->resolve(all, options.label_kind)); });
+    label_rows.reset();
+  }
+  int32_t num_classes = labels.num_classes();
+  HALOGEN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &num_classes, 1, MPI_INT32_T, MPI_MAX, comm));
+  slice.num_classes = num_classes;
+  slice.label_kind = labels.kind;
+  slice.labels = std::move(labels.labels);
+  slice.targets = std::move(labels.targets);
   if (feature_rows != nullptr) {
     slice.feature_dim = feature_rows->width();
     slice.features = [&](int64_t v0, int64_t v1, float* values) { feature_rows->read(v1 - v0, values); };
