@@ -1,8 +1,9 @@
 // The distributed partition writer under mpirun (2 and 3 ranks): shards and partition.json
 // byte-identical to write_partition's for the same assignment (every node order, more parts
 // than ranks and fewer, the all-to-all's point-to-point path, features in many rounds, 64-bit
-// offsets), the PT-Scotch assignment from slices equal to the one from the whole graph, the
-// directory contract (up to date, a different partition refused), and collective errors.
+// offsets; multilabel and regression targets), the PT-Scotch assignment from slices equal to the
+// one from the whole graph, the directory contract (up to date, a different partition refused),
+// and collective errors.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -17,6 +18,8 @@
 #include "halogen/partition/dataset_io.hpp"
 #include "halogen/partition/generate.hpp"
 #include "halogen/partition/partitioner.hpp"
+#include "halogen/partition/shard.hpp"
+#include "tiny_dataset.hpp"
 
 namespace halogen {
 namespace {
@@ -87,7 +90,10 @@ struct TestData {
   Dataset ds;
 };
 
-TestData make_dataset(const fs::path& root, const std::string& name, int scale) {
+// `kind` other than kClass: the RMAT graph with `columns` targets of that kind in the place of
+// its labels (tiny_dataset.hpp's with_targets).
+TestData make_dataset(const fs::path& root, const std::string& name, int scale, LabelKind kind = LabelKind::kClass,
+                      int32_t columns = 0) {
   TestData t;
   t.dir = root / name;
   if (comm_rank() == 0) {
@@ -99,6 +105,7 @@ TestData make_dataset(const fs::path& root, const std::string& name, int scale) 
     o.seed = 3;
     Dataset ds = generate_rmat(o);
     ds.name = name;
+    if (kind != LabelKind::kClass) ds = test::with_targets(std::move(ds), kind, columns);
     write_dataset(ds, t.dir);
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -165,6 +172,41 @@ TEST(DistributedWriter, PointToPointPathAndLargeOffsets) {
   const std::vector<int32_t> shifted = ptscotch_assignment_from_slices(t.dir, o, MPI_COMM_WORLD, kCollectively);
   ::unsetenv("HALOGEN_SLICE_OFFSET_BASE");
   EXPECT_EQ(shifted, ptscotch_assignment_from_slices(t.dir, o, MPI_COMM_WORLD, kCollectively));
+}
+
+// A node's targets row moves with it to the rank writing its part: the shards are the single
+// writer's bytes (version 3, with the targets), through Alltoallv and the point-to-point path.
+TEST(DistributedWriter, TargetsMoveWithTheirNodes) {
+  SharedScratch scratch;
+  const TestData multilabel = make_dataset(scratch.path(), "rmat8-ml", 8, LabelKind::kMultiLabel, 6);
+  ASSERT_EQ(multilabel.ds.label_kind, LabelKind::kMultiLabel);
+  for (const NodeOrder order : {NodeOrder::kGlobalId, NodeOrder::kRcm}) {
+    for (const int parts : {1, 2, 5}) {
+      expect_same_shards(multilabel, random_assignment(multilabel.ds, parts, 5), parts, order, scratch.path(),
+                         fmt::format("ml-{}-{}", to_string(order), parts));
+    }
+  }
+  ::setenv("HALOGEN_EXCHANGE_CHUNK", "7", 1);
+  expect_same_shards(multilabel, random_assignment(multilabel.ds, 4, 9), 4, NodeOrder::kRcm, scratch.path(),
+                     "ml-chunked");
+  ::unsetenv("HALOGEN_EXCHANGE_CHUNK");
+  if (comm_rank() == 0) {
+    const Shard s = read_shard(shard_path(scratch.path() / "dist-ml-chunked", 1, 4));
+    EXPECT_EQ(s.label_kind, LabelKind::kMultiLabel);
+    EXPECT_EQ(s.targets.size(), static_cast<size_t>(s.num_owned) * 6);
+    EXPECT_TRUE(s.labels.empty());
+  }
+
+  const TestData regression = make_dataset(scratch.path(), "rmat7-reg", 7, LabelKind::kRegression, 2);
+  PartitionOptions o;
+  o.num_parts = 3;
+  o.method = PartitionMethod::kPtScotch;
+  const fs::path dist = scratch.path() / "reg-dist", ref = scratch.path() / "reg-ref";
+  partition_dataset_distributed(regression.dir, o, dist, 64, 2, false, MPI_COMM_WORLD, kCollectively);
+  const std::vector<int32_t> part_of =
+      ptscotch_assignment_from_slices(regression.dir, o, MPI_COMM_WORLD, kCollectively);
+  if (comm_rank() == 0) write_partition(regression.ds, part_of, o, ref, 64, 2, false);
+  EXPECT_TRUE(same_directory(ref, dist));
 }
 
 TEST(DistributedWriter, PtScotchFromSlicesEqualsWholeGraphAndSingleWriter) {
