@@ -8,10 +8,12 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "dataset_slices.hpp"
 #include "halogen/comm/collective_error.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/io.hpp"
@@ -207,6 +209,41 @@ TEST(DistributedWriter, TargetsMoveWithTheirNodes) {
       ptscotch_assignment_from_slices(regression.dir, o, MPI_COMM_WORLD, kCollectively);
   if (comm_rank() == 0) write_partition(regression.ds, part_of, o, ref, 64, 2, false);
   EXPECT_TRUE(same_directory(ref, dist));
+}
+
+// The dataset writer of the distributed generator and conversion (dataset_slices.hpp), given
+// every rank's slice of a multilabel dataset's targets, writes write_dataset's bytes.
+TEST(DistributedWriter, SlicedDatasetWriterWritesTargets) {
+  SharedScratch scratch;
+  const TestData t = make_dataset(scratch.path(), "rmat7-ml", 7, LabelKind::kMultiLabel, 3);
+  const Dataset& ds = t.ds;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::vector<int64_t> bounds = slice_bounds(ds.num_nodes(), size);
+  detail::SlicedDatasetWriter writer(scratch.path() / "sliced", false, MPI_COMM_WORLD, kCollectively);
+  detail::DatasetSlice slice;
+  slice.name = ds.name;
+  slice.num_nodes = ds.num_nodes();
+  slice.begin = bounds[static_cast<size_t>(rank)];
+  slice.end = bounds[static_cast<size_t>(rank) + 1];
+  for (int64_t v = slice.begin; v < slice.end; ++v)
+    for (NodeId u : ds.graph.neighbors(v))
+      slice.pairs.push_back(static_cast<uint64_t>(v - slice.begin) << 32 | static_cast<uint32_t>(u));
+  slice.feature_dim = ds.feature_dim;
+  slice.features = [&](int64_t v0, int64_t v1, float* rows) {
+    std::memcpy(rows, ds.features.data() + v0 * ds.feature_dim,
+                static_cast<size_t>((v1 - v0) * ds.feature_dim) * sizeof(float));
+  };
+  const auto rows = static_cast<size_t>(slice.end - slice.begin);
+  slice.label_kind = ds.label_kind;
+  slice.num_classes = ds.num_classes;
+  slice.targets = HostBuffer<float>(rows * 3);
+  std::memcpy(slice.targets.data(), ds.targets.data() + slice.begin * 3, rows * 3 * sizeof(float));
+  slice.split = HostBuffer<uint8_t>(rows);
+  std::memcpy(slice.split.data(), ds.split.data() + slice.begin, rows);
+  writer.write(slice);
+  EXPECT_TRUE(same_directory(t.dir, scratch.path() / "sliced"));
 }
 
 TEST(DistributedWriter, PtScotchFromSlicesEqualsWholeGraphAndSingleWriter) {
