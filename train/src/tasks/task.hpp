@@ -77,7 +77,8 @@ class Task {
   /// divides by the global training-row count: a row's loss is multiclass's cross-entropy, and
   /// for multilabel (binary cross-entropy) and regression (squared error) the mean over the
   /// row's labelled entries, so that sum / rows is torch's reduction='mean' for fully labelled
-  /// rows. Multilabel and regression run on the CPU only (a clear error on a GPU).
+  /// rows. Every task's loss runs on either device (ctx's; every view on it): multiclass through
+  /// ops::softmax_xent, multilabel and regression through ops::value_loss.
   virtual double loss(const ExecContext& ctx, const TensorView& logits, const TensorView& labels,
                       const TensorView& mask, float grad_scale, const TensorView& grad) const = 0;
   /// The same loss summed over the split's rows, without gradient (validation loss: tie-break
