@@ -6,8 +6,9 @@ Sections (each prints its rows as it finishes; the summary table comes last):
           test_quantize_cuda, test_gpu_training on 1 and 2 ranks sharing the GPU, and the CUDA
           instances of the trainer suites that run over every registered model: test_exactness
           (2 and 4 ranks), test_gradcheck, test_grad_allreduce (2 and 4 ranks),
-          test_staleness_runs, and test_nccl_communicator on 1 rank; then tests/e2e's resume,
-          failure and model scenarios with HALOGEN_TEST_DEVICE=cuda): pass, fail or skip each, so
+          test_staleness_runs, test_task_training (multilabel and regression), and
+          test_nccl_communicator on 1 rank; then tests/e2e's resume, failure, model and tasks
+          scenarios with HALOGEN_TEST_DEVICE=cuda): pass, fail or skip each, so
           that one call checks the kernels and every model's CUDA path before it times them. The
           tests read Cora from --shared-data (HALOGEN_SHARED_DATA; default ../shared/data beside
           the sources).
@@ -437,7 +438,8 @@ class Suite:
                     ("test_gpu_training", 1, "*", 300), ("test_gpu_training", 2, "*", 300),
                     ("test_exactness", 2, "*cuda*", 600), ("test_exactness", 4, "*cuda*", 600),
                     ("test_gradcheck", 2, "*cuda*", 600), ("test_grad_allreduce", 2, "*cuda*", 300),
-                    ("test_grad_allreduce", 4, "*cuda*", 300), ("test_staleness_runs", 2, "*cuda*", 600)]
+                    ("test_grad_allreduce", 4, "*cuda*", 300), ("test_staleness_runs", 2, "*cuda*", 600),
+                    ("test_task_training", 2, "*cuda*", 600)]
         for name, ranks, only, limit in programs:
             exe = os.path.join(self.a.bin, name)
             if not os.path.exists(exe):
@@ -449,7 +451,7 @@ class Suite:
         # and resume bit for bit, failures and bad input, a saved model read back.
         e2e = os.path.join(os.path.dirname(HERE), "tests", "e2e")
         env_cuda = dict(env, HALOGEN_TEST_DEVICE="cuda")
-        for script in ["resume_test.sh", "failure_test.sh", "model_test.sh"]:
+        for script in ["resume_test.sh", "failure_test.sh", "model_test.sh", "tasks_test.sh"]:
             cmd = ["bash", os.path.join(e2e, script), self.halogen, self.mpirun[0]] + self.mpirun[1:]
             self.run_test("e2e " + script.replace("_test.sh", "") + ".cuda", 2, cmd, env_cuda, 600, gtest=False)
         # Resume and failures (non-finite input reported as on the CPU) with the fused send.
