@@ -9,8 +9,11 @@ The archive holds one .npy member per array (little-endian, C order, no pickled 
               loops, exactly as for OGB's raw CSV layout.
   x           (N, F) float16, float32 or float64, optional. halogen stores float32: float16
               converts exactly, float64 is rounded to the nearest float32.
-  y           (N,) or (N, 1) integer, optional; -1 marks a node without a label. The class
-              count is the largest label + 1.
+  y           optional labels of one of halogen's three kinds (halogen_labels.py): (N,) or
+              (N, 1) integer classes, -1 marks a node without a label, the class count is
+              the largest label + 1; (N, C) 0/1 multi-labels (-1 in an integer y: an
+              unlabelled entry); float regression targets, (N,) or (N, C).
+  y_mask      (N,) or y's shape bool, optional: False marks an unlabelled node or entry.
   train_mask, val_mask, test_mask
               (N,) bool, optional and disjoint; a node in none of them has no role.
   split       (N,) integer, instead of the masks: halogen's roles SPLIT_NONE (0),
@@ -44,6 +47,8 @@ import warnings
 import zipfile
 
 import numpy as np
+
+from halogen_labels import check_y, trainability_message, trainability_problems
 
 __all__ = ["save", "from_pyg", "from_dgl", "demo_graph", "export_halogen_dataset", "open_halogen_dataset",
            "csr_destinations", "trainability_problems", "TrainabilityWarning", "SPLIT_NONE", "SPLIT_TRAIN",
@@ -199,25 +204,6 @@ def _check_x(x):
     return x
 
 
-def _check_y(y):
-    y = _as_array("y", y)
-    if y.ndim == 2 and y.shape[1] == 1:
-        y = y[:, 0]
-    if y.ndim != 1:
-        _fail(f"y: expected shape (N,) or (N, 1) (one class per node), found {y.shape}")
-    if y.dtype == np.bool_ or not np.issubdtype(y.dtype, np.integer):
-        _fail(f"y: expected integer class labels (-1 = no label), found {_dtype_text(y)}")
-    if y.size:
-        low, high = int(y.min()), int(y.max())
-        if low < -1:
-            _fail(f"y: labels must be >= 0, or -1 for a node without a label; found {low}")
-        if high >= 2**31 - 1:
-            _fail(f"y: label {high} is too large (halogen labels are 32-bit)")
-    if y.dtype not in (np.int32, np.int64):
-        y = y.astype(np.int64)
-    return y
-
-
 def _check_mask(name, mask):
     mask = _as_array(name, mask)
     if mask.ndim != 1:
@@ -255,57 +241,11 @@ def _check_num_nodes(num_nodes):
     return n
 
 
-# ----------------------------------------------------------------------------------------
-# Whether the graph can train (the wording of halogen's own check, partition/src/trainability.cpp)
-
-
 class TrainabilityWarning(UserWarning):
     """`save` wrote an archive that `halogen train` refuses: no features, no labels, fewer than
-    2 classes, no labelled training node or no labelled validation node. The archive is written
-    all the same (it converts, partitions and can be inspected)."""
-
-
-def trainability_problems(num_nodes, x=None, y=None, train=None, valid=None):
-    """Why a graph cannot train, one sentence per reason naming the array (empty: it can).
-
-    `x` the (N, F) features or None, `y` the (N,) labels (-1 = none) or None, `train` and
-    `valid` (N,) bool arrays of the training and validation nodes or None. The sentences are
-    those of `halogen convert`'s warning and `halogen train`'s refusal."""
-    n = int(num_nodes)
-    labels = np.zeros(0, dtype=np.int64) if y is None else np.asarray(y).reshape(-1)
-    has_label = labels >= 0
-    labelled = int(has_label.sum())
-    problems = []
-    if x is None or np.asarray(x).ndim != 2 or np.asarray(x).shape[1] < 1:
-        problems.append(f"there are no node features (x is missing: expected {n} rows of F >= 1 features)")
-    if labelled == 0:
-        problems.append(f"no node has a label (y is missing or all {n} of its values are -1: expected a class >= 0 "
-                        "for the training and validation nodes)")
-    elif int(labels.max()) + 1 < 2:
-        problems.append(f"y has {int(labels.max()) + 1} class (every label is 0 or -1: expected at least 2 classes)")
-    for role, members, array in (("training", train, "train_mask/split"), ("validation", valid, "val_mask/split")):
-        members = np.zeros(n, dtype=np.bool_) if members is None else np.asarray(members, dtype=np.bool_)
-        count = int(members.sum())
-        if count == 0:
-            problems.append(f"no node is in the {role} split ({array} holds none of the {n} nodes)")
-        elif labelled > 0 and not (has_label & members).any():
-            problems.append(f"no node is in the {role} split with a label (y has 0 labelled nodes among the {count} "
-                            f"in {array})")
-    return problems
-
-
-def _trainability_message(path, n, x, y, roles):
-    """The warning `save` gives for the archive at `path`, or None. `roles` is the (N,) split."""
-    train = None if roles is None else roles == SPLIT_TRAIN
-    valid = None if roles is None else roles == SPLIT_VALID
-    problems = trainability_problems(n, x, y, train, valid)
-    if not problems:
-        return None
-    if x is None and (y is None or not (np.asarray(y) >= 0).any()) and (roles is None or not roles.any()):
-        return (f"dataset '{os.fspath(path)}' holds a graph's structure only (no x, no y, no train_mask/split): it "
-                "can be partitioned and inspected, but not trained")
-    return (f"dataset '{os.fspath(path)}' cannot train: {'; '.join(problems)}. It is written all the same: "
-            "halogen convert, partition and info take it, halogen train refuses it")
+    2 classes (or no target column), no labelled training node or no labelled validation node
+    (halogen_labels.trainability_problems). The archive is written all the same (it converts,
+    partitions and can be inspected)."""
 
 
 # ----------------------------------------------------------------------------------------
@@ -313,7 +253,7 @@ def _trainability_message(path, n, x, y, roles):
 
 
 def save(path, edge_index, x=None, y=None, train_mask=None, val_mask=None, test_mask=None,
-         split=None, num_nodes=None, compress=False):
+         split=None, num_nodes=None, compress=False, y_mask=None):
     """Check a graph and write it to `path` as an archive for `halogen convert --format npz`.
 
     Arguments (NumPy arrays or anything np.asarray takes):
@@ -323,8 +263,13 @@ def save(path, edge_index, x=None, y=None, train_mask=None, val_mask=None, test_
                   allowed (halogen removes them).
       x           (N, F) float16, float32 or float64 node features, finite, F >= 1; written in
                   the given type (C order). float64 values must fit a float32.
-      y           (N,) or (N, 1) integer labels, each >= 0 or -1 (no label); written as (N,),
-                  int32/int64 as given, other integer types as int64.
+      y           labels, of a kind halogen detects (halogen_labels.check_y): (N,) or (N, 1)
+                  integer classes, each >= 0 or -1 (no label), written as (N,), int32/int64
+                  as given, other integer types as int64; (N, C) 0/1 multi-labels in any
+                  integer, bool or float dtype (-1 in an integer y: unlabelled entry); float
+                  regression targets, (N,) or (N, C). Written in the given dtype; NaN in a
+                  float y is written as an unlabelled entry (y_mask False there).
+      y_mask      (N,) or y's shape, bool: False marks an unlabelled node or entry.
       train_mask, val_mask, test_mask
                   (N,) bool (or integer 0/1) arrays, no node in two of them. When any is given,
                   all three are written, a missing one as all False.
@@ -341,19 +286,21 @@ def save(path, edge_index, x=None, y=None, train_mask=None, val_mask=None, test_
     Raises ValueError, naming the array, for a wrong shape, type or value; nothing is written
     then. Returns `path`.
 
-    A graph that `halogen train` would refuse (no x, no y, fewer than 2 classes, no labelled
+    A graph that `halogen train` would refuse (no x, no y, fewer than 2 classes or no target
+    column, no labelled
     node in the training or in the validation split) is written all the same, then a
     TrainabilityWarning names the dataset and each missing array: labels or a split may be
     added later, and such a dataset still converts, partitions and can be inspected.
     """
-    path, message = _save(path, edge_index, x, y, train_mask, val_mask, test_mask, split, num_nodes, compress)
+    path, message = _save(path, edge_index, x, y, train_mask, val_mask, test_mask, split, num_nodes, compress,
+                          y_mask)
     if message:
         warnings.warn(message, TrainabilityWarning, stacklevel=2)
     return path
 
 
 def _save(path, edge_index, x=None, y=None, train_mask=None, val_mask=None, test_mask=None, split=None,
-          num_nodes=None, compress=False):
+          num_nodes=None, compress=False, y_mask=None):
     """`save`'s work: returns `path` and the trainability warning (None when it can train)."""
     ei = _check_edge_index(edge_index)
     arrays = {}
@@ -372,9 +319,13 @@ def _save(path, edge_index, x=None, y=None, train_mask=None, val_mask=None, test
         settle("x", x.shape[0])
         arrays["x"] = x
     if y is not None:
-        y = _check_y(y)
+        y, y_mask, _ = check_y(y, y_mask)
         settle("y", y.shape[0])
         arrays["y"] = y
+        if y_mask is not None:
+            arrays["y_mask"] = y_mask
+    elif y_mask is not None:
+        _fail("y_mask: given without y (it marks y's unlabelled nodes or entries)")
     given_masks = {name: m for name, m in zip(_MASKS, (train_mask, val_mask, test_mask)) if m is not None}
     if given_masks and split is not None:
         _fail(f"split and {', '.join(given_masks)}: give either the masks or split, not both")
@@ -421,7 +372,7 @@ def _save(path, edge_index, x=None, y=None, train_mask=None, val_mask=None, test
         roles = np.zeros(n, dtype=np.int64)
         for name, role in zip(_MASKS, (SPLIT_TRAIN, SPLIT_VALID, SPLIT_TEST)):
             roles[arrays[name]] = role
-    return path, _trainability_message(path, n, arrays.get("x"), arrays.get("y"), roles)
+    return path, trainability_message(path, n, arrays.get("x"), arrays.get("y"), roles, arrays.get("y_mask"))
 
 
 def _save_warning(path, found):
@@ -466,7 +417,9 @@ def from_pyg(data, path, **kw):
 
     Takes data.edge_index (or, without it, data.adj_t: its columns are the sources), data.x,
     data.y, data.train_mask, data.val_mask, data.test_mask and data.num_nodes, whichever
-    exist. Tensors may live on any device. bfloat16 features are written as float32.
+    exist. Tensors may live on any device. bfloat16 features are written as float32. y of
+    any label kind passes through (PPI's and Yelp's (N, C) float 0/1 and ogbn-proteins' int64
+    are multilabel; halogen_labels.check_y); pass y_mask=... to mark unlabelled entries.
 
     Masks of shape (N, k) - several splits side by side, as in WikiCS or the heterophilous
     benchmarks (Chameleon, Squirrel, ...) - are cut to their first column, i.e. split 0; pass
@@ -502,7 +455,8 @@ def from_dgl(graph, path, **kw):
     """Write a DGL graph (one node type and one edge type) with `save`.
 
     Takes graph.edges() as (sources, destinations), graph.num_nodes(), and from graph.ndata
-    'feat' (x), 'label' (y) and 'train_mask', 'val_mask', 'test_mask' where present. Masks may
+    'feat' (x), 'label' (y, of any label kind, (N, C) included) and 'train_mask', 'val_mask',
+    'test_mask' where present. Masks may
     be bool or 0/1 integers; masks of shape (N, k) are cut to their first column. Keyword
     arguments go to `save` and override what is taken from the graph. Importing this module
     does not import dgl or torch.
@@ -600,8 +554,10 @@ def open_halogen_dataset(directory):
     """The arrays of a halogen binary dataset directory, memory-mapped read-only (nothing is
     read into memory), their headers checked against meta.json: a dict with 'meta' (meta.json
     as a dict), 'offsets' (N+1 int64), 'indices' (E int32; row v of the CSR lists the sources
-    of the edges into v), 'features' (N x F float32), 'labels' (N int32, -1 = none) and
-    'split' (N uint8, SPLIT_* values). Checksums are not verified (`halogen info` does that)."""
+    of the edges into v), 'features' (N x F float32), 'label_kind' ("class", "multilabel" or
+    "regression"; meta.json's, absent: class), 'labels' (N int32, -1 = none; class) or 'targets'
+    (N x C float32, NaN = unlabelled; the other kinds, C = num_classes) and 'split' (N uint8,
+    SPLIT_* values). Checksums are not verified (`halogen info` does that)."""
     meta_path = os.path.join(directory, "meta.json")
     try:
         with open(meta_path) as f:
@@ -620,11 +576,19 @@ def open_halogen_dataset(directory):
     if int(offsets[0]) != 0 or int(offsets[n]) != e:
         _fail(f"{os.path.join(directory, 'offsets.bin')}: offsets run from {int(offsets[0])} to "
               f"{int(offsets[n])}, expected 0 to {e}")
-    return {"meta": meta, "offsets": offsets,
-            "indices": _read_halogen_array(directory, "indices", _ELEMENT_TYPES[2], e),
-            "features": _read_halogen_array(directory, "features", _ELEMENT_TYPES[4], n * f_dim).reshape(n, f_dim),
-            "labels": _read_halogen_array(directory, "labels", _ELEMENT_TYPES[2], n),
-            "split": _read_halogen_array(directory, "split", _ELEMENT_TYPES[1], n)}
+    kind = meta.get("label_kind", "class")
+    if kind not in ("class", "multilabel", "regression"):
+        _fail(f"{meta_path}: label_kind {kind!r}, expected \"class\", \"multilabel\" or \"regression\"")
+    ds = {"meta": meta, "offsets": offsets, "label_kind": kind,
+          "indices": _read_halogen_array(directory, "indices", _ELEMENT_TYPES[2], e),
+          "features": _read_halogen_array(directory, "features", _ELEMENT_TYPES[4], n * f_dim).reshape(n, f_dim),
+          "split": _read_halogen_array(directory, "split", _ELEMENT_TYPES[1], n)}
+    if kind == "class":
+        ds["labels"] = _read_halogen_array(directory, "labels", _ELEMENT_TYPES[2], n)
+    else:
+        c = int(meta.get("num_classes", 0))
+        ds["targets"] = _read_halogen_array(directory, "targets", _ELEMENT_TYPES[4], n * c).reshape(n, c)
+    return ds
 
 
 def csr_destinations(offsets, e0, e1):
@@ -637,10 +601,14 @@ def csr_destinations(offsets, e0, e1):
 
 def export_halogen_dataset(directory, path, compress=False):
     """Write the halogen binary dataset in `directory` (meta.json + offsets/indices/features/
-    labels/split .bin) as an archive: edge_index int32 with one column per stored CSR entry
-    (rows are in-neighbour lists, so entry u in row v is the edge u -> v), x float32 when the
-    dataset has features, y int32, the three masks, num_nodes. The arrays are memory-mapped
-    and copied in chunks; the largest piece held in memory is about 32 MiB. Returns `path`."""
+    labels or targets/split .bin) as an archive: edge_index int32 with one column per stored CSR
+    entry (rows are in-neighbour lists, so entry u in row v is the edge u -> v), x float32 when
+    the dataset has features, y (class: (N,) int32; multilabel: (N, C) int8, -1 unlabelled;
+    regression: (N, C) float32 with y_mask (N, C) False where a target is NaN), the three
+    masks, num_nodes. The arrays are memory-mapped and copied in chunks; the largest piece held
+    in memory is about 32 MiB. A regression dataset whose every target is 0 or 1 converts back
+    as multilabel unless `halogen convert --label-kind regression` says otherwise. Returns
+    `path`."""
     ds = open_halogen_dataset(directory)
     offsets, indices, features, split = ds["offsets"], ds["indices"], ds["features"], ds["split"]
     n, f_dim = features.shape
@@ -671,7 +639,22 @@ def export_halogen_dataset(directory, path, compress=False):
         out.add_chunks("edge_index", np.int32, (2, e), edge_rows())
         if f_dim:
             out.add_chunks("x", np.float32, (n, f_dim), feature_rows())
-        out.add("y", np.asarray(ds["labels"]))
+        if ds["label_kind"] == "class":
+            out.add("y", np.asarray(ds["labels"]))
+        else:
+            targets = ds["targets"]
+            c = targets.shape[1]
+            target_chunk = max(1, _CHUNK_BYTES // max(1, 4 * c))
+
+            def target_rows(convert):
+                for r0 in range(0, n, target_chunk):
+                    yield convert(np.asarray(targets[r0:r0 + target_chunk]))
+
+            if ds["label_kind"] == "multilabel":
+                out.add_chunks("y", np.int8, (n, c), target_rows(lambda t: np.where(np.isnan(t), -1, t)))
+            else:
+                out.add_chunks("y", np.float32, (n, c), target_rows(lambda t: t))
+                out.add_chunks("y_mask", np.bool_, (n, c), target_rows(lambda t: ~np.isnan(t)))
         for name, role in zip(_MASKS, (SPLIT_TRAIN, SPLIT_VALID, SPLIT_TEST)):
             out.add(name, roles == role)
         out.add("num_nodes", np.array(n, dtype=np.int64))

@@ -6,7 +6,8 @@
 # Every archive converts to the dataset that the CSV converts to, byte for byte (meta.json
 # included: both inputs are named "g"); two of them partition into the same shards; one trains.
 # Bad archives fail, naming the array; the Python helper (python/halogen_npz.py) writes
-# archives that convert to the same dataset, and refuses bad arrays itself.
+# archives that convert to the same dataset, multi-label and regression y included (against the
+# same labels as OGB CSV columns), and refuses bad arrays itself.
 # usage: npz_test.sh HALOGEN MPIEXEC [MPI FLAGS...]
 set -uo pipefail
 halogen=$1; mpiexec=$2; shift 2; mpi_flags=("$@")
@@ -125,6 +126,26 @@ class FakeDgl:
     def num_nodes(self): return N
 halogen_npz.from_dgl(FakeDgl(), f"{work}/dgl/g.npz")
 
+# Multi-label labels: 6 columns of 0/1, about 10% of the entries and all of node 3 unlabelled, as
+# CSV columns (empty fields), a float y with NaN (save writes y_mask) and an int64 y with -1
+# (from_pyg, as ogbn-proteins stores it); regression targets, 3 columns with NaN, likewise.
+yml = (rng.random((N, 6)) < 0.35).astype(np.float32)
+yml[rng.random((N, 6)) < 0.1] = np.nan
+yml[3] = np.nan
+yreg = (rng.normal(size=(N, 3)) * 10).astype(np.float32)
+yreg[rng.random((N, 3)) < 0.1] = np.nan
+for d, values, fmt in (("csvml", yml, "%d"), ("csvreg", yreg, "%.9g")):
+    write_ogb(f"{work}/{d}/g", x32, labels=False)
+    write_csv(f"{work}/{d}/g/raw/node-label.csv.gz",
+              (",".join("" if np.isnan(v) else fmt % v for v in row) for row in values))
+for d in ("ml-save", "ml-pyg", "reg-save"):
+    os.makedirs(f"{work}/{d}")
+halogen_npz.save(f"{work}/ml-save/g.npz", ei, x=x32, y=yml, **masks)
+yint = np.where(np.isnan(yml), -1, yml).astype(np.int64)
+halogen_npz.from_pyg(SimpleNamespace(edge_index=ei, x=x32, y=yint, num_nodes=N, **masks), f"{work}/ml-pyg/g.npz",
+                     compress=True)
+halogen_npz.save(f"{work}/reg-save/g.npz", ei, x=x32, y=yreg, **masks)
+
 # Bad archives, one fault each (names that mention no array).
 bad = f"{work}/bad"
 os.makedirs(bad)
@@ -226,6 +247,25 @@ for d in helper-masks helper-split pyg dgl; do
   fi
 done
 
+# Multi-label and regression y from the helper convert to the dataset of the same labels as OGB
+# CSV columns, targets.bin included, and info names the kind.
+class_files=("${files[@]}")
+files=(meta.json offsets.bin indices.bin features.bin targets.bin split.bin)
+for ref in csvml csvreg; do
+  convert ogb "$work/$ref/g" "$work/$ref.ds" || { fail "convert --format ogb $ref"; cat "$work/$ref.ds.log"; }
+done
+for pair in "ml-save csvml multilabel" "ml-pyg csvml multilabel" "reg-save csvreg regression"; do
+  read -r d ref kind <<<"$pair"
+  if convert npz "$work/$d/g.npz" "$work/out-$d"; then
+    same_dataset "helper $d = ogb csv columns" "$work/out-$d" "$work/$ref.ds"
+    "$halogen" info "$work/out-$d" | grep -qE "^(labels|targets) +$kind, [36] per node" && pass "info: $d is $kind" ||
+      fail "info of $d does not say $kind"
+  else
+    fail "convert helper $d"; cat "$work/out-$d.log"
+  fi
+done
+files=("${class_files[@]}")
+
 # --demo, stored and deflated: the same dataset, of the size asked for.
 mkdir -p "$work/demo" "$work/demoz"
 "$py" "$helper" --demo "$work/demo/demo.npz" --nodes 200 --edges 900 --features 8 --classes 3 --seed 3 >/dev/null \
@@ -276,6 +316,12 @@ helper_error "edge_index (E, 2)" "edge_index: expected shape \(2, E\)" "halogen_
 helper_error "masks and split" "split and train_mask" \
   "halogen_npz.save(path, ei, train_mask=np.zeros(4, bool), split=np.zeros(4, int))"
 helper_error "x with a NaN" "x: value nan" "halogen_npz.save(path, ei, x=np.array([[0.0], [np.nan], [1], [2]]))"
+helper_error "integer multi-label y beyond 0/1" "y: entry \[1, 2\] = 3: .*multilabel.*astype" \
+  "halogen_npz.save(path, ei, y=np.array([[0, 1, 1], [1, 0, 3], [0, 0, 0], [1, 1, 1]]))"
+helper_error "infinite target" "y: entry \[2, 0\] is infinite" \
+  "halogen_npz.save(path, ei, y=np.array([[0.5, 1], [1, 2], [np.inf, 0], [1, 1]]))"
+helper_error "y_mask of another shape" "y_mask: expected shape \(4,\) or y's shape \(4, 2\)" \
+  "halogen_npz.save(path, ei, y=np.zeros((4, 2)), y_mask=np.ones((4, 3), bool))"
 helper_error "overlapping masks" "train_mask and val_mask: node 1" \
   "halogen_npz.save(path, ei, train_mask=np.array([0, 1, 0, 0], bool), val_mask=np.array([0, 1, 1, 0], bool))"
 "$py" "$helper" --demo "$work/refused/d.npz" --nodes 0 >"$work/out" 2>&1 && fail "--demo --nodes 0 exited 0" \

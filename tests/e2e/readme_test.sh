@@ -15,7 +15,7 @@ source "$(dirname "$0")/lib.sh"
 # The install puts the program, its second name and the files it looks up beside bin/.
 cmake --install "$build" --prefix "$work/prefix" >"$work/install.log" 2>&1 || { fail "cmake --install"; cat "$work/install.log"; }
 for f in bin/halogen bin/halogen-run share/halogen/cluster_configs/dgx-h100.yaml share/halogen/templates/train.sbatch.in \
-  share/halogen/python/halogen_npz.py; do
+  share/halogen/python/halogen_npz.py share/halogen/python/halogen_labels.py; do
   [ -e "$work/prefix/$f" ] && pass "installed $f" || fail "cmake --install left out $f"
 done
 export PATH="$work/prefix/bin:$PATH"
