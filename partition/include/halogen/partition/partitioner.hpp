@@ -126,14 +126,14 @@ using CollectiveStep = std::function<void(const std::string& what, const std::fu
 ///  2. the graph is checked for symmetry (a hash of every entry against its reverse, summed
 ///     over ranks), PT-Scotch partitions the slices and every rank gets the assignment
 ///     (4 bytes per node);
-///  3. part p is written by rank p % size: the rows, labels and split of its nodes move from
-///     the slice owners to that rank (all-to-all), halo nodes' local ids and degrees are asked
-///     from the ranks writing their parts, feature rows are read in rounds of at most 32 MiB
-///     and sent straight to their part's buffer, and every rank writes its parts' shards
-///     into a temporary directory that rank 0 renames into place after the report (counts
-///     summed over ranks) is written, as write_partition does. Rank 0 computes the partition
-///     id by streaming the dataset files once (one 16 MiB buffer), which also verifies their
-///     checksums.
+///  3. part p is written by rank p % size: the rows, labels (or targets rows) and split of its
+///     nodes move from the slice owners to that rank (all-to-all), halo nodes' local ids and
+///     degrees are asked from the ranks writing their parts, feature rows are read in rounds
+///     of at most 32 MiB and sent straight to their part's buffer, and every rank writes its
+///     parts' shards into a temporary directory that rank 0 renames into place after the
+///     report (counts summed over ranks) is written, as write_partition does. Rank 0
+///     computes the partition id by streaming the dataset files once (one 16 MiB buffer),
+///     which also verifies their checksums.
 /// Shards and partition.json are byte-identical to write_partition's for the same assignment.
 /// Returns the report on every rank. `options.method` must be kPtScotch or kLabelProp (step 2
 /// then runs label_propagation_partition_rows on the slices instead of PT-Scotch).
