@@ -6,9 +6,10 @@
 # edges, self loops, edges in one direction only) as an edge list (with and without
 # --num-nodes), a general and a symmetric Matrix Market file and a METIS graph; and .npz
 # archives (NumPy's, stored and deflated, with masks or a split array, and one holding the
-# structure alone). A bad feature row in the last rank's slice fails every rank, naming the
-# file and line, and leaves nothing; missing and extra rows are found, and a node in two
-# splits; an existing dataset needs --overwrite.
+# structure alone); multi-label and regression label files (the kind agreed on by the ranks)
+# and archives. A bad feature row in the last rank's slice fails every rank, naming the file
+# and line, and leaves nothing; missing and extra rows are found, a node in two splits, and bad
+# label files; an existing dataset needs --overwrite.
 # usage: convert_distributed_test.sh HALOGEN MPIEXEC [MPI FLAGS...]
 set -uo pipefail
 halogen=$1 mpiexec=$2
@@ -75,6 +76,29 @@ else
   echo "skipped Cora: no shared data at $shared"
 fi
 check ogb ogb "$ogb"
+# Label kinds. Multi-label: 6 columns of 0/1, an empty field or -1 unlabelled, every 23rd node a
+# line of empty fields. Regression: 2 columns of integers beyond {-1, 0, 1}, whose one fraction
+# (line 691) lies in the last rank's rows: alone, the other ranks' rows would be refused, so
+# every rank must keep its rows as the kind of the whole file. And the class labels read as one
+# regression target (--label-kind).
+ml=$work/ml reg=$work/reg
+cp -r "$ogb" "$ml"; cp -r "$ogb" "$reg"
+rm "$ml/raw/node-label.csv"
+awk -v n=$n 'BEGIN { for (v = 0; v < n; v++) { line = ""
+    for (c = 0; c < 6; c++) { x = (v * 7 + c * 3) % 5; f = (v % 23 == 4 || x == 4) ? "" : (x == 3 ? -1 : x % 2)
+      line = line (c ? "," : "") f }
+    print line } }' | gzip >"$ml/raw/node-label.csv.gz"
+awk -v n=$n 'BEGIN { for (v = 0; v < n; v++) print (v % 13 == 2 ? "" : v % 9) "," (v == 690 ? "0.5" : -(v % 4)) }' \
+  >"$reg/raw/node-label.csv"
+check ogb-multilabel ogb "$ml"
+check ogb-regression ogb "$reg"
+check ogb-class-as-regression ogb "$ogb" --label-kind regression
+for pair in "ogb-multilabel labels +multilabel, 6 per node" "ogb-regression targets +regression, 2 per node" \
+  "ogb-class-as-regression targets +regression, 1 per node"; do
+  read -r name expected <<<"$pair"
+  "$halogen" info "$work/$name-3" | grep -qE "^$expected" && pass "info: $name-3 says $expected" ||
+    { fail "info of $name-3 lacks /$expected/"; "$halogen" info "$work/$name-3"; }
+done
 check edgelist edgelist "$work/edges.txt"
 check edgelist-n edgelist "$work/edges.txt" --num-nodes 750
 check general-mtx mtx "$work/general.mtx"
@@ -96,6 +120,14 @@ if [ -n "$py" ]; then
   check npz-demo npz "$work/demo.npz"
   check npz-deflated npz "$work/from-ogb.npz"
   check npz-bare npz "$work/bare.npz"
+  "$py" "$helper" --from-halogen "$work/ogb-multilabel-1" "$work/ml.npz" >/dev/null &&
+    "$py" "$helper" --from-halogen "$work/ogb-regression-1" "$work/reg.npz" --compress >/dev/null ||
+    fail "exporting the multi-label and regression datasets"
+  check npz-multilabel npz "$work/ml.npz"
+  check npz-regression npz "$work/reg.npz"
+  cmp -s "$work/npz-multilabel-3/targets.bin" "$work/ogb-multilabel-1/targets.bin" &&
+    cmp -s "$work/npz-regression-3/targets.bin" "$work/ogb-regression-1/targets.bin" &&
+    pass "the exported archives convert to the targets they came from" || fail "the exported archives' targets differ"
 else
   fail "no python3 with NumPy for the npz archives (scripts/setup.sh installs python3-numpy)"
 fi
@@ -123,6 +155,23 @@ cp "$ogb/raw/node-feat.csv.gz" "$bad/raw/"
 echo 2 >>"$bad/split/random/train.csv"
 expect_error "a node in two splits is found by the rank that owns it" "node 2 is already in the train split" \
   "${mpi[@]}" -np 3 "$halogen" convert --format ogb "$bad" --out "$work/bad-out"
+
+# Bad label files, each fault in one rank's rows: every rank fails, naming file, line and column.
+cp "$ogb/split/random/train.csv" "$bad/split/random/"
+rm "$bad/raw/node-label.csv"
+zcat "$ml/raw/node-label.csv.gz" | awk 'NR == 650 { print "2,0,1,1,0,1"; next } { print }' | gzip >"$bad/raw/node-label.csv.gz"
+expect_error "an integer beyond 0/1 in a multi-label file fails every rank" \
+  "node-label.csv.gz' line 650: column 1: \"2\" is an integer other than 0 and 1.*--label-kind regression" \
+  "${mpi[@]}" -np 3 "$halogen" convert --format ogb "$bad" --out "$work/bad-out"
+zcat "$ml/raw/node-label.csv.gz" | awk 'NR == 300 { print "0,1,1"; next } { print }' | gzip >"$bad/raw/node-label.csv.gz"
+expect_error "a label line of another width fails every rank" \
+  "node-label.csv.gz' line 300: expected 6 comma-separated columns \(as on line 1\), found 3" \
+  "${mpi[@]}" -np 3 "$halogen" convert --format ogb "$bad" --out "$work/bad-out"
+rm "$bad/raw/node-label.csv.gz"
+awk 'NR == 400 { print ""; next } { print }' "$ogb/raw/node-label.csv" >"$bad/raw/node-label.csv"
+expect_error "an empty class label fails every rank" "node-label.csv' line 400: column 1: empty field" \
+  "${mpi[@]}" -np 3 "$halogen" convert --format ogb "$bad" --out "$work/bad-out"
+[ ! -e "$work/bad-out" ] && pass "nothing is written after a bad label file" || fail "a bad label file left its output"
 
 # An existing dataset without --overwrite: every rank fails, the dataset is unchanged.
 before=$(cat "$work/metis-2/meta.json")
