@@ -105,6 +105,45 @@ int32_t uniform_label(const RngStream& rng, int64_t v, int32_t num_classes) {
   return static_cast<int32_t>(uniform_below(r.v[0], static_cast<uint32_t>(num_classes)));
 }
 
+void check_labels_per_node(const char* what, double labels_per_node, int32_t num_classes) {
+  HALOGEN_EXPECTS(labels_per_node >= 1 && labels_per_node <= num_classes,
+                  "{} labels per node must be in [1, {}] (the label count), got {}", what, num_classes,
+                  labels_per_node);
+}
+
+int32_t draw_memberships(const RngStream& rng, int64_t v, int32_t num_classes, double labels_per_node, int32_t* out) {
+  // 1 + Binomial(num_classes - 1, p) by inversion, p = (labels_per_node - 1) / (num_classes - 1):
+  // mean labels_per_node, at most num_classes, close to 1 + Poisson for many labels.
+  const int32_t others = num_classes - 1;
+  const double p = others > 0 ? (labels_per_node - 1.0) / others : 0.0;
+  const Philox4x32 r = draw(rng, static_cast<uint64_t>(v), kTagMembershipCount, 0);
+  const double u = static_cast<double>((static_cast<uint64_t>(r.v[0]) << 21) ^ (r.v[1] >> 11)) * 0x1.0p-53;
+  int32_t count = 1;
+  if (p >= 1.0) {
+    count = num_classes;
+  } else if (p > 0.0) {
+    const double odds = p / (1.0 - p);
+    double pmf = std::pow(1.0 - p, others), cdf = pmf;
+    for (int32_t k = 0; u >= cdf && k < others; ++k) {
+      pmf *= odds * static_cast<double>(others - k) / static_cast<double>(k + 1);
+      cdf += pmf;
+      ++count;
+    }
+  }
+  // Floyd: for j = L - k .. L - 1, take a uniform t in [0, j], or j itself if t is taken; every
+  // k-subset is equally likely.
+  int32_t taken = 0;
+  Philox4x32 words{};
+  for (int32_t j = num_classes - count, i = 0; j < num_classes; ++j, ++i) {
+    if (i % 4 == 0) words = draw(rng, static_cast<uint64_t>(v), kTagMembership, static_cast<uint32_t>(i / 4));
+    const auto t = static_cast<int32_t>(uniform_below(words.v[i % 4], static_cast<uint32_t>(j) + 1));
+    const bool fresh = std::find(out, out + taken, t) == out + taken;
+    out[taken++] = fresh ? t : j;
+  }
+  std::sort(out, out + taken);
+  return taken;
+}
+
 HostBuffer<int32_t> uniform_labels(const RngStream& rng, int64_t n, int32_t num_classes) {
   HostBuffer<int32_t> labels(static_cast<size_t>(n));
 #pragma omp parallel for schedule(static)
@@ -126,6 +165,7 @@ struct RmatDraws::State {
   uint32_t q_a = 0, q_ab = 0, q_abc = 0;
   std::unique_ptr<FeistelPermutation> relabel;
   std::unique_ptr<SplitOrder> split;
+  RngStream target_rng;  // (seed, kGeneratorTargets): multi-label and regression labels
 };
 
 RmatDraws::RmatDraws(const RmatOptions& options) : s_(std::make_unique<State>()) {
@@ -136,11 +176,20 @@ RmatDraws::RmatDraws(const RmatOptions& options) : s_(std::make_unique<State>())
                   "RMAT probabilities must be non-negative with a + b + c <= 1, got a {} b {} c {}", options.a,
                   options.b, options.c);
   HALOGEN_EXPECTS(options.feature_dim >= 0, "RMAT feature dimension must be non-negative, got {}", options.feature_dim);
-  HALOGEN_EXPECTS(options.num_classes >= 1, "RMAT needs at least one class, got {}", options.num_classes);
+  const LabelKind kind = options.label_kind;
+  HALOGEN_EXPECTS(kind == LabelKind::kClass || kind == LabelKind::kMultiLabel || kind == LabelKind::kRegression,
+                  "RMAT label kind {} is not one of class, multilabel, regression", static_cast<int>(kind));
+  HALOGEN_EXPECTS(options.num_classes >= 1, "RMAT needs at least one {}, got {}",
+                  kind == LabelKind::kClass        ? "class"
+                  : kind == LabelKind::kMultiLabel ? "label"
+                                                   : "target",
+                  options.num_classes);
+  if (kind == LabelKind::kMultiLabel) check_labels_per_node("RMAT", options.labels_per_node, options.num_classes);
   check_fractions(options.train_fraction, options.valid_fraction, options.test_fraction);
   State& s = *s_;
   s.options = options;
   s.rng = RngStream::make(options.seed, RngPurpose::kGenerator);
+  s.target_rng = RngStream::make(options.seed, RngPurpose::kGeneratorTargets);
   s.n = int64_t{1} << options.scale;
   s.draws = static_cast<int64_t>(options.edge_factor) * s.n;
   s.num_blocks = (options.scale + 7) / 8;
@@ -165,10 +214,26 @@ uint32_t RmatDraws::relabel(uint32_t v) const { return s_->relabel ? static_cast
 void RmatDraws::feature_row(int64_t v, float* row) const {
   gaussian_row(s_->rng, static_cast<uint64_t>(v), kTagFeature, row, s_->options.feature_dim);
 }
+LabelKind RmatDraws::label_kind() const noexcept { return s_->options.label_kind; }
 int32_t RmatDraws::label(int64_t v) const { return uniform_label(s_->rng, v, s_->options.num_classes); }
+// Signal-free: multi-label rows are memberships as the multi-label SBM draws them (uniform
+// subsets), regression rows i.i.d. N(0, 1).
+void RmatDraws::target_row(int64_t v, float* row) const {
+  const RmatOptions& o = s_->options;
+  if (o.label_kind == LabelKind::kRegression) {
+    gaussian_row(s_->target_rng, static_cast<uint64_t>(v), kTagTargetNoise, row, o.num_classes);
+    return;
+  }
+  std::vector<int32_t> members(static_cast<size_t>(o.num_classes));
+  const int32_t count = draw_memberships(s_->target_rng, v, o.num_classes, o.labels_per_node, members.data());
+  std::fill(row, row + o.num_classes, 0.0f);
+  for (int32_t i = 0; i < count; ++i) row[members[static_cast<size_t>(i)]] = 1.0f;
+}
 uint8_t RmatDraws::split(int64_t v) const { return s_->split->role(v); }
 std::string RmatDraws::name() const {
-  return fmt::format("rmat-s{}-e{}-s{}", s_->options.scale, s_->options.edge_factor, s_->options.seed);
+  const RmatOptions& o = s_->options;
+  if (o.label_kind == LabelKind::kClass) return fmt::format("rmat-s{}-e{}-s{}", o.scale, o.edge_factor, o.seed);
+  return fmt::format("rmat-{}-s{}-e{}-s{}", to_string(o.label_kind), o.scale, o.edge_factor, o.seed);
 }
 
 // Edge e is a pure function of counter (e, kTagEdge, block): one Philox evaluation gives eight
@@ -257,15 +322,23 @@ Dataset generate_rmat(const RmatOptions& options) {
   progress.finish();
   ds.feature_dim = dim;
   ds.features = ArrayRef<float>(std::move(features));
-  HostBuffer<int32_t> labels(static_cast<size_t>(n));
   HostBuffer<uint8_t> split(static_cast<size_t>(n));
 #pragma omp parallel for schedule(static)
-  for (int64_t v = 0; v < n; ++v) {
-    labels[static_cast<size_t>(v)] = draws.label(v);
-    split[static_cast<size_t>(v)] = draws.split(v);
-  }
-  ds.labels = ArrayRef<int32_t>(std::move(labels));
+  for (int64_t v = 0; v < n; ++v) split[static_cast<size_t>(v)] = draws.split(v);
+  ds.label_kind = options.label_kind;
   ds.num_classes = options.num_classes;
+  if (options.label_kind == LabelKind::kClass) {
+    HostBuffer<int32_t> labels(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static)
+    for (int64_t v = 0; v < n; ++v) labels[static_cast<size_t>(v)] = draws.label(v);
+    ds.labels = ArrayRef<int32_t>(std::move(labels));
+  } else {
+    const int64_t width = options.num_classes;
+    HostBuffer<float> targets(static_cast<size_t>(n * width));
+#pragma omp parallel for schedule(static)
+    for (int64_t v = 0; v < n; ++v) draws.target_row(v, targets.data() + static_cast<size_t>(v * width));
+    ds.targets = ArrayRef<float>(std::move(targets));
+  }
   ds.split = ArrayRef<uint8_t>(std::move(split));
   return ds;
 }

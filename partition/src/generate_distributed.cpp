@@ -111,11 +111,20 @@ void generate_on_ranks(const std::string& checking, const Options& options, cons
     for (int64_t v = v0; v < v1; ++v) draws->feature_row(v, rows + static_cast<size_t>((v - v0) * F));
   };
   const auto rows = static_cast<size_t>(slice.end - slice.begin);
-  slice.labels = HostBuffer<int32_t>(rows);
+  slice.label_kind = draws->label_kind();
   slice.split = HostBuffer<uint8_t>(rows);
-  for (int64_t v = slice.begin; v < slice.end; ++v) {
-    slice.labels[static_cast<size_t>(v - slice.begin)] = draws->label(v);
-    slice.split[static_cast<size_t>(v - slice.begin)] = draws->split(v);
+  for (int64_t v = slice.begin; v < slice.end; ++v) slice.split[static_cast<size_t>(v - slice.begin)] = draws->split(v);
+  if (slice.label_kind == LabelKind::kClass) {
+    slice.labels = HostBuffer<int32_t>(rows);
+    for (int64_t v = slice.begin; v < slice.end; ++v)
+      slice.labels[static_cast<size_t>(v - slice.begin)] = draws->label(v);
+  } else {
+    // The slice's rows only: rows x num_classes floats, as its features' share.
+    const auto width = static_cast<int64_t>(options.num_classes);
+    slice.targets = HostBuffer<float>(rows * static_cast<size_t>(width));
+#pragma omp parallel for schedule(static)
+    for (int64_t v = slice.begin; v < slice.end; ++v)
+      draws->target_row(v, slice.targets.data() + static_cast<size_t>((v - slice.begin) * width));
   }
   slice.num_classes = options.num_classes;
   writer.write(slice);

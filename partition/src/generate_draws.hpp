@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "halogen/core/buffer.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/progress.hpp"
 #include "halogen/core/rng.hpp"
 #include "halogen/partition/dataset.hpp"
+#include "halogen/partition/graph.hpp"
 
 namespace halogen::detail {
 
@@ -25,6 +27,13 @@ enum DrawTag : uint32_t {
   kTagClassMean = 5,
   kTagSplitOrder = 6,
   kTagWeightRank = 7,
+  // Draws of the stream (seed, RngPurpose::kGeneratorTargets) only: the labels of the
+  // multi-label and regression kinds, and the multi-label SBM's communities.
+  kTagMembershipCount = 8,
+  kTagMembership = 9,
+  kTagCommunityMean = 10,
+  kTagTargetMean = 11,
+  kTagTargetNoise = 12,
 };
 
 inline uint32_t low_word(uint64_t x) { return static_cast<uint32_t>(x); }
@@ -136,6 +145,22 @@ class SplitOrder {
   FeistelPermutation order_;
   int64_t train_end_ = 0, valid_end_ = 0, test_end_ = 0;
 };
+
+// Node v's communities (multi-label kinds): 1 + Binomial(num_classes - 1, (labels_per_node - 1)
+// / (num_classes - 1)) of them, so labels_per_node on average and at most num_classes
+// (inversion of one 53-bit uniform, counter (v, kTagMembershipCount, 0)), chosen
+// uniformly without replacement by Floyd's algorithm (one word per member, counters (v,
+// kTagMembership, block)). Writes them to `out` (room for num_classes) in ascending order and
+// returns their count.
+int32_t draw_memberships(const RngStream& rng, int64_t v, int32_t num_classes, double labels_per_node, int32_t* out);
+// Checks labels_per_node for `num_classes` labels (what names the generator in the message).
+void check_labels_per_node(const char* what, double labels_per_node, int32_t num_classes);
+
+// Walker's alias table (Vose's construction) over `members` [begin, end), drawing a member
+// with probability proportional to weight[member]: slot i keeps its own member with
+// probability keep[i], else yields alias[i]. Returns the total weight of the range.
+double build_alias_table(const std::vector<double>& weight, const std::vector<NodeId>& members, int64_t begin,
+                         int64_t end, std::vector<double>& keep, std::vector<NodeId>& alias);
 
 HostBuffer<uint8_t> make_split(int64_t n, double train, double valid, double test, uint64_t seed);
 int32_t uniform_label(const RngStream& rng, int64_t v, int32_t num_classes);

@@ -30,8 +30,10 @@ class RmatDraws {
   /// The random vertex permutation (the identity without `relabel`).
   uint32_t relabel(uint32_t v) const;
   void feature_row(int64_t v, float* row) const;  // feature_dim standard normals
-  int32_t label(int64_t v) const;
-  uint8_t split(int64_t v) const;  // a SplitRole
+  LabelKind label_kind() const noexcept;
+  int32_t label(int64_t v) const;                // kClass
+  void target_row(int64_t v, float* row) const;  // the other kinds: num_classes values
+  uint8_t split(int64_t v) const;                // a SplitRole
   std::string name() const;
 
  private:
@@ -39,8 +41,30 @@ class RmatDraws {
   std::unique_ptr<State> s_;
 };
 
-/// The SBM's draws over per-node tables that every rank builds (labels, the classes' members
-/// and alias tables: about 28 bytes per node while built, 20 after).
+/// The multi-label SBM (generate.hpp) over its per-node tables: every node's communities, each
+/// community's members with an alias table by weight, and for power-law degrees an alias
+/// table over all nodes: 8 bytes per node and 20 per membership (plus 12 per node with
+/// power-law degrees) once built.
+class MultiLabelSbm {
+ public:
+  /// `options` are checked by SbmDraws.
+  explicit MultiLabelSbm(const SbmOptions& options);
+  ~MultiLabelSbm();
+  MultiLabelSbm(const MultiLabelSbm&) = delete;
+  MultiLabelSbm& operator=(const MultiLabelSbm&) = delete;
+
+  void edge(int64_t e, NodeId& src, NodeId& dst) const;
+  void feature_row(int64_t v, float* row) const;
+  void target_row(int64_t v, float* row) const;  // 0/1 membership indicators
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+/// The SBM's draws over per-node tables that every rank builds. The class and regression kinds:
+/// labels (regression: the latent blocks), the classes' members and alias tables, about 28
+/// bytes per node while built, 20 after; the multi-label kind: MultiLabelSbm's.
 class SbmDraws {
  public:
   /// Checks the options (the errors generate_sbm gives).
@@ -53,8 +77,10 @@ class SbmDraws {
   int64_t draws() const noexcept;  // n x avg_degree / 2, before symmetrisation
   void edge(int64_t e, NodeId& src, NodeId& dst) const;
   void feature_row(int64_t v, float* row) const;  // the class mean plus standard normals
-  int32_t label(int64_t v) const;
-  uint8_t split(int64_t v) const;  // a SplitRole
+  LabelKind label_kind() const noexcept;
+  int32_t label(int64_t v) const;                // kClass
+  void target_row(int64_t v, float* row) const;  // the other kinds: num_classes values
+  uint8_t split(int64_t v) const;                // a SplitRole
   std::string name() const;
 
  private:

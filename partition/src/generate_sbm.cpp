@@ -14,29 +14,25 @@
 namespace halogen {
 
 namespace detail {
-namespace {
 
-// Walker's alias table (Vose's construction) for drawing one of the nodes by_class[begin,
-// end) with probability proportional to its weight: slot i keeps its own node with
-// probability keep[i], else yields alias[i]. Returns the total weight of the range.
-double build_alias_table(const std::vector<double>& weight, const std::vector<NodeId>& by_class, int64_t begin,
+double build_alias_table(const std::vector<double>& weight, const std::vector<NodeId>& members, int64_t begin,
                          int64_t end, std::vector<double>& keep, std::vector<NodeId>& alias) {
   const int64_t size = end - begin;
   double total = 0;
-  for (int64_t i = begin; i < end; ++i) total += weight[static_cast<size_t>(by_class[static_cast<size_t>(i)])];
+  for (int64_t i = begin; i < end; ++i) total += weight[static_cast<size_t>(members[static_cast<size_t>(i)])];
   if (size == 0) return 0.0;
   std::vector<double> scaled(static_cast<size_t>(size));
   std::vector<int64_t> small, large;
   for (int64_t i = 0; i < size; ++i) {
     scaled[i] =
-        weight[static_cast<size_t>(by_class[static_cast<size_t>(begin + i)])] * static_cast<double>(size) / total;
+        weight[static_cast<size_t>(members[static_cast<size_t>(begin + i)])] * static_cast<double>(size) / total;
     (scaled[i] < 1.0 ? small : large).push_back(i);
   }
   while (!small.empty() && !large.empty()) {
     const int64_t lo = small.back(), hi = large.back();
     small.pop_back();
     keep[static_cast<size_t>(begin + lo)] = scaled[lo];
-    alias[static_cast<size_t>(begin + lo)] = by_class[static_cast<size_t>(begin + hi)];
+    alias[static_cast<size_t>(begin + lo)] = members[static_cast<size_t>(begin + hi)];
     scaled[hi] -= 1.0 - scaled[lo];
     if (scaled[hi] < 1.0) {
       large.pop_back();
@@ -47,13 +43,11 @@ double build_alias_table(const std::vector<double>& weight, const std::vector<No
   for (const auto* rest : {&small, &large}) {
     for (const int64_t i : *rest) {
       keep[static_cast<size_t>(begin + i)] = 1.0;
-      alias[static_cast<size_t>(begin + i)] = by_class[static_cast<size_t>(begin + i)];
+      alias[static_cast<size_t>(begin + i)] = members[static_cast<size_t>(begin + i)];
     }
   }
   return total;
 }
-
-}  // namespace
 
 struct SbmDraws::State {
   SbmOptions options;
@@ -73,6 +67,11 @@ struct SbmDraws::State {
   uint64_t homophily_threshold = 0;
   std::vector<float> class_means;  // class c's mean feature row, entries N(0, snr^2)
   std::unique_ptr<SplitOrder> split;
+  // Regression: block c's targets (num_classes, entries N(0, 1)) and the noise stream.
+  RngStream target_rng;
+  std::vector<float> target_means;
+  // Multi-label: its own tables instead of the classes'.
+  std::unique_ptr<MultiLabelSbm> multilabel;
 
   // The class whose weight interval contains x, among classes [lo, hi).
   int32_t class_at(double x, int32_t lo, int32_t hi) const {
@@ -102,9 +101,21 @@ struct SbmDraws::State {
 
 SbmDraws::SbmDraws(const SbmOptions& options) : s_(std::make_unique<State>()) {
   const int64_t n = options.num_nodes;
-  const int32_t num_classes = options.num_classes;
+  const LabelKind kind = options.label_kind;
+  // Regression's classes are its latent blocks; num_classes is then its target count.
+  const int32_t num_classes = kind == LabelKind::kRegression ? options.num_blocks : options.num_classes;
   HALOGEN_EXPECTS(n >= 1 && n <= INT32_MAX, "SBM node count must be in [1, 2^31-1], got {}", n);
-  HALOGEN_EXPECTS(num_classes >= 1, "SBM needs at least one class, got {}", num_classes);
+  HALOGEN_EXPECTS(kind == LabelKind::kClass || kind == LabelKind::kMultiLabel || kind == LabelKind::kRegression,
+                  "SBM label kind {} is not one of class, multilabel, regression", static_cast<int>(kind));
+  HALOGEN_EXPECTS(options.num_classes >= 1, "SBM needs at least one {}, got {}",
+                  kind == LabelKind::kClass        ? "class"
+                  : kind == LabelKind::kMultiLabel ? "label"
+                                                   : "target",
+                  options.num_classes);
+  HALOGEN_EXPECTS(num_classes >= 1, "SBM regression needs at least one block, got {}", num_classes);
+  if (kind == LabelKind::kMultiLabel) check_labels_per_node("SBM", options.labels_per_node, options.num_classes);
+  HALOGEN_EXPECTS(kind != LabelKind::kRegression || (options.target_noise >= 0 && std::isfinite(options.target_noise)),
+                  "SBM target noise must be finite and non-negative, got {}", options.target_noise);
   HALOGEN_EXPECTS(options.avg_degree >= 0, "SBM average degree must be non-negative, got {}", options.avg_degree);
   HALOGEN_EXPECTS(options.homophily >= 0 && options.homophily <= 1, "SBM homophily must be in [0, 1], got {}",
                   options.homophily);
@@ -118,6 +129,22 @@ SbmDraws::SbmDraws(const SbmOptions& options) : s_(std::make_unique<State>()) {
   s.n = n;
   s.num_classes = num_classes;
   s.rng = RngStream::make(options.seed, RngPurpose::kGenerator);
+  s.target_rng = RngStream::make(options.seed, RngPurpose::kGeneratorTargets);
+  s.draws = static_cast<int64_t>(std::llround(static_cast<double>(n) * options.avg_degree / 2.0));
+  s.split = std::make_unique<SplitOrder>(n, options.train_fraction, options.valid_fraction, options.test_fraction,
+                                         options.seed);
+  if (kind == LabelKind::kMultiLabel) {
+    s.multilabel = std::make_unique<MultiLabelSbm>(options);
+    return;
+  }
+  if (kind == LabelKind::kRegression) {
+    const auto targets = static_cast<int64_t>(options.num_classes);
+    s.target_means.resize(static_cast<size_t>(num_classes * targets));
+    for (int32_t c = 0; c < num_classes; ++c) {
+      gaussian_row(s.target_rng, static_cast<uint64_t>(c), kTagTargetMean,
+                   s.target_means.data() + static_cast<size_t>(c * targets), targets);
+    }
+  }
   s.labels = uniform_labels(s.rng, n, num_classes);
   const HostBuffer<int32_t>& labels = s.labels;
 
@@ -154,7 +181,6 @@ SbmDraws::SbmDraws(const SbmOptions& options) : s_(std::make_unique<State>()) {
   s.class_cumulative.assign(static_cast<size_t>(num_classes) + 1, 0.0);
   for (int32_t c = 0; c < num_classes; ++c) s.class_cumulative[c + 1] = s.class_cumulative[c] + s.class_weight[c];
   s.total_weight = s.class_cumulative[num_classes];
-  s.draws = static_cast<int64_t>(std::llround(static_cast<double>(n) * options.avg_degree / 2.0));
   s.homophily_threshold = static_cast<uint64_t>(std::ldexp(options.homophily, 32));
 
   const int64_t dim = options.feature_dim;
@@ -164,16 +190,34 @@ SbmDraws::SbmDraws(const SbmOptions& options) : s_(std::make_unique<State>()) {
     gaussian_row(s.rng, static_cast<uint64_t>(c), kTagClassMean, mean, dim);
     for (int64_t j = 0; j < dim; ++j) mean[j] *= static_cast<float>(options.feature_snr);
   }
-  s.split = std::make_unique<SplitOrder>(n, options.train_fraction, options.valid_fraction, options.test_fraction,
-                                         options.seed);
 }
 
 SbmDraws::~SbmDraws() = default;
 int64_t SbmDraws::nodes() const noexcept { return s_->n; }
 int64_t SbmDraws::draws() const noexcept { return s_->draws; }
+LabelKind SbmDraws::label_kind() const noexcept { return s_->options.label_kind; }
 int32_t SbmDraws::label(int64_t v) const { return s_->labels[static_cast<size_t>(v)]; }
 uint8_t SbmDraws::split(int64_t v) const { return s_->split->role(v); }
-std::string SbmDraws::name() const { return fmt::format("sbm-n{}-c{}-s{}", s_->n, s_->num_classes, s_->options.seed); }
+std::string SbmDraws::name() const {
+  const SbmOptions& o = s_->options;
+  if (o.label_kind == LabelKind::kClass) return fmt::format("sbm-n{}-c{}-s{}", s_->n, o.num_classes, o.seed);
+  return fmt::format("sbm-{}-n{}-c{}-s{}", to_string(o.label_kind), s_->n, o.num_classes, o.seed);
+}
+
+// Regression: block c's targets plus N(0, target_noise^2) noise (counters (v, kTagTargetNoise,
+// block) of the targets' stream).
+void SbmDraws::target_row(int64_t v, float* row) const {
+  const State& s = *s_;
+  if (s.multilabel) {
+    s.multilabel->target_row(v, row);
+    return;
+  }
+  const int64_t targets = s.options.num_classes;
+  gaussian_row(s.target_rng, static_cast<uint64_t>(v), kTagTargetNoise, row, targets);
+  const float* mean = s.target_means.data() + static_cast<size_t>(s.labels[static_cast<size_t>(v)] * targets);
+  const auto noise = static_cast<float>(s.options.target_noise);
+  for (int64_t t = 0; t < targets; ++t) row[t] = mean[t] + noise * row[t];
+}
 
 // Each edge: one endpoint by weight over all nodes (class by class weight, then member by
 // weight); the other, with probability `homophily`, by weight within the first endpoint's
@@ -182,6 +226,10 @@ std::string SbmDraws::name() const { return fmt::format("sbm-n{}-c{}-s{}", s_->n
 // coin; r1: other class, member and alias coin of the second endpoint.
 void SbmDraws::edge(int64_t e, NodeId& src, NodeId& dst) const {
   const State& s = *s_;
+  if (s.multilabel) {
+    s.multilabel->edge(e, src, dst);
+    return;
+  }
   const Philox4x32 r0 = draw(s.rng, static_cast<uint64_t>(e), kTagEdge, 0);
   const Philox4x32 r1 = draw(s.rng, static_cast<uint64_t>(e), kTagEdge, 1);
   const int32_t c = s.usable_class(s.class_at(r0.v[0] * 0x1.0p-32 * s.total_weight, 0, s.num_classes), -1);
@@ -200,6 +248,10 @@ void SbmDraws::edge(int64_t e, NodeId& src, NodeId& dst) const {
 // Class mean plus N(0, 1) noise.
 void SbmDraws::feature_row(int64_t v, float* row) const {
   const State& s = *s_;
+  if (s.multilabel) {
+    s.multilabel->feature_row(v, row);
+    return;
+  }
   const int64_t dim = s.options.feature_dim;
   gaussian_row(s.rng, static_cast<uint64_t>(v), kTagFeature, row, dim);
   const float* mean = s.class_means.data() + static_cast<size_t>(s.labels[static_cast<size_t>(v)] * dim);
@@ -230,13 +282,21 @@ Dataset generate_sbm(const SbmOptions& options) {
   parallel_slices(n, progress, kCsrDone, kProgressScale,
                   [&](int64_t v) { draws.feature_row(v, features.data() + static_cast<size_t>(v * dim)); });
   progress.finish();
-  HostBuffer<int32_t> labels(static_cast<size_t>(n));
-  for (int64_t v = 0; v < n; ++v) labels[static_cast<size_t>(v)] = draws.label(v);
-
   ds.feature_dim = dim;
   ds.features = ArrayRef<float>(std::move(features));
-  ds.labels = ArrayRef<int32_t>(std::move(labels));
+  ds.label_kind = options.label_kind;
   ds.num_classes = options.num_classes;
+  if (options.label_kind == LabelKind::kClass) {
+    HostBuffer<int32_t> labels(static_cast<size_t>(n));
+    for (int64_t v = 0; v < n; ++v) labels[static_cast<size_t>(v)] = draws.label(v);
+    ds.labels = ArrayRef<int32_t>(std::move(labels));
+  } else {
+    const int64_t width = options.num_classes;
+    HostBuffer<float> targets(static_cast<size_t>(n * width));
+#pragma omp parallel for schedule(static)
+    for (int64_t v = 0; v < n; ++v) draws.target_row(v, targets.data() + static_cast<size_t>(v * width));
+    ds.targets = ArrayRef<float>(std::move(targets));
+  }
   ds.split = ArrayRef<uint8_t>(
       make_split(n, options.train_fraction, options.valid_fraction, options.test_fraction, options.seed));
   return ds;

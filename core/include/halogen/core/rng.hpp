@@ -54,6 +54,7 @@ enum class RngPurpose : uint32_t {
   kGenerator = 4,
   kSplit = 5,
   kAttentionDropout = 6,
+  kGeneratorTargets = 7,  // the generators' multi-label memberships and regression targets
 };
 
 /// A keyed stream: key = (seed, purpose); the counter names the draw.
