@@ -1,10 +1,11 @@
 // Helpers of the reader tests: gzip-compressed and plain input files, errors checked for every
-// part of their message, and edge lists as pairs.
+// part of their message, targets compared NaN for NaN, and edge lists as pairs.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cmath>
 #include <filesystem>
 #include <initializer_list>
 #include <string>
@@ -59,6 +60,18 @@ void expect_error(Fn&& fn, std::initializer_list<std::string_view> parts) {
     SCOPED_TRACE(#stmt);                                                 \
     ::halogen::test::expect_error([&] { (void)(stmt); }, {__VA_ARGS__}); \
   } while (0)
+
+// A dataset's targets are `want`, NaN where `want` has NaN.
+inline void expect_targets(const Dataset& ds, const std::vector<float>& want) {
+  ASSERT_EQ(ds.targets.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(ds.targets[i])) << "entry " << i << " = " << ds.targets[i];
+    } else {
+      EXPECT_EQ(ds.targets[i], want[i]) << "entry " << i;
+    }
+  }
+}
 
 inline std::vector<std::pair<NodeId, NodeId>> pairs(const EdgeList& e) {
   std::vector<std::pair<NodeId, NodeId>> out;

@@ -25,12 +25,14 @@
 #include "halogen/partition/readers.hpp"
 #include "npz_reader.hpp"
 #include "npz_testing.hpp"
+#include "reader_testing.hpp"
 #include "test_data.hpp"
 
 namespace halogen {
 namespace {
 
 namespace fs = std::filesystem;
+using test::expect_targets;
 using test::Members;
 using test::npy;
 using test::npy_bytes;
@@ -289,8 +291,9 @@ class NpzBadInput : public testing::Test {
     write_npz(file, members, deflate);
     return file;
   }
-  void expect_file_error(const fs::path& file, std::initializer_list<std::string_view> parts) {
-    const std::string what = test::error_of([&] { read_npz_dataset(file); });
+  void expect_file_error(const fs::path& file, std::initializer_list<std::string_view> parts,
+                         std::optional<LabelKind> kind = std::nullopt) {
+    const std::string what = test::error_of([&] { read_npz_dataset(file, kind); });
     ASSERT_FALSE(what.empty()) << "expected halogen::Error";
     EXPECT_NE(what.find(file.string()), std::string::npos) << "file not named in: " << what;
     for (std::string_view p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
@@ -446,18 +449,6 @@ TEST_F(NpzBadInput, TruncatedOrCorruptMembers) {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// Targets with NaN compared as NaN.
-void expect_targets(const Dataset& ds, const std::vector<float>& want) {
-  ASSERT_EQ(ds.targets.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::isnan(want[i])) {
-      EXPECT_TRUE(std::isnan(ds.targets[i])) << "entry " << i << " = " << ds.targets[i];
-    } else {
-      EXPECT_EQ(ds.targets[i], want[i]) << "entry " << i;
-    }
-  }
-}
-
 class NpzLabels : public NpzBadInput {
  protected:
   Dataset read(const Members& members, std::optional<LabelKind> kind = std::nullopt) {
@@ -465,11 +456,7 @@ class NpzLabels : public NpzBadInput {
   }
   void expect_kind_error(const Members& members, std::optional<LabelKind> kind,
                          std::initializer_list<std::string_view> parts) {
-    const fs::path file = write(members);
-    const std::string what = test::error_of([&] { read_npz_dataset(file, kind); });
-    ASSERT_FALSE(what.empty()) << "expected halogen::Error";
-    EXPECT_NE(what.find(file.string()), std::string::npos) << "file not named in: " << what;
-    for (std::string_view p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
+    expect_file_error(write(members), parts, kind);
   }
   // kN x 3 labels: 0/1, with -1 at [2, 1] and an unlabelled node 5 (all -1).
   static std::vector<int64_t> binary() {

@@ -30,6 +30,7 @@ namespace fs = std::filesystem;
 using test::ScratchDir;
 
 using test::expect_error;
+using test::expect_targets;
 using test::gzip;
 using test::pairs;
 using test::Pairs;
@@ -397,18 +398,6 @@ Dataset tiny_with_labels(const fs::path& dir, const std::string& labels, std::op
   fs::remove_all(dir);
   write_tree(dir, files);
   return read_ogb_dataset(dir, "", kind);
-}
-
-// Targets with NaN compared as NaN.
-void expect_targets(const Dataset& ds, const std::vector<float>& want) {
-  ASSERT_EQ(ds.targets.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::isnan(want[i])) {
-      EXPECT_TRUE(std::isnan(ds.targets[i])) << "entry " << i << " = " << ds.targets[i];
-    } else {
-      EXPECT_EQ(ds.targets[i], want[i]) << "entry " << i;
-    }
-  }
 }
 
 TEST(OgbLabels, ColumnsOfZerosAndOnesAreMultiLabelWithEmptyAndMinusOneUnlabelled) {
