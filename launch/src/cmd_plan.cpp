@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "cli.hpp"
 #include "cluster_config.hpp"
@@ -19,10 +20,19 @@
 
 namespace halogen::cli {
 
+namespace {
+
+// The memory line's note on labels other than classes, which take a f32 per output column.
+std::string targets_note(LabelKind kind) {
+  return kind == LabelKind::kClass ? std::string() : fmt::format(", {} targets", to_string(kind));
+}
+
+}  // namespace
+
 int cmd_plan(const std::vector<std::string>& args) {
   po::options_description opts("plan options");
   std::string report_arg, cluster_name, metrics, bits = "32,16,8,4,2,1", modes = "sync,overlap,stale", model = "gcn",
-                                                 json_out, input_storage = "fp32";
+                                                 json_out, input_storage = "fp32", label_kind_name = "class";
   double compute_s = 0.0;
   int calib_ranks = 0, hidden = 0, layers = 0;
   bool overwrite = false;
@@ -47,7 +57,8 @@ int cmd_plan(const std::vector<std::string>& args) {
       ("calib-ranks", po::value(&calib_ranks), "ranks of the calibration run (default: from the metrics summary)")
       ("gflops", po::value(&co.gflops), "no calibration run: a rate in GFLOP/s per rank (default without any calibration: a nominal rate of the cluster's cores or GPUs)")
       ("features", po::value(&features), "input features (default: from the shards beside the report)")
-      ("classes", po::value(&classes), "classes (default: from the shards beside the report)")
+      ("classes", po::value(&classes), "classes (default: from the shards beside the report); multilabel: labels, regression: targets per node (the model's output width)")
+      ("label-kind", po::value(&label_kind_name)->default_value(label_kind_name), "described graph: class | multilabel | regression (what its labels are: one i32 class per node, or --classes f32 targets, for the memory per rank; a report's shards say it themselves)")
       ("model", po::value(&model), "a model of halogen train (default: the report's, else gcn)")
       ("hidden", po::value(&hidden), "hidden size (default: the report's for its model, else the model's published one: gcn 64)")
       ("layers", po::value(&layers), "layers (default: the report's for its model, else the model's published count: gcn 2)")
@@ -88,6 +99,12 @@ int cmd_plan(const std::vector<std::string>& args) {
                   "give either a partition report or a graph described by --nodes, --edges, --parts and --halo-ratio");
   std::filesystem::path report_path(report_arg);
   nlohmann::json report;
+  const std::optional<LabelKind> described_kind = parse_label_kind(label_kind_name);
+  HALOGEN_EXPECTS(described_kind.has_value(), "--label-kind must be class, multilabel or regression, got '{}'",
+                  label_kind_name);
+  HALOGEN_EXPECTS(is_described || vm["label-kind"].defaulted(),
+                  "--label-kind is for a graph described by --nodes; the shards beside a report say what their labels "
+                  "are");
   if (is_described) {
     for (const char* needed : {"edges", "parts", "halo-ratio", "features", "classes"})
       HALOGEN_EXPECTS(vm.count(needed), "a graph described by --nodes also needs --{}", needed);
@@ -179,37 +196,34 @@ int cmd_plan(const std::vector<std::string>& args) {
   const std::string memory_setting =
       fmt::format("fp32{}, sync", t.device.input_storage == InputStorage::kBf16 ? ", bf16 inputs" : "");
   if (is_described) {
-    // Every part alike: the largest (the first) stands for all.
-    const auto& first = report.at("parts").at(0);
-    ShardCounts c;
-    c.owned = first.at("owned").get<int64_t>();
-    for (const int64_t rows : first.at("halo_from").get<std::vector<int64_t>>()) c.halo += rows;
-    c.sends = c.halo;  // on average a part sends as many rows as it receives
-    c.local_edges = first.at("local_edges").get<int64_t>();
-    c.feature_dim = shape.feature_dim;
-    c.classes = shape.num_classes;
-    c.feature_density = feature_density;
+    const ShardCounts c = plan::described_shard_counts(report, shape, feature_density, *described_kind);
     const MemoryEstimate e = estimate_training_memory(c, t);
-    std::cout << fmt::format("memory per rank ({} memory, {}): {} ({} phase: {})\n",
-                             cluster.has_gpus() ? "GPU" : "host", memory_setting, format_bytes(e.total()), e.phase,
-                             e.breakdown());
-    memory = {{"device", to_string(t.device.kind)}, {"max_bytes", e.total()}};
+    std::cout << fmt::format("memory per rank ({} memory, {}{}): {} ({} phase: {})\n",
+                             cluster.has_gpus() ? "GPU" : "host", memory_setting, targets_note(c.label_kind),
+                             format_bytes(e.total()), e.phase, e.breakdown());
+    memory = {{"device", to_string(t.device.kind)}, {"label_kind", to_string(c.label_kind)}, {"max_bytes", e.total()}};
   } else if (parts > 0 && std::filesystem::exists(shard_path(report_path.parent_path(), 0, parts))) {
     uint64_t worst = 0;
     int worst_rank = 0;
     std::vector<uint64_t> per_rank;
+    LabelKind kind = LabelKind::kClass;
     for (int r = 0; r < parts; ++r) {
       const Shard s = read_shard(shard_path(report_path.parent_path(), r, parts), /*verify_checksums=*/false);
+      kind = s.label_kind;
+      // The estimate counts the shard's labels as they are: f32 targets unless classes.
       const uint64_t bytes = estimate_training_memory(s, t).total();
       per_rank.push_back(bytes);
       if (bytes > worst) worst = bytes, worst_rank = r;
     }
     const MemoryEstimate at_worst =
         estimate_training_memory(read_shard(shard_path(report_path.parent_path(), worst_rank, parts), false), t);
-    std::cout << fmt::format("memory per rank ({} memory, {}): at most {} (rank {}: {} phase: {})\n",
-                             cluster.has_gpus() ? "GPU" : "host", memory_setting, format_bytes(worst), worst_rank,
-                             at_worst.phase, at_worst.breakdown());
-    memory = {{"device", to_string(t.device.kind)}, {"bytes_per_rank", per_rank}, {"max_bytes", worst}};
+    std::cout << fmt::format("memory per rank ({} memory, {}{}): at most {} (rank {}: {} phase: {})\n",
+                             cluster.has_gpus() ? "GPU" : "host", memory_setting, targets_note(kind),
+                             format_bytes(worst), worst_rank, at_worst.phase, at_worst.breakdown());
+    memory = {{"device", to_string(t.device.kind)},
+              {"label_kind", to_string(kind)},
+              {"bytes_per_rank", per_rank},
+              {"max_bytes", worst}};
   }
   // What partitioning this graph needs per rank, each method on as many ranks as parts (METIS:
   // one process), from the counts alone (partition_memory.hpp).

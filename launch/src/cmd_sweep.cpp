@@ -1,11 +1,13 @@
 // halogen sweep: run a grid of trainings (dataset x ranks x any train options) as subprocesses
 // (`halogen partition`, then `halogen train` under mpirun per point), collect one CSV row
-// per run from the metrics files, time each run to its (dataset, ranks)'s target accuracy and
-// draw the plots with gnuplot.
+// per run from the metrics files, time each run to its (dataset, ranks)'s target of the runs'
+// selection metric (accuracy, F1-micro or MSE: one task per sweep) and draw the plots with
+// gnuplot.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "cli.hpp"
@@ -15,6 +17,8 @@
 #include "halogen/core/output.hpp"
 #include "halogen/core/progress.hpp"
 #include "halogen/core/timer.hpp"
+#include "halogen/partition/dataset_io.hpp"
+#include "halogen/partition/shard.hpp"
 #include "launcher.hpp"
 #include "sweep_grid.hpp"
 #include "sweep_results.hpp"
@@ -172,20 +176,47 @@ PointRun train_point(const Sweep& sw, sweep::RunResult& row, const sweep::Point&
   return started ? PointRun::kFailed : PointRun::kNotStarted;
 }
 
-// The line that ends a run: how it went, its test accuracy (at the best validation epoch),
-// epoch time and bytes.
+// The line that ends a run: how it went, its test figure of the selection metric (at the best
+// validation epoch), epoch time and bytes.
 std::string run_outcome(const sweep::RunResult& row, PointRun how, double run_s) {
   if (row.status != "ok") return row.status;
   const std::string head =
       how == PointRun::kReused ? "reused (finished earlier)" : fmt::format("done in {}", clock_duration(run_s));
-  return fmt::format("{}: test acc {} at best val epoch {} (val {}), {:.4f} s/epoch, {:.0f} B/epoch", head,
-                     sweep::accuracy_text(row.test_acc_at_best_val), row.best_epoch,
-                     sweep::accuracy_text(row.best_val_acc), row.epoch_s, row.bytes_per_epoch);
+  return fmt::format("{}: test {} {} at best val epoch {} (val {}), {:.4f} s/epoch, {:.0f} B/epoch", head, row.metric,
+                     sweep::metric_text(row.test_at_best_val, row.metric), row.best_epoch,
+                     sweep::metric_text(row.best_val, row.metric), row.epoch_s, row.bytes_per_epoch);
+}
+
+// The task a dataset's labels train, where it can be told without partitioning it (a dataset
+// in halogen's binary format); nullopt otherwise.
+std::optional<LabelKind> dataset_label_kind(const std::filesystem::path& dataset) {
+  if (!std::filesystem::exists(dataset / "meta.json")) return std::nullopt;
+  try {
+    return read_dataset_info(dataset).label_kind;
+  } catch (const Error&) {
+    return std::nullopt;  // partition reports what is wrong with it
+  }
+}
+
+// Refuses a sweep whose datasets train different tasks (their figures would not compare), as
+// soon as it is known: `kind` of `what` against the first kind seen, `first`.
+void check_one_label_kind(std::optional<std::pair<LabelKind, std::string>>& first, LabelKind kind,
+                          const std::string& what) {
+  if (!first) {
+    first.emplace(kind, what);
+    return;
+  }
+  HALOGEN_EXPECTS(first->first == kind,
+                  "the runs of a sweep must train one task: {} has {} labels (task {}), {} has {} labels (task {}); "
+                  "sweep them apart",
+                  first->second, to_string(first->first), default_task(first->first), what, to_string(kind),
+                  default_task(kind));
 }
 
 // The rows of one (dataset, ranks): its partition, then every point of the train axes.
 void run_pair(const Sweep& sw, const std::filesystem::path& dataset, const std::string& ds_name, int ranks,
-              std::set<std::string>& names, std::vector<sweep::RunResult>& rows, size_t total, SweepClock& clock) {
+              std::set<std::string>& names, std::vector<sweep::RunResult>& rows, size_t total, SweepClock& clock,
+              std::optional<std::pair<LabelKind, std::string>>& label_kind) {
   const auto parts_dir = sw.out / "parts" / fmt::format("{}-p{}", ds_name, ranks);
   std::printf("halogen sweep: partitioning %s into %d part%s\n", ds_name.c_str(), ranks, ranks == 1 ? "" : "s");
   std::fflush(stdout);
@@ -193,6 +224,10 @@ void run_pair(const Sweep& sw, const std::filesystem::path& dataset, const std::
   const int part_rc = partition(sw, dataset, ds_name, ranks, parts_dir);
   // Its time is charged to the first run of the pair that trains.
   double pending_s = part_sw.seconds();
+  // Any format `halogen partition` reads: its shards say what the labels are.
+  if (const auto shard = shard_path(parts_dir, 0, ranks); part_rc == 0 && std::filesystem::exists(shard))
+    check_one_label_kind(label_kind, read_shard(shard, /*verify_checksums=*/false).label_kind,
+                         fmt::format("dataset '{}'", ds_name));
   for (const auto& point : sw.points) {
     sweep::RunResult row;
     row.dataset = ds_name;
@@ -232,6 +267,7 @@ void run_pair(const Sweep& sw, const std::filesystem::path& dataset, const std::
                 clock.status(total - rows.size() - 1).c_str());
     std::fflush(stdout);
     rows.push_back(std::move(row));
+    sweep::sweep_metric(rows);  // a run of another task ends the sweep here
   }
 }
 
@@ -305,18 +341,28 @@ int cmd_sweep(const std::vector<std::string>& all_args) {
               sw.grid.datasets.size(), sw.grid.datasets.size() == 1 ? "" : "s", sw.grid.ranks.size(),
               sw.grid.ranks.size() == 1 ? "" : "s", sw.points.size(), sw.points.size() == 1 ? "" : "s",
               (sw.out / "runs").c_str());
+  // Datasets whose labels train different tasks are refused before the first run where their
+  // files tell (halogen's format), else once the second kind is partitioned.
+  std::optional<std::pair<LabelKind, std::string>> label_kind;
+  for (const auto& dataset_arg : sw.grid.datasets) {
+    const std::filesystem::path dataset = std::filesystem::absolute(dataset_arg);
+    if (const auto kind = dataset_label_kind(dataset))
+      check_one_label_kind(label_kind, *kind, fmt::format("dataset '{}'", dataset_name(dataset)));
+  }
+  label_kind.reset();
   std::set<std::string> names;
   SweepClock clock;
   for (const auto& dataset_arg : sw.grid.datasets) {
     const std::filesystem::path dataset = std::filesystem::absolute(dataset_arg);
     for (const int ranks : sw.grid.ranks)
-      run_pair(sw, dataset, dataset_name(dataset), ranks, names, rows, total, clock);
+      run_pair(sw, dataset, dataset_name(dataset), ranks, names, rows, total, clock, label_kind);
   }
   sweep::set_time_to_target(rows);
   write_file_atomic(csv, sweep::to_csv(rows, axis_columns));
   std::printf("\n%s", sweep::summary_table(rows).c_str());
-  std::printf("halogen sweep: %zu runs in %s -> %s (test accuracy: at each run's best validation epoch)\n", rows.size(),
-              clock_duration(clock.sw.seconds()).c_str(), csv.c_str());
+  const std::string metric = sweep::sweep_metric(rows);
+  std::printf("halogen sweep: %zu runs in %s -> %s (test %s: at each run's best validation epoch)\n", rows.size(),
+              clock_duration(clock.sw.seconds()).c_str(), csv.c_str(), metric == "acc" ? "accuracy" : metric.c_str());
   if (!no_plots) {
     const auto plots = sweep::write_plots(rows, sw.out, gnuplot);
     for (const auto& p : plots) std::printf("halogen sweep: plot %s\n", p.c_str());

@@ -120,6 +120,22 @@ nlohmann::json described_partition(const GraphDescription& graph) {
           {"halo_ratio", graph.halo_ratio}};
 }
 
+ShardCounts described_shard_counts(const nlohmann::json& report, const ModelShape& shape, double feature_density,
+                                   LabelKind label_kind) {
+  const auto& first = report.at("parts").at(0);
+  ShardCounts c;
+  c.owned = first.at("owned").get<int64_t>();
+  for (const int64_t rows : first.at("halo_from").get<std::vector<int64_t>>()) c.halo += rows;
+  c.sends = c.halo;  // on average a part sends as many rows as it receives
+  c.local_edges = first.at("local_edges").get<int64_t>();
+  c.feature_dim = shape.feature_dim;
+  c.classes = shape.num_classes;
+  c.label_kind = label_kind;
+  c.feature_density = feature_density;
+  c.ranks = static_cast<int>(report.value("num_parts", 1));
+  return c;
+}
+
 std::vector<std::vector<int64_t>> halo_matrix(const nlohmann::json& report) {
   const int P = static_cast<int>(get_int(report, "num_parts", "the report"));
   HALOGEN_EXPECTS(

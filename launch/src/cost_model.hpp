@@ -210,6 +210,13 @@ struct GraphDescription {
 /// on counts that describe no graph.
 nlohmann::json described_partition(const GraphDescription& graph);
 
+/// What the memory model needs of a rank of a described graph (a report of
+/// described_partition()): every part alike, so the first (the largest) stands for all; it
+/// sends as many rows as it receives. Its labels are `label_kind`'s: one i32 class per node,
+/// or shape.num_classes f32 targets (multilabel, regression), which the estimate counts.
+ShardCounts described_shard_counts(const nlohmann::json& report, const ModelShape& shape, double feature_density,
+                                   LabelKind label_kind);
+
 /// Reads halo_from of every part from a partition report.
 std::vector<std::vector<int64_t>> halo_matrix(const nlohmann::json& report);
 

@@ -434,6 +434,42 @@ ModelShape gcn_2x256(int64_t features, int64_t classes) {
   return m;
 }
 
+// `halogen plan --nodes ... --label-kind`: a described rank owns the first part's rows, sends
+// what it receives, and its labels take one i32 a node as classes, or one f32 per output
+// column as multilabel or regression targets (ogbn-proteins: 112 binary labels), which the
+// memory per rank counts in the shard it holds.
+TEST(CostModel, DescribedMemoryCountsTargets) {
+  const nlohmann::json d = described_four_parts(132534, 39561252, 0.9);
+  const ModelShape shape = gcn_2x256(8, 112);
+  const ShardCounts cls = described_shard_counts(d, shape, 1.0, LabelKind::kClass);
+  const auto& first = d.at("parts").at(0);
+  EXPECT_EQ(cls.owned, first.at("owned").get<int64_t>());
+  EXPECT_EQ(cls.local_edges, first.at("local_edges").get<int64_t>());
+  EXPECT_GT(cls.halo, 0);
+  EXPECT_EQ(cls.sends, cls.halo);
+  EXPECT_EQ(cls.ranks, 4);
+  EXPECT_EQ(cls.classes, 112);
+  EXPECT_EQ(cls.label_kind, LabelKind::kClass);
+  TrainOptions t;
+  t.model.name = "gcn";
+  t.model.hidden = 256;
+  t.model.layers = 2;
+  const MemoryEstimate with_classes = estimate_training_memory(cls, t);
+  const ShardCounts ml = described_shard_counts(d, shape, 1.0, LabelKind::kMultiLabel);
+  EXPECT_EQ(ml.label_kind, LabelKind::kMultiLabel);
+  const MemoryEstimate with_targets = estimate_training_memory(ml, t);
+  // 112 f32 a node instead of one i32, in the shard a rank holds throughout.
+  const uint64_t extra = static_cast<uint64_t>(cls.owned) * (112 * 4 - 4);
+  EXPECT_EQ(with_targets.bytes_of("shard") - with_classes.bytes_of("shard"), extra);
+  EXPECT_EQ(with_targets.total() - with_classes.total(), extra);
+  EXPECT_EQ(estimate_training_memory(described_shard_counts(d, shape, 1.0, LabelKind::kRegression), t).total(),
+            with_targets.total());
+  // One regression target a node takes what a class does.
+  EXPECT_EQ(
+      estimate_training_memory(described_shard_counts(d, gcn_2x256(8, 1), 1.0, LabelKind::kRegression), t).total(),
+      estimate_training_memory(described_shard_counts(d, gcn_2x256(8, 1), 1.0, LabelKind::kClass), t).total());
+}
+
 // --grad-compression auto on a Coauthor-CS-shaped graph (GCN 2 x 256, a 6805 x 256 input
 // weight, 4 ranks): behind a 1 Gbit/s link shared by the node the exact all-reduce dominates
 // and 4-bit codes shorten the epoch by far more than 1.25x; on a fast link, or where compute
