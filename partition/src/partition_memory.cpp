@@ -82,22 +82,31 @@ Phase writing(const PartitionCounts& c, int ranks) {
   const double n = static_cast<double>(c.nodes), m = static_cast<double>(c.stored_entries);
   const double all_features = n * static_cast<double>(c.feature_dim) * 4.0;
   const double features = all_features / ranks;
-  // The dataset's largest array: its offsets (8 bytes a node), indices (4 an entry) or features.
-  const double largest_array = std::max({8.0 * (n + 1.0), 4.0 * m, all_features});
-  return {"writing the shards",
-          {{"process", bytes(kWriterProcess)},
-           {"rows moving to their parts", bytes((kWriterPerEntry * m + kWriterPerNode * n) / ranks)},
-           {"the parts' features", bytes(features)},
-           {"a feature round in flight", bytes(std::min(static_cast<double>(detail::kFeatureRoundBytes), features))},
-           {"the assignment and a halo bitmap (every rank)", bytes(kWriterPerNodeOnEveryRank * n)},
-           {"rank 0's stream for the partition id",
-            bytes(std::min(static_cast<double>(kPayloadChunkBytes), largest_array))}}};
+  // The dataset's largest array: its offsets (8 bytes a node), indices (4 an entry), features or
+  // targets.
+  const double largest_array =
+      std::max({8.0 * (n + 1.0), 4.0 * m, all_features, 4.0 * n * static_cast<double>(c.target_columns)});
+  Phase phase{
+      "writing the shards",
+      {{"process", bytes(kWriterProcess)},
+       {"rows moving to their parts", bytes((kWriterPerEntry * m + kWriterPerNode * n) / ranks)},
+       {"the parts' features", bytes(features)},
+       {"a feature round in flight", bytes(std::min(static_cast<double>(detail::kFeatureRoundBytes), features))},
+       {"the assignment and a halo bitmap (every rank)", bytes(kWriterPerNodeOnEveryRank * n)},
+       {"rank 0's stream for the partition id",
+        bytes(std::min(static_cast<double>(kPayloadChunkBytes), largest_array))}}};
+  // Targets rows move as the labels do, but at 4 bytes per column: twice a share of them (sent
+  // and received, then received and the part's copy) on top of the fitted per-node figure.
+  if (c.target_columns > 0)
+    phase.items.emplace_back("the targets moving to their parts",
+                             bytes(2.0 * n * static_cast<double>(c.target_columns) * 4.0 / ranks));
+  return phase;
 }
 
 }  // namespace
 
 PartitionMemory predict_partition_memory(PartitionMethod method, const PartitionCounts& c, int ranks) {
-  HALOGEN_EXPECTS(c.nodes >= 1 && c.stored_entries >= 0 && c.feature_dim >= 0,
+  HALOGEN_EXPECTS(c.nodes >= 1 && c.stored_entries >= 0 && c.feature_dim >= 0 && c.target_columns >= 0,
                   "partition memory: counts must be positive (nodes {}, stored entries {}, features {})", c.nodes,
                   c.stored_entries, c.feature_dim);
   HALOGEN_EXPECTS(ranks >= 1, "partition memory: ranks must be at least 1, got {}", ranks);

@@ -17,6 +17,7 @@
 #include "halogen/core/io.hpp"
 #include "halogen/partition/dataset.hpp"
 #include "halogen/partition/generate.hpp"
+#include "halogen/partition/partition_memory.hpp"
 #include "halogen/partition/partitioner.hpp"
 #include "halogen/partition/readers.hpp"
 #include "halogen/partition/shard.hpp"
@@ -210,6 +211,22 @@ TEST(Trainability, TargetsCountNodesWithAnEntryAndNameTheTargets) {
   c.num_classes = 1;
   msg = trainability_message("dataset 'd'", c);
   EXPECT_NE(msg.find("has 1 class"), std::string::npos) << msg;
+}
+
+// The distributed writer's prediction counts the targets rows that move with their nodes.
+TEST(PartitionMemory, TargetColumnsAddTheirRowsToTheWriter) {
+  // Wide features: the writer, not label propagation, sets the peak.
+  const PartitionCounts classes{1 << 20, 16 << 20, 512};
+  PartitionCounts targets = classes;
+  targets.target_columns = 112;
+  const PartitionMemory a = predict_partition_memory(PartitionMethod::kLabelProp, classes, 4);
+  const PartitionMemory b = predict_partition_memory(PartitionMethod::kLabelProp, targets, 4);
+  ASSERT_EQ(a.phase, "writing the shards");
+  ASSERT_EQ(b.phase, "writing the shards");
+  const uint64_t moving = 2ull * (1 << 20) * 112 * 4 / 4;
+  EXPECT_EQ(b.peak_per_rank, a.peak_per_rank + moving);
+  EXPECT_EQ(b.items.back(), (std::pair<std::string, uint64_t>{"the targets moving to their parts", moving}));
+  EXPECT_EQ(a.items.size() + 1, b.items.size());
 }
 
 TEST(Shards, SelfLoopsAndIsolatedNodesSurvive) {

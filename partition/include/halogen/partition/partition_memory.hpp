@@ -13,11 +13,14 @@
 namespace halogen {
 
 /// What the prediction needs: the dataset's node count, its stored (directed) entries (twice
-/// the undirected edges) and its feature columns (fp32).
+/// the undirected edges), its feature columns (fp32) and, for a multilabel or regression
+/// dataset, its target columns (fp32, DatasetInfo::num_classes; 0 for class labels, whose
+/// per-node share the fitted coefficients already hold).
 struct PartitionCounts {
   int64_t nodes = 0;
   int64_t stored_entries = 0;
   int64_t feature_dim = 0;
+  int64_t target_columns = 0;
 };
 
 struct PartitionMemory {
