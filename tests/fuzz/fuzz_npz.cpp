@@ -57,7 +57,8 @@ int fuzz_npz(const uint8_t* data, size_t size) {
   }
   HALOGEN_FUZZ_CHECK(same(ds.graph.offsets(), again.graph.offsets()) &&
                          same(ds.graph.indices(), again.graph.indices()) && same(ds.features, again.features) &&
-                         same(ds.labels, again.labels) && same(ds.split, again.split) &&
+                         same(ds.labels, again.labels) && same(ds.targets, again.targets) &&
+                         same(ds.split, again.split) && ds.label_kind == again.label_kind &&
                          ds.feature_dim == again.feature_dim && ds.num_classes == again.num_classes,
                      "the block size changes nothing");
   return 0;
