@@ -125,7 +125,7 @@ struct RmatOptions {
   int64_t feature_dim = 32;
   int32_t num_classes = 16;
   LabelKind label_kind = LabelKind::kClass;
-  double labels_per_node = 2.0;  // multilabel: mean labels per node, in [1, num_classes]
+  double labels_per_node = 1.5;  // multilabel: mean labels per node, in [1, num_classes]
   double train_fraction = 0.1, valid_fraction = 0.1, test_fraction = 0.8;
   uint64_t seed = 1;
 };
