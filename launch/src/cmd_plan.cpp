@@ -195,8 +195,11 @@ int cmd_plan(const std::vector<std::string>& args) {
                   "--input-storage bf16 is for CPU clusters (cluster '{}' has GPUs)", cluster.name);
   const std::string memory_setting =
       fmt::format("fp32{}, sync", t.device.input_storage == InputStorage::kBf16 ? ", bf16 inputs" : "");
+  // What the labels are: --label-kind's for a described graph, the shards' for a report (class
+  // where there are none to read).
+  LabelKind kind = is_described ? *described_kind : LabelKind::kClass;
   if (is_described) {
-    const ShardCounts c = plan::described_shard_counts(report, shape, feature_density, *described_kind);
+    const ShardCounts c = plan::described_shard_counts(report, shape, feature_density, kind);
     const MemoryEstimate e = estimate_training_memory(c, t);
     std::cout << fmt::format("memory per rank ({} memory, {}{}): {} ({} phase: {})\n",
                              cluster.has_gpus() ? "GPU" : "host", memory_setting, targets_note(c.label_kind),
@@ -206,7 +209,6 @@ int cmd_plan(const std::vector<std::string>& args) {
     uint64_t worst = 0;
     int worst_rank = 0;
     std::vector<uint64_t> per_rank;
-    LabelKind kind = LabelKind::kClass;
     for (int r = 0; r < parts; ++r) {
       const Shard s = read_shard(shard_path(report_path.parent_path(), r, parts), /*verify_checksums=*/false);
       kind = s.label_kind;
@@ -231,11 +233,14 @@ int cmd_plan(const std::vector<std::string>& args) {
                                      report.contains("num_edges")
                                          ? report.at("num_edges").get<int64_t>()
                                          : 2 * report.value("num_undirected_edges", int64_t{0}),
-                                     shape.feature_dim};
+                                     shape.feature_dim, kind == LabelKind::kClass ? 0 : shape.num_classes};
   nlohmann::json partition_memory = nlohmann::json::array();
   if (graph_counts.nodes > 0 && parts > 0) {
-    std::cout << fmt::format("partition memory per rank ({} nodes, {} stored entries, {} features):\n",
-                             graph_counts.nodes, graph_counts.stored_entries, graph_counts.feature_dim);
+    std::cout << fmt::format("partition memory per rank ({} nodes, {} stored entries, {} features{}):\n",
+                             graph_counts.nodes, graph_counts.stored_entries, graph_counts.feature_dim,
+                             graph_counts.target_columns > 0
+                                 ? fmt::format(", {} target columns", graph_counts.target_columns)
+                                 : std::string());
     for (const PartitionMethod m : {PartitionMethod::kMetis, PartitionMethod::kPtScotch, PartitionMethod::kLabelProp}) {
       const PartitionMemory pm = predict_partition_memory(m, graph_counts, parts);
       std::cout << fmt::format("  {:8s} on {} rank(s): {}\n", to_string(m), pm.ranks, describe_partition_memory(pm));

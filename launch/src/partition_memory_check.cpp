@@ -67,9 +67,10 @@ PartitionMemory choose_partition_method(std::optional<PartitionMethod> requested
                                      ? fmt::format("--method lp on {} ranks with this much memory each, ", enough)
                                      : std::string();
   HALOGEN_FAIL(
-      "partitioning '{}' ({} nodes, {} stored entries, {} features) with {} on {} rank(s) will not fit: each rank has "
-      "{} ({}). Predicted peaks:{}\nUse {}a machine with more memory, or --memory-limit none to try anyway.",
+      "partitioning '{}' ({} nodes, {} stored entries, {} features{}) with {} on {} rank(s) will not fit: each rank "
+      "has {} ({}). Predicted peaks:{}\nUse {}a machine with more memory, or --memory-limit none to try anyway.",
       dataset, counts.nodes, counts.stored_entries, counts.feature_dim,
+      counts.target_columns > 0 ? fmt::format(", {} target columns", counts.target_columns) : std::string(),
       requested ? "--method " + to_string(*requested) : std::string("--method auto"), ranks,
       format_bytes(budget_per_rank), budget_source, needs, more_ranks);
 }

@@ -5,7 +5,8 @@
 # (F1-micro: best - 0.005, reached from above; MSE: best x 1.005, reached from below); a sweep
 # whose datasets train different tasks is refused (before any run where meta.json tells, after
 # the partition otherwise); `halogen plan` counts the f32 targets in the memory per rank, from
-# the shards and for a described graph with --label-kind.
+# the shards and for a described graph with --label-kind, and their partition memory names the
+# target columns.
 # usage: sweep_tasks_test.sh HALOGEN
 set -uo pipefail
 halogen=$1
@@ -124,6 +125,8 @@ fi
 parts="$work/sweep-multilabel/parts/multilabel-p2"
 "$halogen" plan "$parts" --cluster local-cpu --json "$work/plan-ml.json" > "$work/plan-ml.out" 2>&1 \
   && grep -q "memory per rank (host memory, fp32, sync, multilabel targets): at most" "$work/plan-ml.out" \
+  && grep -q "partition memory per rank (600 nodes, [0-9]* stored entries, 16 features, 6 target columns):" \
+    "$work/plan-ml.out" \
   && python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['memory']['label_kind'] == 'multilabel', j" \
     "$work/plan-ml.json" && pass "plan from multi-label shards" || { fail "plan from multi-label shards"; cat "$work/plan-ml.out"; }
 "$halogen" plan "$parts" --cluster local-cpu --label-kind regression > "$work/plan-lk.out" 2>&1
@@ -135,7 +138,8 @@ for kind in class multilabel; do
   "$halogen" plan "${described[@]}" --label-kind $kind --json "$work/described-$kind.json" > "$work/described-$kind.out" 2>&1 \
     || { fail "described plan, $kind"; cat "$work/described-$kind.out"; }
 done
-grep -q "sync, multilabel targets)" "$work/described-multilabel.out" && ! grep -q "targets" "$work/described-class.out" \
+grep -q "sync, multilabel targets)" "$work/described-multilabel.out" && ! grep -q "target" "$work/described-class.out" \
+  && grep -q "8 features, 112 target columns):" "$work/described-multilabel.out" \
   && python3 - "$work/described-class.json" "$work/described-multilabel.json" <<'PY' \
   && pass "described plan counts 112 f32 targets a node" || { fail "described plan targets"; cat "$work"/described-*.out; }
 import json, sys

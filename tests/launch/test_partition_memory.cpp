@@ -163,5 +163,27 @@ TEST(PartitionMemoryCheck, ARefusalGivesTheNumbersAndWhatWouldFit) {
   }
 }
 
+// A multi-label or regression dataset's refusal also names its target columns (which its
+// prediction counts); a class dataset's has none to name.
+TEST(PartitionMemoryCheck, ARefusalNamesTheTargetColumns) {
+  PartitionCounts with_targets = kRmat20;
+  with_targets.target_columns = 112;
+  const uint64_t budget = peak(PartitionMethod::kLabelProp, with_targets, 4);
+  try {
+    cli::choose_partition_method(PartitionMethod::kMetis, "proteins", with_targets, 4, budget, "test");
+    FAIL() << "METIS does not fit";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(1048576 nodes, 31400198 stored entries, 32 features, 112 target columns)"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    cli::choose_partition_method(PartitionMethod::kMetis, "rmat20", kRmat20, 4, budget, "test");
+    FAIL() << "METIS does not fit";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("32 features) with --method metis"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace halogen
