@@ -52,7 +52,8 @@ namespace halogen {
 /// 0.5, the rest as above): ridge regression trained on the 5% training nodes explains R^2 =
 /// 0.02 of the test targets' variance from the raw features, 0.25 after one hop of symmetric-
 /// normalised propagation and 0.37 after two (seed 1; with one target 0.07, 0.28, 0.41), far
-/// from the noise's ceiling of 1 / (1 + 0.5^2) = 0.8.
+/// from the noise's ceiling of 1 / (1 + 0.5^2) = 0.8. A 2-layer GCN reaches test R^2 0.47,
+/// against 0.07 on the same nodes without edges (avg_degree 0).
 ///
 /// Multi-label (label_kind kMultiLabel): num_classes overlapping communities, the labels.
 /// Every node is in 1 + Binomial(num_classes - 1, (labels_per_node - 1) / (num_classes - 1))
@@ -71,7 +72,8 @@ namespace halogen {
 /// labels_per_node homophilous: hence the default of 1.5 labels per node. Defaults (8 labels,
 /// the rest as above): one-vs-rest logistic regression trained on the 5% training nodes
 /// reaches micro-F1 0.46 (mean ROC-AUC 0.79) on the test nodes from the raw features, 0.56
-/// (0.83) after one hop and 0.67 (0.89) after two (seed 1; seeds 2 and 3 within 0.02).
+/// (0.83) after one hop and 0.67 (0.89) after two (seed 1; seeds 2 and 3 within 0.02); a
+/// 2-layer GCN reaches test ROC-AUC 0.89, against 0.80 on the same nodes without edges.
 ///
 /// Split: exact counts at random positions (keyed by seed, RngPurpose::kSplit): the role
 /// boundaries are round(train * n), round((train + valid) * n), round((train + valid + test)
