@@ -92,7 +92,8 @@ int cmd_partition(int argc, char** argv, const std::vector<std::string>& args) {
     if (!is_dataset_dir(dataset))
       return requested.value_or(ranks > 1 ? PartitionMethod::kPtScotch : PartitionMethod::kMetis);
     const DatasetInfo info = read_dataset_info(dataset);
-    const PartitionCounts counts{info.num_nodes, info.num_edges, info.feature_dim};
+    const PartitionCounts counts{info.num_nodes, info.num_edges, info.feature_dim,
+                                 info.label_kind == LabelKind::kClass ? 0 : int64_t{info.num_classes}};
     MemoryBudget budget{limit.value_or(0), "--memory-limit"};
     // METIS and random run on rank 0 alone, which may then use the node's memory.
     if (requested == PartitionMethod::kMetis || requested == PartitionMethod::kRandom) node_local_ranks = 1;

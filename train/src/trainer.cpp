@@ -289,6 +289,13 @@ TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& op
   if (auto* mc = dynamic_cast<MpiCommunicator*>(&comm)) ranks = mc->mpi_comm();
   run_on_root(ranks, "checking the output paths", [&] { check_train_outputs(options); });
   check_shards_consistent(shard, comm);
+  // A task that does not fit the labels: every rank's shard has the same kind of labels, so
+  // every rank fails with the one message, reported once (no rank-by-rank abort).
+  try {
+    tasks::make_task(options.model.task, shard.label_kind);
+  } catch (const Error& e) {
+    throw CollectiveError(e.what(), e.file(), e.line(), 0, true);
+  }
   HALOGEN_EXPECTS(shard.feature_dim >= 1, "shard {} has no node features (feature_dim 0)", shard.part);
   if (shard.label_kind == LabelKind::kClass) {
     HALOGEN_EXPECTS(shard.num_classes >= 2, "shard {} has {} classes; node classification needs at least 2", shard.part,
