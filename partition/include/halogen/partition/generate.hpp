@@ -80,10 +80,10 @@ namespace halogen {
 /// * n), so each count is within one of fraction * n; nodes beyond get SplitRole::kNone.
 ///
 /// All draws come from Philox counters keyed by what they are about, so the result depends
-/// only on the options, never on the thread count. The class kind's draws come from the stream
-/// (seed, RngPurpose::kGenerator); the targets, the communities and the multi-label edges from
-/// (seed, RngPurpose::kGeneratorTargets), so adding the kinds left the class kind's bytes as
-/// they were.
+/// only on the options, never on the thread count. The stream (seed, RngPurpose::kGenerator)
+/// gives the class kind's draws, which the regression kind shares, and the multi-label kind's
+/// degree weights and feature noise; (seed, RngPurpose::kGeneratorTargets) gives the targets,
+/// the communities, their means and the multi-label edges.
 struct SbmOptions {
   int64_t num_nodes = 10000;
   int32_t num_classes = 8;  // the output width: classes, labels (multilabel) or targets (regression)
@@ -92,7 +92,7 @@ struct SbmOptions {
   int32_t num_blocks = 8;        // regression: the latent classes the targets follow
   double target_noise = 0.5;     // regression: standard deviation of a target around its block's
   double avg_degree = 10.0;
-  double homophily = 0.6;           // fraction of edges joining two nodes of the same class
+  double homophily = 0.6;           // edges within a class (multilabel: drawn within a community)
   bool power_law = false;           // power-law (Chung-Lu style) degrees instead of uniform
   double power_law_exponent = 2.5;  // must be > 1; near 2 hubs take most edges
   int64_t feature_dim = 64;
