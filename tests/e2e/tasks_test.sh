@@ -24,13 +24,16 @@ for kind in multilabel regression; do
     fail "$kind: info does not name the label kind"; cat "$work/info.txt"; fi
   "$halogen" partition "$work/$kind" --parts 4 --out "$work/$kind-p4" >/dev/null
   metric=$([ $kind = multilabel ] && echo f1_micro || echo mse)
-  if run 4 train --parts "$work/$kind-p4" --epochs 30 -q "${device_flags[@]}" --save-model "$work/$kind-model" \
+  if run 4 train --parts "$work/$kind-p4" --epochs 30 "${device_flags[@]}" --save-model "$work/$kind-model" \
     --metrics "$work/$kind.jsonl" >"$work/train.txt" 2>"$work/err"; then
     if grep -qE "^best val $metric [0-9.]+ at epoch [0-9]+, test $metric there [0-9.]+" "$work/train.txt"; then
       pass "$kind: train's last line names $metric"
     else
       fail "$kind: train's last line"; cat "$work/train.txt"
     fi
+    # Each epoch's line names the metric before its three splits.
+    if [ "$(grep -cE "^epoch +[0-9]+/30  loss [0-9.]+  $metric  train [0-9.]+  val [0-9.]+  test [0-9.]+" \
+      "$work/train.txt")" = 30 ]; then pass "$kind: epoch lines"; else fail "$kind: epoch lines"; head -3 "$work/train.txt"; fi
   else
     fail "$kind: train"; cat "$work/err"; continue
   fi

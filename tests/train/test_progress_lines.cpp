@@ -90,6 +90,24 @@ TEST(EpochLine, TotalElapsedEtaAndAccuracies) {
   EXPECT_EQ(train_detail::epoch_line(l).rfind("epoch 3/6  loss", 0), 0u);
 }
 
+// A task scored by another metric names it before the splits; unevaluated lines keep the width.
+TEST(EpochLine, NamesAMetricOtherThanAccuracy) {
+  train_detail::EpochLine l;
+  l.epoch = 2;
+  l.epochs = 10;
+  l.loss = 0.25;
+  l.evaluated = true;
+  l.train_acc = 0.61;
+  l.val_acc = 0.55;
+  l.test_acc = 0.54;
+  l.metric = "f1_micro";
+  const std::string evaluated = train_detail::epoch_line(l);
+  EXPECT_EQ(evaluated.rfind("epoch  2/10  loss 0.2500  f1_micro  train 0.6100  val 0.5500  test 0.5400  ", 0), 0u)
+      << evaluated;
+  l.evaluated = false;
+  EXPECT_EQ(train_detail::epoch_line(l).size(), evaluated.size());
+}
+
 TEST(RunEstimate, OnlyForRunsOverAMinute) {
   EXPECT_EQ(train_detail::run_estimate_line(1000, 0.05, 50.0, true), "");
   EXPECT_EQ(train_detail::run_estimate_line(1000, 0.06, train_detail::kEstimateAboveSeconds, true), "");

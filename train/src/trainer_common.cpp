@@ -270,7 +270,7 @@ void EpochLog::print_progress(const nlohmann::json& rec, double epoch_s) {
     line.epoch = epoch;
     line.epochs = opt_.optim.epochs;
     line.loss = rec["loss"].get<double>();
-    line.evaluated = rec.contains("val_acc");
+    line.evaluated = rec.contains(keys_[1][task_.selection().metric]);
     if (line.evaluated) {
       const auto share = [&](const char* key, int64_t nodes) {
         return nodes > 0 ? std::optional<double>(rec[key].get<double>()) : std::nullopt;
