@@ -126,6 +126,9 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "lr", number(&t.optim.lr, t.optim.lr), "Adam learning rate")(
       "weight-decay", number(&t.optim.weight_decay, t.optim.weight_decay), "L2 weight decay on weights")(
       "epochs", po::value(&t.optim.epochs)->default_value(t.optim.epochs), "training epochs at most")(
+      "selection-metric", po::value(&t.optim.selection_metric),
+      "the validation metric that picks the best epoch and drives early stopping: one the task reports (acc; "
+      "f1_micro, roc_auc; mse, r2). Default: the task's own (acc, f1_micro, mse)")(
       "patience", po::value(&t.optim.patience)->default_value(t.optim.patience),
       "stop when neither the validation accuracy nor the validation loss has improved for this many epochs (0: "
       "train all --epochs); the best-validation epoch's weights are the model kept")(

@@ -289,10 +289,10 @@ TrainResult train(const Shard& shard, Communicator& comm, const TrainOptions& op
   if (auto* mc = dynamic_cast<MpiCommunicator*>(&comm)) ranks = mc->mpi_comm();
   run_on_root(ranks, "checking the output paths", [&] { check_train_outputs(options); });
   check_shards_consistent(shard, comm);
-  // A task that does not fit the labels: every rank's shard has the same kind of labels, so
-  // every rank fails with the one message, reported once (no rank-by-rank abort).
+  // A task that does not fit the labels, or a selection metric it does not report: every rank's shard has the same kind
+  // of labels, so every rank fails with the one message, reported once (no rank-by-rank abort).
   try {
-    tasks::make_task(options.model.task, shard.label_kind);
+    tasks::selection_by(*tasks::make_task(options.model.task, shard.label_kind), options.optim.selection_metric);
   } catch (const Error& e) {
     throw CollectiveError(e.what(), e.file(), e.line(), 0, true);
   }

@@ -163,11 +163,12 @@ EpochLog::EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& o
       s_(shard),
       opt_(opt),
       task_(task),
+      selection_(tasks::selection_by(task, opt.optim.selection_metric)),
       metrics_(comm.rank() == 0 ? opt.output.metrics_path : std::filesystem::path()) {
   const std::vector<std::string_view> names = task.metric_names();
   for (int i = 0; i < 3; ++i)
     for (const std::string_view name : names) keys_[i].push_back(fmt::format("{}_{}", kRoleNames[i], name));
-  metric_ = std::string(names.at(task.selection().metric));
+  metric_ = std::string(names.at(selection_.metric));
 #if HALOGEN_HAVE_CUDA
   host_syncs_ = cuda::host_sync_count();  // the first epoch's count includes the set-up after this
 #endif
@@ -194,11 +195,11 @@ bool EpochLog::add_accuracy(nlohmann::json& rec, int epoch, const EvalCounts& ev
       tasks::evaluate_splits(task_, comm_, eval.splits, std::span<double>(&val_loss_sum, 1));
   for (int i = 0; i < 3; ++i)
     for (size_t k = 0; k < keys_[i].size(); ++k) rec[keys_[i][k]] = metrics[i][k];
-  const size_t m = task_.selection().metric;
+  const size_t m = selection_.metric;
   const double val = metrics[1][m];
   const double test = metrics[2][m];
   // Scores oriented so that higher is better (accuracy, F1-micro, -MSE).
-  const double sign = task_.selection().higher_is_better ? 1.0 : -1.0;
+  const double sign = selection_.higher_is_better ? 1.0 : -1.0;
   const double score = sign * val, best_score = sign * best_val;
   const bool first = best_epoch < 0;
   const double loss = s_.global_valid_count > 0 ? val_loss_sum / static_cast<double>(s_.global_valid_count) : 0.0;
@@ -270,12 +271,12 @@ void EpochLog::print_progress(const nlohmann::json& rec, double epoch_s) {
     line.epoch = epoch;
     line.epochs = opt_.optim.epochs;
     line.loss = rec["loss"].get<double>();
-    line.evaluated = rec.contains(keys_[1][task_.selection().metric]);
+    line.evaluated = rec.contains(keys_[1][selection_.metric]);
     if (line.evaluated) {
       const auto share = [&](const char* key, int64_t nodes) {
         return nodes > 0 ? std::optional<double>(rec[key].get<double>()) : std::nullopt;
       };
-      const size_t m = task_.selection().metric;
+      const size_t m = selection_.metric;
       line.train_acc = share(keys_[0][m].c_str(), s_.global_train_count);
       line.val_acc = share(keys_[1][m].c_str(), s_.global_valid_count);
       line.test_acc = share(keys_[2][m].c_str(), s_.global_test_count);
@@ -382,26 +383,29 @@ nlohmann::json finite_or_off(double value) {
 }  // namespace
 
 nlohmann::json training_description(const TrainOptions& opt) {
-  return {{"mode", to_string(opt.exchange.mode)},
-          {"staleness", opt.exchange.staleness.staleness},
-          {"bits_fwd", opt.exchange.bits_fwd},
-          {"bits_bwd", opt.exchange.bits_bwd},
-          {"stale_smoothing", opt.exchange.staleness.smoothing},
-          {"halo_error_feedback", to_string(opt.exchange.error_feedback)},
-          {"stale_policy", to_string(opt.exchange.staleness.policy)},
-          {"stale_error_bound", opt.exchange.staleness.error_bound},
-          {"stale_aggregate_error_bound", finite_or_off(opt.exchange.staleness.aggregate_error_bound)},
-          {"stale_val_loss_rise", finite_or_off(opt.exchange.staleness.val_loss_rise)},
-          {"seed", opt.seed},
-          {"dropout", opt.model.dropout},
-          {"lr", opt.optim.lr},
-          {"weight_decay", opt.optim.weight_decay},
-          {"feature_norm", to_string(opt.model.feature_norm)},
-          {"input_storage", to_string(opt.device.input_storage)},
-          {"attn_dropout", opt.model.attention_dropout()},
-          {"attn_terms", opt.exchange.quantize_attention_terms ? "quantized" : "fp32"},
-          {"grad_allreduce", to_string(opt.optim.grad_allreduce)},
-          {"grad_compression", grad_compression_description(opt.optim)}};
+  nlohmann::json d = {{"mode", to_string(opt.exchange.mode)},
+                      {"staleness", opt.exchange.staleness.staleness},
+                      {"bits_fwd", opt.exchange.bits_fwd},
+                      {"bits_bwd", opt.exchange.bits_bwd},
+                      {"stale_smoothing", opt.exchange.staleness.smoothing},
+                      {"halo_error_feedback", to_string(opt.exchange.error_feedback)},
+                      {"stale_policy", to_string(opt.exchange.staleness.policy)},
+                      {"stale_error_bound", opt.exchange.staleness.error_bound},
+                      {"stale_aggregate_error_bound", finite_or_off(opt.exchange.staleness.aggregate_error_bound)},
+                      {"stale_val_loss_rise", finite_or_off(opt.exchange.staleness.val_loss_rise)},
+                      {"seed", opt.seed},
+                      {"dropout", opt.model.dropout},
+                      {"lr", opt.optim.lr},
+                      {"weight_decay", opt.optim.weight_decay},
+                      {"feature_norm", to_string(opt.model.feature_norm)},
+                      {"input_storage", to_string(opt.device.input_storage)},
+                      {"attn_dropout", opt.model.attention_dropout()},
+                      {"attn_terms", opt.exchange.quantize_attention_terms ? "quantized" : "fp32"},
+                      {"grad_allreduce", to_string(opt.optim.grad_allreduce)},
+                      {"grad_compression", grad_compression_description(opt.optim)}};
+  // Only when given, so that the settings of checkpoints written before the option compare equal.
+  if (!opt.optim.selection_metric.empty()) d["selection_metric"] = opt.optim.selection_metric;
+  return d;
 }
 
 std::vector<double> layer_drift(const std::vector<double>& num, const std::vector<double>& den) {

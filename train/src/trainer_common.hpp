@@ -171,6 +171,7 @@ class EpochLog {
   const Shard& s_;
   const TrainOptions& opt_;
   const tasks::Task& task_;
+  const tasks::Selection selection_;  // --selection-metric, else the task's own
   // The record's key of each metric, by role: "train_acc", "val_acc", ...
   std::array<std::vector<std::string>, 3> keys_;
   std::string metric_;  // the selection metric's name

@@ -46,6 +46,14 @@ std::unique_ptr<Task> make_task(std::string_view name, LabelKind kind) {
   return e.make();
 }
 
+Selection selection_by(const Task& task, std::string_view metric) {
+  if (metric.empty()) return task.selection();
+  const std::vector<std::string_view> names = task.metric_names();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == metric) return {i, metric != "mse"};
+  HALOGEN_FAIL("--selection-metric {}: the task {} reports {}", metric, task.name(), fmt::join(names, ", "));
+}
+
 std::vector<std::string> task_names() {
   std::vector<std::string> names;
   for (const Entry& e : kTasks) names.emplace_back(e.name);

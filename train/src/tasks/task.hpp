@@ -109,6 +109,11 @@ LabelKind trains_on(std::string_view task);
 /// (default_task); a task that trains on another kind of labels is refused, naming both.
 std::unique_ptr<Task> make_task(std::string_view name, LabelKind kind);
 
+/// The selection of `task` by the metric named `metric` (empty: task.selection()); a name the
+/// task does not report is refused, naming those it does. Every metric but the squared error
+/// grows as the predictions improve.
+Selection selection_by(const Task& task, std::string_view metric);
+
 /// The selection metric of `metrics` oriented so that higher is better (accuracy, F1-micro, or
 /// -MSE).
 double selection_score(const Task& task, std::span<const double> metrics);

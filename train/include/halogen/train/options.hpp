@@ -143,6 +143,10 @@ struct OptimOptions {
   int epochs = 1000;
   int patience = 100;
   int eval_every = 1;
+  /// The validation metric that picks the best epoch and drives early stopping: one of the
+  /// task's (acc; f1_micro, roc_auc; mse, r2); empty = the task's own (acc, f1_micro, mse).
+  /// OGB scores ogbn-proteins by ROC-AUC, PipeGCN and GraphSAINT Yelp and PPI by F1-micro.
+  std::string selection_metric;
   /// fp16: the dynamic loss scale to start from (DynamicLossScaler: halved on overflow,
   /// doubled after 2000 finite steps, within [1, 2^24]).
   float loss_scale = 65536.0f;
