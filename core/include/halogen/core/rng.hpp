@@ -42,9 +42,7 @@ HALOGEN_HD Philox4x32 philox4x32_10(Philox4x32 counter, uint32_t key0, uint32_t 
 
 /// Uniform float in [0, 1) from the top 24 bits of a random word (exactly representable, so
 /// CPU and GPU agree bit for bit).
-HALOGEN_HD float uniform_from_bits(uint32_t bits) {
-  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
-}
+HALOGEN_HD float uniform_from_bits(uint32_t bits) { return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f); }
 
 /// What a random stream is used for; part of the key so that streams never overlap.
 enum class RngPurpose : uint32_t {

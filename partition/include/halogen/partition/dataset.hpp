@@ -37,14 +37,14 @@ std::string_view default_task(LabelKind kind) noexcept;
 
 struct Dataset {
   std::string name;
-  CsrGraph graph;                // symmetric for undirected sources; rows = in-neighbours
+  CsrGraph graph;  // symmetric for undirected sources; rows = in-neighbours
   int64_t feature_dim = 0;
-  ArrayRef<float> features;      // num_nodes x feature_dim, row-major
+  ArrayRef<float> features;  // num_nodes x feature_dim, row-major
   LabelKind label_kind = LabelKind::kClass;
-  ArrayRef<int32_t> labels;      // kClass: num_nodes; -1 = no label. Otherwise empty
-  ArrayRef<float> targets;       // kMultiLabel, kRegression: num_nodes x num_classes. Otherwise empty
-  int32_t num_classes = 0;       // the model's output width (header comment)
-  ArrayRef<uint8_t> split;       // num_nodes; values of SplitRole
+  ArrayRef<int32_t> labels;  // kClass: num_nodes; -1 = no label. Otherwise empty
+  ArrayRef<float> targets;   // kMultiLabel, kRegression: num_nodes x num_classes. Otherwise empty
+  int32_t num_classes = 0;   // the model's output width (header comment)
+  ArrayRef<uint8_t> split;   // num_nodes; values of SplitRole
 
   int64_t num_nodes() const noexcept { return graph.num_nodes(); }
   /// Counts of nodes with each role.
