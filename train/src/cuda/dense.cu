@@ -13,6 +13,7 @@
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
 #include "kernels.hpp"
+#include "stream_scratch.hpp"
 
 namespace halogen {
 namespace {
@@ -32,24 +33,7 @@ __device__ __forceinline__ int64_t warp_count() { return thread_count() / 32; }
 
 void check_launch() { HALOGEN_CHECK_CUDA(cudaGetLastError()); }
 
-/// Stream-ordered device scratch, released on the stream at scope exit (also on error).
-template <typename T>
-class StreamScratch {
- public:
-  StreamScratch(size_t n, cudaStream_t stream) : stream_(stream) {
-    if (n != 0) HALOGEN_CHECK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&data_), n * sizeof(T), stream));
-  }
-  ~StreamScratch() {
-    if (data_ != nullptr) cudaFreeAsync(data_, stream_);
-  }
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  T* data() const { return data_; }
-
- private:
-  T* data_ = nullptr;
-  cudaStream_t stream_;
-};
+using cuda::StreamScratch;
 
 // ---------------------------------------------------------------------------------------------
 // ReLU.

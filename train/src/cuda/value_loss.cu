@@ -14,6 +14,7 @@
 #include "halogen/core/error.hpp"
 #include "kernels.hpp"
 #include "kernels/value_loss.hpp"
+#include "stream_scratch.hpp"
 
 namespace halogen {
 namespace {
@@ -104,30 +105,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock) sum_block_losses_kernel(cons
   if (threadIdx.x == 0) *out = partial[0];
 }
 
-/// Stream-ordered fp64 scratch, released on the stream at scope exit (also on error).
-class LossScratch {
- public:
-  LossScratch(size_t n, cudaStream_t stream) : stream_(stream) {
-    if (n != 0) HALOGEN_CHECK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&data_), n * sizeof(double), stream));
-  }
-  ~LossScratch() {
-    if (data_ != nullptr) cudaFreeAsync(data_, stream_);
-  }
-  LossScratch(const LossScratch&) = delete;
-  LossScratch& operator=(const LossScratch&) = delete;
-  double* data() const { return data_; }
-
- private:
-  double* data_ = nullptr;
-  cudaStream_t stream_;
-};
-
 template <typename Entry>
 void launch_value_loss(const float* logits, int64_t rows, int64_t cols, const float* labels, const uint8_t* mask,
                        float grad_scale, float* grad, double* loss, cudaStream_t s) {
   const int64_t blocks = (rows + kLossRowsPerBlock - 1) / kLossRowsPerBlock;
   HALOGEN_EXPECTS(blocks <= INT_MAX, "value_loss (cuda): {} rows need more than {} blocks", rows, INT_MAX);
-  LossScratch block_loss(static_cast<size_t>(blocks), s);
+  cuda::StreamScratch<double> block_loss(static_cast<size_t>(blocks), s);
   value_loss_rows_kernel<Entry><<<static_cast<unsigned int>(blocks), kThreadsPerBlock, 0, s>>>(
       logits, rows, cols, labels, mask, grad_scale, grad, block_loss.data());
   HALOGEN_CHECK_CUDA(cudaGetLastError());
@@ -154,7 +137,7 @@ void cuda::value_loss(ValueLoss kind, const float* logits, int64_t rows, int64_t
 double cuda::value_loss(ValueLoss kind, const float* logits, int64_t rows, int64_t cols, const float* labels,
                         const uint8_t* mask, float grad_scale, float* grad, void* stream) {
   const cudaStream_t s = as_stream(stream);
-  LossScratch loss(1, s);
+  cuda::StreamScratch<double> loss(1, s);
   cuda::value_loss(kind, logits, rows, cols, labels, mask, grad_scale, grad, loss.data(), stream);
   double host = 0.0;
   HALOGEN_CHECK_CUDA(cudaMemcpyAsync(&host, loss.data(), sizeof(double), cudaMemcpyDeviceToHost, s));
