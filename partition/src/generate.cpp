@@ -325,20 +325,7 @@ Dataset generate_rmat(const RmatOptions& options) {
   HostBuffer<uint8_t> split(static_cast<size_t>(n));
 #pragma omp parallel for schedule(static)
   for (int64_t v = 0; v < n; ++v) split[static_cast<size_t>(v)] = draws.split(v);
-  ds.label_kind = options.label_kind;
-  ds.num_classes = options.num_classes;
-  if (options.label_kind == LabelKind::kClass) {
-    HostBuffer<int32_t> labels(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static)
-    for (int64_t v = 0; v < n; ++v) labels[static_cast<size_t>(v)] = draws.label(v);
-    ds.labels = ArrayRef<int32_t>(std::move(labels));
-  } else {
-    const int64_t width = options.num_classes;
-    HostBuffer<float> targets(static_cast<size_t>(n * width));
-#pragma omp parallel for schedule(static)
-    for (int64_t v = 0; v < n; ++v) draws.target_row(v, targets.data() + static_cast<size_t>(v * width));
-    ds.targets = ArrayRef<float>(std::move(targets));
-  }
+  detail::fill_labels(ds, options.label_kind, options.num_classes, n, draws);
   ds.split = ArrayRef<uint8_t>(std::move(split));
   return ds;
 }

@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "halogen/core/array.hpp"
+#include "halogen/core/buffer.hpp"
 #include "halogen/partition/generate.hpp"
 #include "halogen/partition/graph.hpp"
 
@@ -87,5 +89,25 @@ class SbmDraws {
   struct State;
   std::unique_ptr<State> s_;
 };
+
+/// Sets ds's labels of `kind` and width `width` for nodes [0, n) from `draws` (an SBM's or RMAT's
+/// per-node draws: label(v) for class labels, target_row(v, out) for a row of targets). Each
+/// row is a pure function of its node, so the rows are filled in parallel.
+template <typename Draws>
+void fill_labels(Dataset& ds, LabelKind kind, int32_t width, int64_t n, const Draws& draws) {
+  ds.label_kind = kind;
+  ds.num_classes = width;
+  if (kind == LabelKind::kClass) {
+    HostBuffer<int32_t> labels(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static)
+    for (int64_t v = 0; v < n; ++v) labels[static_cast<size_t>(v)] = draws.label(v);
+    ds.labels = ArrayRef<int32_t>(std::move(labels));
+    return;
+  }
+  HostBuffer<float> targets(static_cast<size_t>(n * width));
+#pragma omp parallel for schedule(static)
+  for (int64_t v = 0; v < n; ++v) draws.target_row(v, targets.data() + static_cast<size_t>(v * width));
+  ds.targets = ArrayRef<float>(std::move(targets));
+}
 
 }  // namespace halogen::detail

@@ -284,19 +284,7 @@ Dataset generate_sbm(const SbmOptions& options) {
   progress.finish();
   ds.feature_dim = dim;
   ds.features = ArrayRef<float>(std::move(features));
-  ds.label_kind = options.label_kind;
-  ds.num_classes = options.num_classes;
-  if (options.label_kind == LabelKind::kClass) {
-    HostBuffer<int32_t> labels(static_cast<size_t>(n));
-    for (int64_t v = 0; v < n; ++v) labels[static_cast<size_t>(v)] = draws.label(v);
-    ds.labels = ArrayRef<int32_t>(std::move(labels));
-  } else {
-    const int64_t width = options.num_classes;
-    HostBuffer<float> targets(static_cast<size_t>(n * width));
-#pragma omp parallel for schedule(static)
-    for (int64_t v = 0; v < n; ++v) draws.target_row(v, targets.data() + static_cast<size_t>(v * width));
-    ds.targets = ArrayRef<float>(std::move(targets));
-  }
+  detail::fill_labels(ds, options.label_kind, options.num_classes, n, draws);
   ds.split = ArrayRef<uint8_t>(
       make_split(n, options.train_fraction, options.valid_fraction, options.test_fraction, options.seed));
   return ds;
