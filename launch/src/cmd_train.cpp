@@ -184,6 +184,10 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "halo gradients below 16 bits: on (each rank adds what the codes of its last sent rows left out to the next, "
       "and codes them deterministically) | off | auto (on where more than 16 layers send 1-bit gradients back, "
       "whose noise would compound down the layers)")(
+      "halo-forward-coding", po::value<std::string>()->default_value("absolute"),
+      "forward halo rows below 16 bits: absolute (each row's own stochastic code) | residual (each rank sends the "
+      "deterministic code of how far each row moved from what its receivers hold, and they add it: for graphs whose "
+      "rows read mostly remote neighbours)")(
       "stale-smoothing", number(&t.exchange.staleness.smoothing, 0.0f),
       "stale mode: use g * previous + (1 - g) * received for halo rows and gradients (0 = off; 0.9 steadies deep "
       "models)")("feature-norm", po::value<std::string>()->default_value("l2"),
@@ -257,6 +261,7 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
     t.exchange.bits_bwd = parse_int_list(bits_bwd, "--bits-bwd");
     t.exchange.mode = parse_exchange_mode(mode);
     t.exchange.error_feedback = parse_halo_error_feedback(vm["halo-error-feedback"].as<std::string>());
+    t.exchange.forward_coding = parse_forward_coding(vm["halo-forward-coding"].as<std::string>());
     t.exchange.device_exchange = parse_device_exchange(vm["device-exchange"].as<std::string>());
     t.output.metrics_path = metrics;
     const std::string nonfinite = vm["on-nonfinite"].as<std::string>();

@@ -199,7 +199,8 @@ void HostHaloExchanger::wait(PendingExchange& p) {
 void HostHaloExchanger::wait_unchecked(PendingExchange& p) { stats_.transfer_s += p.transfer_.wait(); }
 
 PendingExchange HostHaloExchanger::start_forward(const float* local, int64_t cols, int64_t ld, int bits,
-                                                 const quant::QuantKey& key, int tag, int64_t fp32_tail) {
+                                                 const quant::QuantKey& key, int tag, int64_t fp32_tail,
+                                                 float* estimate) {
   // Gather each peer's send rows contiguously first (the quantizer reads strided rows only).
   const int P = shard_.num_parts;
   const int64_t total_send = shard_.send_offsets[P];
@@ -207,21 +208,40 @@ PendingExchange HostHaloExchanger::start_forward(const float* local, int64_t col
   float* gathered = staging(static_cast<size_t>(total_send * cols));
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < total_send; ++i) {
-    std::memcpy(gathered + i * cols, local + static_cast<int64_t>(shard_.send_indices[i]) * ld,
+    float* row = gathered + i * cols;
+    std::memcpy(row, local + static_cast<int64_t>(shard_.send_indices[i]) * ld,
                 static_cast<size_t>(cols) * sizeof(float));
+    if (estimate != nullptr) {
+      const float* held = estimate + i * (cols - fp32_tail);
+      for (int64_t j = 0; j < cols - fp32_tail; ++j) row[j] -= held[j];
+    }
   }
   stats_.quant_s += sw.seconds();
-  return post(false, cols, fp32_tail, bits, key, tag, [&](int q, int64_t& row_ld) {
+  PendingExchange p = post(false, cols, fp32_tail, bits, key, tag, [&](int q, int64_t& row_ld) {
     row_ld = cols;
     return gathered + static_cast<int64_t>(shard_.send_offsets[q]) * cols;
   });
+  if (estimate != nullptr) {
+    // The receivers add what they dequantize of the residuals; so does the estimate of them.
+    Stopwatch update;
+    const int64_t quantized = cols - fp32_tail;
+    for (int q = 0; q < P; ++q) {
+      const int64_t rows = shard_.send_count_to(q);
+      if (rows == 0) continue;
+      quant::dequantize_rows<kDevCpu>(p.send_words_.data() + p.send_offsets_[q], rows, quantized, bits,
+                                      estimate + static_cast<int64_t>(shard_.send_offsets[q]) * quantized, quantized,
+                                      /*accumulate=*/true);
+    }
+    stats_.quant_s += update.seconds();
+  }
+  return p;
 }
 
-void HostHaloExchanger::unpack_forward_rows(const PendingExchange& p, int q, int64_t rows, float* dst,
-                                            int64_t ld) const {
+void HostHaloExchanger::unpack_forward_rows(const PendingExchange& p, int q, int64_t rows, float* dst, int64_t ld,
+                                            bool accumulate) const {
   const uint32_t* words = p.recv_words_.data() + p.recv_offsets_[q];
   const int64_t tail = p.fp32_tail_, quantized = p.cols_ - tail;
-  quant::dequantize_rows<kDevCpu>(words, rows, quantized, p.bits_, dst, ld, false);
+  quant::dequantize_rows<kDevCpu>(words, rows, quantized, p.bits_, dst, ld, accumulate);
   if (tail > 0) {
     const float* values = reinterpret_cast<const float*>(words + quant::packed_words(p.bits_, rows, quantized));
     for (int64_t r = 0; r < rows; ++r)
@@ -229,8 +249,9 @@ void HostHaloExchanger::unpack_forward_rows(const PendingExchange& p, int q, int
   }
 }
 
-void HostHaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t ld, float keep) {
+void HostHaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t ld, float keep, bool accumulate) {
   HALOGEN_EXPECTS(p.active() && !p.backward_, "finish_forward without a pending forward exchange");
+  HALOGEN_EXPECTS(!accumulate || keep == 0.0f, "finish_forward: residual rows are added, not smoothed");
   wait(p);
   Stopwatch sw;
   const int64_t cols = p.cols_;
@@ -239,7 +260,7 @@ void HostHaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t
     if (rows == 0) continue;
     float* dst = local + (static_cast<int64_t>(shard_.num_owned) + shard_.halo_offsets[q]) * ld;
     if (keep == 0.0f) {
-      unpack_forward_rows(p, q, rows, dst, ld);
+      unpack_forward_rows(p, q, rows, dst, ld, accumulate);
       continue;
     }
     float* received_rows = staging(static_cast<size_t>(rows * cols));
@@ -333,13 +354,22 @@ float* host_floats(const TensorView& v, const char* what) {
 }  // namespace
 
 Exchange HostHaloExchanger::start_forward(const TensorView& local, int bits, const quant::QuantKey& key, int tag,
-                                          int64_t fp32_tail) {
+                                          int64_t fp32_tail, const TensorView& estimate) {
+  float* held = nullptr;
+  if (estimate.data != nullptr) {
+    HALOGEN_EXPECTS(estimate.rows == shard_.send_offsets[shard_.num_parts] && estimate.cols == local.cols - fp32_tail &&
+                        estimate.ld == estimate.cols,
+                    "rank {}: a residual forward exchange's estimate is {} x {} (ld {}), not {} x {} contiguous",
+                    shard_.part, estimate.rows, estimate.cols, estimate.ld, shard_.send_offsets[shard_.num_parts],
+                    local.cols - fp32_tail);
+    held = host_floats(estimate, "estimate");
+  }
   return std::make_unique<PendingExchange>(
-      start_forward(host_floats(local, "local"), local.cols, local.ld, bits, key, tag, fp32_tail));
+      start_forward(host_floats(local, "local"), local.cols, local.ld, bits, key, tag, fp32_tail, held));
 }
 
-void HostHaloExchanger::finish_forward(Exchange& exchange, const TensorView& local, float keep) {
-  finish_forward(host_exchange(exchange), host_floats(local, "local"), local.ld, keep);
+void HostHaloExchanger::finish_forward(Exchange& exchange, const TensorView& local, float keep, bool accumulate) {
+  finish_forward(host_exchange(exchange), host_floats(local, "local"), local.ld, keep, accumulate);
 }
 
 Exchange HostHaloExchanger::start_backward(const TensorView& local_grad, int bits, const quant::QuantKey& key,

@@ -1,6 +1,7 @@
 // The halo exchange with several ranks: forward delivers each owner's rows into exactly the
 // halo slots that name them; backward returns halo gradients to their owners, which add
-// them up; quantized exchanges stay within the quantization bound; bytes are counted.
+// them up; quantized exchanges stay within the quantization bound; residual codes follow the
+// owners' rows; bytes are counted.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -98,6 +99,69 @@ TEST(HaloExchange, Fp32TailColumnsArriveExactly) {
       } else {
         ASSERT_LE(std::abs(got - want), F - tail + 1e-3) << "halo " << h << " col " << j;
       }
+    }
+  }
+}
+
+// Residual coding: rows that move a little each round are sent as codes of how far they moved
+// from what the receivers hold. Each receiver's halo rows are then exactly the estimate their
+// owner keeps of them, the fp32 tail arrives exactly, and the rows follow the owners' far more
+// closely than their own 1-bit codes would.
+TEST(HaloExchange, ResidualCodesFollowTheOwnersRows) {
+  Fixture f;
+  const Shard& s = f.mine();
+  MpiCommunicator comm;
+  HostHaloExchanger ex(s, comm);
+  const int64_t F = 37, tail = 3, quantized = F - tail;
+  const int64_t entries = s.send_offsets[f.size];
+  const auto row_value = [](int32_t global, int64_t col, int round) {
+    return value_of(global, col) + 0.05f * static_cast<float>(round) * std::sin(static_cast<float>(global + col));
+  };
+  for (int bits : {1, 2}) {
+    std::vector<float> local(static_cast<size_t>(s.num_local() * F), -1.0f), estimate(entries * quantized, 0.0f);
+    const int rounds = 20;
+    for (int t = 0; t < rounds; ++t) {
+      for (int32_t i = 0; i < s.num_owned; ++i)
+        for (int64_t j = 0; j < F; ++j) local[i * F + j] = row_value(s.owned_global[i], j, t);
+      quant::QuantKey key{1, static_cast<uint32_t>(t), 1, quant::Direction::kForward, 0, 0};
+      key.rounding = quant::Rounding::kDeterministic;
+      auto pending = ex.start_forward(local.data(), F, F, bits, key, 0, tail, estimate.data());
+      ex.finish_forward(pending, local.data(), F, 0.0f, /*accumulate=*/t > 0);
+    }
+    // The owners' estimates, sent as they are, are the receivers' halo rows bit for bit.
+    std::vector<float> held(static_cast<size_t>(s.num_halo * quantized));
+    std::vector<MPI_Request> requests;
+    for (int q = 0; q < f.size; ++q) {
+      if (s.send_count_to(q) > 0)
+        MPI_Isend(estimate.data() + s.send_offsets[q] * quantized, static_cast<int>(s.send_count_to(q) * quantized),
+                  MPI_FLOAT, q, 7, MPI_COMM_WORLD, &requests.emplace_back());
+      if (s.halo_count_from(q) > 0)
+        MPI_Irecv(held.data() + s.halo_offsets[q] * quantized, static_cast<int>(s.halo_count_from(q) * quantized),
+                  MPI_FLOAT, q, 7, MPI_COMM_WORLD, &requests.emplace_back());
+    }
+    MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+    double residual_error = 0.0;
+    for (int32_t h = 0; h < s.num_halo; ++h) {
+      for (int64_t j = 0; j < F; ++j) {
+        const float got = local[(s.num_owned + h) * F + j], want = row_value(s.halo_global[h], j, rounds - 1);
+        if (j >= quantized) {
+          ASSERT_EQ(got, want) << "bits " << bits << " halo " << h << " fp32 column " << j;
+        } else {
+          ASSERT_EQ(got, held[h * quantized + j]) << "bits " << bits << " halo " << h << " col " << j;
+          residual_error += std::abs(got - want);
+        }
+      }
+    }
+    // The same rows sent once as their own stochastic codes.
+    auto absolute = ex.start_forward(local.data(), F, F, bits,
+                                     quant::QuantKey{1, rounds, 1, quant::Direction::kForward, 0, 0}, 0, tail);
+    ex.finish_forward(absolute, local.data(), F);
+    double absolute_error = 0.0;
+    for (int32_t h = 0; h < s.num_halo; ++h)
+      for (int64_t j = 0; j < quantized; ++j)
+        absolute_error += std::abs(local[(s.num_owned + h) * F + j] - row_value(s.halo_global[h], j, rounds - 1));
+    if (s.num_halo > 0) {
+      EXPECT_LT(residual_error, 0.1 * absolute_error) << "bits " << bits;
     }
   }
 }

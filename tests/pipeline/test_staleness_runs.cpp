@@ -442,8 +442,9 @@ TEST_P(StaleRuns, ResumeWithNothingToSmooth) {
 // Every registered model resumes bit for bit in 1-bit stale mode on several ranks: a run
 // checkpointed after epoch 2 and resumed gives the uninterrupted run's losses, so every piece
 // of state (halo caches, exchanges in flight, smoothed gradients, the halo gradients' carried
-// errors, Adam) is in the checkpoint. With error feedback on, the gradients sent differ, and
-// so do the losses on several ranks.
+// errors, the forward residuals' estimates, Adam) is in the checkpoint. Error feedback and
+// residual coding each change the rows sent, and so the losses on several ranks. A checkpoint
+// of absolute codes does not resume as residuals: its halo rows mean something else.
 class StaleRunsEveryModel : public testing::TestWithParam<test::DeviceAndModel> {
  protected:
   void SetUp() override { HALOGEN_USE_DEVICE(std::get<0>(GetParam())); }
@@ -467,13 +468,17 @@ TEST_P(StaleRunsEveryModel, ResumesBitForBitInOneBitStaleMode) {
   t.exchange.staleness.policy = StalePolicy::kFixed;
   t.exchange.staleness.smoothing = 0.5f;
   std::vector<double> last_loss;
-  for (const HaloErrorFeedback feedback : {HaloErrorFeedback::kOff, HaloErrorFeedback::kOn}) {
-    const std::string what = "feedback " + to_string(feedback);
+  const std::pair<HaloErrorFeedback, ForwardCoding> variants[] = {{HaloErrorFeedback::kOff, ForwardCoding::kAbsolute},
+                                                                  {HaloErrorFeedback::kOn, ForwardCoding::kAbsolute},
+                                                                  {HaloErrorFeedback::kOff, ForwardCoding::kResidual}};
+  for (const auto& [feedback, coding] : variants) {
+    const std::string what = "feedback " + to_string(feedback) + ", forward coding " + to_string(coding);
     t.exchange.error_feedback = feedback;
+    t.exchange.forward_coding = coding;
     const auto whole = s.run(t);
     auto first = t;
     first.optim.epochs = 3;
-    first.reliability.checkpoint_dir = dir.path() / ("ck-" + to_string(feedback));
+    first.reliability.checkpoint_dir = dir.path() / ("ck-" + to_string(feedback) + "-" + to_string(coding));
     s.run(first);
     auto rest = t;
     rest.reliability.resume_dir = first.reliability.checkpoint_dir;
@@ -486,9 +491,21 @@ TEST_P(StaleRunsEveryModel, ResumesBitForBitInOneBitStaleMode) {
       EXPECT_GT(whole.epochs.back()["bytes_sent"].get<int64_t>(), 0) << what;
     }
     last_loss.push_back(whole.epochs.back()["loss"].get<double>());
+    if (coding == ForwardCoding::kAbsolute && feedback == HaloErrorFeedback::kOff) {
+      auto other = rest;
+      other.exchange.forward_coding = ForwardCoding::kResidual;
+      try {
+        s.run(other);
+        ADD_FAILURE() << "an absolute-coded checkpoint resumed with residual coding";
+      } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("resume with --halo-forward-coding absolute"), std::string::npos)
+            << e.what();
+      }
+    }
   }
   if (s.size > 1) {
     EXPECT_NE(last_loss[0], last_loss[1]) << "error feedback changed nothing";
+    EXPECT_NE(last_loss[0], last_loss[2]) << "residual coding changed nothing";
   }
 }
 

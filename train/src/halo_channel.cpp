@@ -10,6 +10,7 @@
 #include "host_copy.hpp"
 #include "keys.hpp"
 #include "ops.hpp"
+#include "trainer_common.hpp"
 
 namespace halogen {
 
@@ -31,6 +32,13 @@ HaloChannel::HaloChannel(const Shard& shard, Communicator& comm, const ExecConte
                                 opt.exchange.device_exchange == DeviceExchange::kFused)),
       policy_(make_exchange_policy(opt, ctx, comm, graph, error_gains)),
       feedback_(ctx, act, graph.halo(), static_cast<int>(error_gains.size()), gradient_feedback),
+      residual_(ctx, graph.sends(),
+                [&] {
+                  std::vector<bool> residual(error_gains.size());
+                  for (size_t l = 0; l < residual.size(); ++l)
+                    residual[l] = train_detail::residual_forward_coding(opt, static_cast<int>(l));
+                  return residual;
+                }()),
       layers_(error_gains.size()) {
   // Test hooks for the failure tests (all unset in normal runs): HALOGEN_FAULT_RANK=r with
   // HALOGEN_FAULT_EPOCH=e and HALOGEN_FAULT=kill|hang|nan makes rank r, at the first
@@ -63,17 +71,30 @@ void HaloChannel::forward(int l, const HaloRows& rows, const Work& before_halo, 
   const int epoch = pass_.epoch;
   const TensorView& x = rows.rows;
   if (l == 1) inject_faults(epoch, x);
-  const quant::QuantKey key{
-      opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
+  quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0,
+                      0};
   const int bits = opt_.exchange.bits_fwd_at(l);
+  const bool residual = residual_.applies(l);
+  if (residual) key.rounding = quant::Rounding::kDeterministic;
   // Drift is measured on the activations before dropout (the layer below's output, the same
   // rows): the rows sent carry a fresh dropout mask every epoch, which alone would make them
   // differ by ~100% from one epoch to the next and hide how much the embeddings themselves moved.
   policy_->measure_training_send(l, rows.drift_rows);
   policy_->forward(
       l, epoch, graph_.halo() > 0,
-      [&] { return exch_->start_forward(x, bits, key, halo_tag::forward(l), fp32_tail(rows)); },
-      [&](Exchange& p, float keep) { exch_->finish_forward(p, x, keep); }, before_halo, after_halo);
+      [&] {
+        const int64_t tail = fp32_tail(rows);
+        return exch_->start_forward(x, bits, key, halo_tag::forward(l), tail,
+                                    residual ? residual_.estimate(l, x.cols - tail) : TensorView{});
+      },
+      [&](Exchange& p, float keep) { finish_training_forward(l, p, x, keep); }, before_halo, after_halo);
+}
+
+void HaloChannel::finish_training_forward(int l, Exchange& pending, const TensorView& rows, float keep) {
+  if (!residual_.applies(l)) return exch_->finish_forward(pending, rows, keep);
+  // Smoothing would blend residuals with rows: residual coding follows the senders' rows itself.
+  exch_->finish_forward(pending, rows, 0.0f, residual_.accumulates(l));
+  residual_.received(l);
 }
 
 // Evaluation always sees fresh halos. With stale halos the training cache is kept aside and
@@ -83,7 +104,8 @@ void HaloChannel::forward_evaluation(int l, const HaloRows& rows, const Work& be
   const quant::QuantKey key{
       opt_.seed, static_cast<uint32_t>(pass_.epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
   const TensorView halo = x.row_range(graph_.owned(), graph_.local());
-  const bool keep_cache = policy_->keeps_training_cache();
+  // Residual halo rows are what later residuals are added to: they are kept in every mode.
+  const bool keep_cache = policy_->keeps_training_cache() || residual_.any();
   if (keep_cache) {
     saved_halo_.reset(ctx_.device, x.dtype, halo.rows, halo.cols);
     copy(ctx_, halo, saved_halo_);
@@ -177,7 +199,8 @@ void HaloChannel::drain() {
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Attached& a = layers_[l];
     policy_->drain(
-        static_cast<int>(l), [&](Exchange& p, float /*keep*/) { exch_->finish_forward(p, a.rows); },
+        static_cast<int>(l),
+        [&](Exchange& p, float /*keep*/) { finish_training_forward(static_cast<int>(l), p, a.rows, 0.0f); },
         [&](Exchange& p) { discard(p, a.backward_cols); });
   }
   synchronize(ctx_);
@@ -196,6 +219,7 @@ void HaloChannel::save(CheckpointWriter& w, nlohmann::json& meta) {
   policy_->save(w, meta, *exch_, states);
   train_detail::write_layer_states(w, meta, states);
   feedback_.save(w, meta);
+  residual_.save(w, meta);
 }
 
 void HaloChannel::restore(const CheckpointReader& r, const nlohmann::json& meta, const std::string& dir) {
@@ -209,6 +233,7 @@ void HaloChannel::restore(const CheckpointReader& r, const nlohmann::json& meta,
   }
   policy_->restore(r, meta, *exch_, states, dir);
   feedback_.restore(r, meta, dir);
+  residual_.restore(r, meta, dir);
 }
 
 }  // namespace halogen

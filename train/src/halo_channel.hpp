@@ -1,8 +1,9 @@
 // The halo channel of the layers (docs/architecture.md, "The halo channel"): a layer hands it
 // the rows it computed and gets back the rows other ranks own, as the exchange policy says
 // (exchange_policy.hpp: sync, overlap, stale with the fixed or adaptive rules), without knowing
-// that policy. The channel owns the exchanger, the layers' halo caches and the policy, and
-// checkpoints them; evaluation passes always exchange fresh rows.
+// that policy. The channel owns the exchanger, the layers' halo caches, the policy and the
+// residual coding of forward rows, and checkpoints them; evaluation passes always exchange
+// fresh rows.
 #pragma once
 
 #include <functional>
@@ -14,6 +15,7 @@
 
 #include "exchange_policy.hpp"
 #include "halo_gradient_feedback.hpp"
+#include "halo_residual_coding.hpp"
 #include "halogen/comm/communicator.hpp"
 #include "halogen/core/tensor.hpp"
 #include "halogen/pipeline/halo_exchanger.hpp"
@@ -92,6 +94,9 @@ class HaloChannel {
     int64_t backward_cols = 0;
   };
   void forward_evaluation(int l, const HaloRows& rows, const Work& before_halo, const Work& after_halo);
+  // Applies a training pass's forward exchange of layer l: residuals are added, other rows
+  // written (smoothed by `keep`).
+  void finish_training_forward(int l, Exchange& pending, const TensorView& rows, float keep);
   void discard(Exchange& pending, int64_t cols);
   void inject_faults(int epoch, const TensorView& x);
   int64_t sends() const { return graph_.sends(); }
@@ -107,6 +112,7 @@ class HaloChannel {
   std::unique_ptr<HaloExchanger> exch_;
   std::unique_ptr<ExchangePolicy> policy_;
   HaloGradientFeedback feedback_;
+  HaloResidualCoding residual_;
   std::vector<Attached> layers_;
   nn::Pass pass_;
   bool halo_overflow_ = false;  // fp16: an outgoing halo gradient overflowed this epoch

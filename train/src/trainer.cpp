@@ -84,6 +84,14 @@ HaloErrorFeedback parse_halo_error_feedback(const std::string& name) {
   HALOGEN_FAIL("--halo-error-feedback must be auto, on or off, got '{}'", name);
 }
 
+ForwardCoding parse_forward_coding(const std::string& name) {
+  if (name == "absolute") return ForwardCoding::kAbsolute;
+  if (name == "residual") return ForwardCoding::kResidual;
+  HALOGEN_FAIL("--halo-forward-coding must be absolute or residual, got '{}'", name);
+}
+
+std::string to_string(ForwardCoding c) { return c == ForwardCoding::kResidual ? "residual" : "absolute"; }
+
 DeviceExchange parse_device_exchange(const std::string& name) {
   if (name == "staged") return DeviceExchange::kStaged;
   if (name == "fused") return DeviceExchange::kFused;

@@ -389,6 +389,7 @@ nlohmann::json training_description(const TrainOptions& opt) {
                       {"bits_bwd", opt.exchange.bits_bwd},
                       {"stale_smoothing", opt.exchange.staleness.smoothing},
                       {"halo_error_feedback", to_string(opt.exchange.error_feedback)},
+                      {"halo_forward_coding", to_string(opt.exchange.forward_coding)},
                       {"stale_policy", to_string(opt.exchange.staleness.policy)},
                       {"stale_error_bound", opt.exchange.staleness.error_bound},
                       {"stale_aggregate_error_bound", finite_or_off(opt.exchange.staleness.aggregate_error_bound)},
@@ -432,6 +433,10 @@ bool halo_error_feedback(const TrainOptions& opt, int64_t feature_dim, int64_t c
       break;
   }
   return one_bit_gradient_layers(opt, feature_dim, classes) > kErrorFeedbackDepth;
+}
+
+bool residual_forward_coding(const TrainOptions& opt, int layer) {
+  return opt.exchange.forward_coding == ForwardCoding::kResidual && opt.exchange.bits_fwd_at(layer) < 16;
 }
 
 std::string one_bit_gradient_depth_warning(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {

@@ -248,35 +248,48 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::restore_pending
 template <typename T>
 typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::start_forward(const T* local, int64_t cols, int bits,
                                                                                const quant::QuantKey& key, int tag,
-                                                                               int64_t fp32_tail) {
+                                                                               int64_t fp32_tail, float* estimate) {
   Stopwatch sw;
   Pending p = begin(/*backward=*/false, cols, fp32_tail, bits, key);
-  if (takes_fused(key)) {
+  const int64_t n = static_cast<int64_t>(shard_.send_indices.size());
+  const int64_t quantized = cols - fp32_tail;
+  if (takes_fused(key) && estimate == nullptr) {
     quantize_fused(p, key, local);
   } else {
-    const int64_t n = static_cast<int64_t>(shard_.send_indices.size());
     grow(rows_, static_cast<size_t>(std::max<int64_t>(n, shard_.num_halo) * cols));
     exchange_cuda::gather_rows(local, cols, send_indices_.data(), n, cols, rows_.data(), stream_);
+    if (estimate != nullptr) exchange_cuda::subtract_estimate(rows_.data(), n, cols, quantized, estimate, stream_);
     quantize_staged(p, key, rows_.data());
   }
   post(p, tag);
+  if (estimate != nullptr) {
+    // The receivers add what they dequantize of the residuals; so does the estimate of them.
+    for (int q = 0; q < shard_.num_parts; ++q) {
+      const int64_t rows = shard_.send_count_to(q);
+      if (rows == 0) continue;
+      quant::dequantize_rows<kDevCuda>(p.send_words_.data() + p.layout_.send[q], rows, quantized, bits,
+                                       estimate + static_cast<int64_t>(shard_.send_offsets[q]) * quantized, quantized,
+                                       /*accumulate=*/true, stream_);
+    }
+  }
   stats_.quant_s += sw.seconds();
   return p;
 }
 
 template <typename T>
-void DeviceHaloExchanger<T>::finish_forward(Pending& p, T* local, float keep) {
+void DeviceHaloExchanger<T>::finish_forward(Pending& p, T* local, float keep, bool accumulate) {
   HALOGEN_EXPECTS(!p.backward_, "rank {}: finish_forward on a backward exchange", shard_.part);
+  HALOGEN_EXPECTS(!accumulate || keep == 0.0f, "rank {}: residual rows are added, not smoothed", shard_.part);
   wait_and_fetch(p);
   Stopwatch sw;
   const int64_t cols = p.cols_;
   T* halo = local + shard_.num_owned * cols;
   const int64_t values = shard_.num_halo * cols;
   grow(rows_, static_cast<size_t>(values));
-  // fp32 rows without smoothing land in place; otherwise in the fp32 staging rows first.
+  // fp32 rows written as they arrive land in place; otherwise in the fp32 staging rows first.
   float* target = rows_.data();
   if constexpr (std::is_same_v<T, float>) {
-    if (keep == 0.0f) target = halo;
+    if (keep == 0.0f && !accumulate) target = halo;
   }
   for (int q = 0; q < shard_.num_parts; ++q) {
     const int64_t n = shard_.halo_count_from(q);
@@ -292,7 +305,9 @@ void DeviceHaloExchanger<T>::finish_forward(Pending& p, T* local, float keep) {
                                            cudaMemcpyDeviceToDevice, stream_));
     }
   }
-  if (keep > 0.0f) {
+  if (accumulate) {
+    exchange_cuda::add_residual_rows(rows_.data(), shard_.num_halo, cols, cols - p.fp32_tail_, halo, stream_);
+  } else if (keep > 0.0f) {
     exchange_cuda::blend(values, keep, rows_.data(), halo, stream_);
   } else if constexpr (!std::is_same_v<T, float>) {
     copy(ExecContext{kDevCuda, stream_}, TensorView::of(rows_.data(), values, 1, kDevCuda),
@@ -377,17 +392,28 @@ typename DeviceHaloExchanger<T>::Pending& DeviceHaloExchanger<T>::pending_of(Exc
 
 template <typename T>
 Exchange DeviceHaloExchanger<T>::start_forward(const TensorView& local, int bits, const quant::QuantKey& key, int tag,
-                                               int64_t fp32_tail) {
+                                               int64_t fp32_tail, const TensorView& estimate) {
+  float* held = nullptr;
+  if (estimate.data != nullptr) {
+    const int64_t entries = static_cast<int64_t>(shard_.send_indices.size());
+    HALOGEN_EXPECTS(estimate.device == kDevCuda && estimate.dtype == DType::kF32 && estimate.rows == entries &&
+                        estimate.cols == local.cols - fp32_tail && estimate.ld == estimate.cols,
+                    "rank {}: a residual forward exchange's estimate must be contiguous fp32 {} x {} on the GPU, "
+                    "got {} x {} of {} on {}",
+                    shard_.part, entries, local.cols - fp32_tail, estimate.rows, estimate.cols,
+                    to_string(estimate.dtype), to_string(estimate.device));
+    held = static_cast<float*>(estimate.data);
+  }
   return std::make_unique<Pending>(
-      start_forward(matrix(local, "local", shard_.num_local()), local.cols, bits, key, tag, fp32_tail));
+      start_forward(matrix(local, "local", shard_.num_local()), local.cols, bits, key, tag, fp32_tail, held));
 }
 
 template <typename T>
-void DeviceHaloExchanger<T>::finish_forward(Exchange& exchange, const TensorView& local, float keep) {
+void DeviceHaloExchanger<T>::finish_forward(Exchange& exchange, const TensorView& local, float keep, bool accumulate) {
   Pending& p = pending_of(exchange);
   HALOGEN_EXPECTS(local.cols == p.cols_, "rank {}: finishing a {}-column exchange into {} columns", shard_.part,
                   p.cols_, local.cols);
-  finish_forward(p, matrix(local, "local", shard_.num_local()), keep);
+  finish_forward(p, matrix(local, "local", shard_.num_local()), keep, accumulate);
 }
 
 template <typename T>

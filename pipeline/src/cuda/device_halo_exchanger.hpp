@@ -22,7 +22,7 @@
 // row -> (peer, slot) map built here once per direction, with no host wait; its non-finite
 // input is flagged on the device and reported when the exchange is finished (the host has
 // waited for the transfer by then, so reading the flag costs no wait of its own). Rounding
-// kDeterministic (error feedback) always takes the staged path.
+// kDeterministic (error feedback) and residual coding always take the staged path.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -75,11 +75,14 @@ class DeviceHaloExchanger final : public HaloExchanger {
   /// Gathers the send rows of `local` (num_local x cols, contiguous; owned rows are read),
   /// quantizes them to `bits` (all but the last fp32_tail columns, which travel as fp32 after
   /// the packed block, as in the CPU format: GAT's attention terms) and posts them.
+  /// `estimate` (device, or null): residual coding as HaloExchanger::start_forward describes;
+  /// it takes the staged path.
   Pending start_forward(const T* local, int64_t cols, int bits, const quant::QuantKey& key, int tag,
-                        int64_t fp32_tail = 0);
+                        int64_t fp32_tail = 0, float* estimate = nullptr);
   /// Waits for a forward exchange and writes the halo rows of `local`. With keep > 0 (stale
-  /// smoothing) each halo row becomes keep * (its previous value) + (1 - keep) * (received).
-  void finish_forward(Pending& pending, T* local, float keep = 0.0f);
+  /// smoothing) each halo row becomes keep * (its previous value) + (1 - keep) * (received);
+  /// with `accumulate` the received quantized columns are added.
+  void finish_forward(Pending& pending, T* local, float keep = 0.0f, bool accumulate = false);
   /// Quantizes the halo rows of `local_grad` (num_local x cols) and posts them to their owners.
   Pending start_backward(const T* local_grad, int64_t cols, int bits, const quant::QuantKey& key, int tag);
   /// Waits for a backward exchange and adds what arrives into the owned rows of
@@ -94,9 +97,9 @@ class DeviceHaloExchanger final : public HaloExchanger {
   Pending restore_pending(const std::string& bytes);
 
   // HaloExchanger: contiguous device TensorViews of T (average: fp32).
-  Exchange start_forward(const TensorView& local, int bits, const quant::QuantKey& key, int tag,
-                         int64_t fp32_tail = 0) override;
-  void finish_forward(Exchange& exchange, const TensorView& local, float keep = 0.0f) override;
+  Exchange start_forward(const TensorView& local, int bits, const quant::QuantKey& key, int tag, int64_t fp32_tail = 0,
+                         const TensorView& estimate = {}) override;
+  void finish_forward(Exchange& exchange, const TensorView& local, float keep = 0.0f, bool accumulate = false) override;
   Exchange start_backward(const TensorView& local_grad, int bits, const quant::QuantKey& key, int tag) override;
   void dequantize_sent(Exchange& exchange, const TensorView& out) override;
   void finish_backward(Exchange& exchange, const TensorView& local_grad, float keep = 0.0f,

@@ -57,6 +57,29 @@ __global__ void blend_kernel(int64_t n, float keep, const float* received, T* ac
     store_from_float(acc[i], __fadd_rn(__fmul_rn(keep, load_as_float(acc[i])), __fmul_rn(fresh, received[i])));
 }
 
+// Residual coding: the first `quantized` of each row's `cols` values less the estimate's row.
+__global__ void subtract_estimate_kernel(float* rows, int64_t n, int64_t cols, int64_t quantized,
+                                         const float* estimate) {
+  const int64_t total = n * quantized;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / quantized;
+    const int64_t c = i - r * quantized;
+    rows[r * cols + c] = __fsub_rn(rows[r * cols + c], estimate[i]);
+  }
+}
+
+// Received residual rows: the first `quantized` columns added, the rest written.
+template <typename T>
+__global__ void add_residual_rows_kernel(const float* received, int64_t n, int64_t cols, int64_t quantized, T* acc) {
+  const int64_t total = n * cols;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i % cols;
+    store_from_float(acc[i], c < quantized ? __fadd_rn(load_as_float(acc[i]), received[i]) : received[i]);
+  }
+}
+
 template <typename T>
 void blend(int64_t n, float keep, const float* received, T* acc, void* stream) {
   HALOGEN_EXPECTS(n >= 0 && keep >= 0.0f && keep < 1.0f, "blend: n={} keep={}", n, keep);
@@ -81,7 +104,32 @@ void scatter_add(const float* in, const int32_t* rows, int64_t n, int64_t cols, 
   HALOGEN_CHECK_CUDA(cudaGetLastError());
 }
 
+template <typename T>
+void add_residual(const float* received, int64_t n, int64_t cols, int64_t quantized, T* acc, void* stream) {
+  HALOGEN_EXPECTS(n >= 0 && quantized >= 0 && quantized <= cols, "add_residual_rows: n={} cols={} quantized={}", n,
+                  cols, quantized);
+  if (n == 0 || cols == 0) return;
+  add_residual_rows_kernel<<<grid_for(n * cols), kThreadsPerBlock, 0, as_stream(stream)>>>(received, n, cols, quantized,
+                                                                                           acc);
+  HALOGEN_CHECK_CUDA(cudaGetLastError());
+}
+
 }  // namespace
+
+void subtract_estimate(float* rows, int64_t n, int64_t cols, int64_t quantized, const float* estimate, void* stream) {
+  HALOGEN_EXPECTS(n >= 0 && quantized >= 0 && quantized <= cols, "subtract_estimate: n={} cols={} quantized={}", n,
+                  cols, quantized);
+  if (n == 0 || quantized == 0) return;
+  subtract_estimate_kernel<<<grid_for(n * quantized), kThreadsPerBlock, 0, as_stream(stream)>>>(rows, n, cols,
+                                                                                                quantized, estimate);
+  HALOGEN_CHECK_CUDA(cudaGetLastError());
+}
+void add_residual_rows(const float* received, int64_t n, int64_t cols, int64_t quantized, float* acc, void* stream) {
+  add_residual<float>(received, n, cols, quantized, acc, stream);
+}
+void add_residual_rows(const float* received, int64_t n, int64_t cols, int64_t quantized, __half* acc, void* stream) {
+  add_residual<__half>(received, n, cols, quantized, acc, stream);
+}
 
 void gather_rows(const float* x, int64_t ldx, const int32_t* rows, int64_t n, int64_t cols, float* out, void* stream) {
   gather(x, ldx, rows, n, cols, out, stream);

@@ -80,11 +80,20 @@ class HaloExchanger {
   /// Gathers the send rows of `local` (num_local x cols; only owned rows are read), quantizes
   /// them to `bits` (all but the last fp32_tail columns, which travel as fp32) and posts the
   /// transfers. `tag` separates exchanges that may be in flight at the same time.
+  ///
+  /// Residual coding: given `estimate` (fp32 on the matrices' device, one row per send-list
+  /// entry, cols - fp32_tail wide: what the receivers of each entry hold of it), the quantized
+  /// columns sent are (row - estimate), and `estimate` then becomes estimate + (those rows as
+  /// the receivers will dequantize them), before this returns. The receivers finish such an
+  /// exchange with `accumulate`. The fp32 tail is sent as it is either way.
   virtual Exchange start_forward(const TensorView& local, int bits, const quant::QuantKey& key, int tag,
-                                 int64_t fp32_tail = 0) = 0;
+                                 int64_t fp32_tail = 0, const TensorView& estimate = {}) = 0;
   /// Waits for a forward exchange and writes the halo rows of `local`. With keep > 0 (stale
   /// smoothing) each halo row becomes keep * (its previous value) + (1 - keep) * (received).
-  virtual void finish_forward(Exchange& exchange, const TensorView& local, float keep = 0.0f) = 0;
+  /// With `accumulate` (the sender's residual coding; keep must be 0) the received quantized
+  /// columns are added into the halo rows and the fp32 tail is written.
+  virtual void finish_forward(Exchange& exchange, const TensorView& local, float keep = 0.0f,
+                              bool accumulate = false) = 0;
   /// Quantizes the halo rows of `local_grad` (num_local x cols) and posts them to their owners.
   virtual Exchange start_backward(const TensorView& local_grad, int bits, const quant::QuantKey& key, int tag) = 0;
   /// Waits for a backward exchange and adds what arrives into the owned rows of `local_grad`,
@@ -180,12 +189,14 @@ class HostHaloExchanger final : public HaloExchanger {
   /// read), quantizes them (all but the last fp32_tail columns, which travel as fp32) and
   /// posts the transfers. `tag` separates exchanges that may be in flight at the same time
   /// (see Communicator).
+  /// `estimate` (or null): residual coding, as HaloExchanger::start_forward describes, one
+  /// contiguous row of cols - fp32_tail per send-list entry.
   PendingExchange start_forward(const float* local, int64_t cols, int64_t ld, int bits, const quant::QuantKey& key,
-                                int tag = 0, int64_t fp32_tail = 0);
+                                int tag = 0, int64_t fp32_tail = 0, float* estimate = nullptr);
   /// Waits for a forward exchange and writes the halo rows of `local`. With keep > 0 (stale
   /// smoothing, staleness.hpp) each halo row becomes keep * (its previous value) + (1 - keep)
-  /// * (the received row).
-  void finish_forward(PendingExchange& pending, float* local, int64_t ld, float keep = 0.0f);
+  /// * (the received row); with `accumulate` the received quantized columns are added.
+  void finish_forward(PendingExchange& pending, float* local, int64_t ld, float keep = 0.0f, bool accumulate = false);
 
   /// Quantizes the halo rows of `local_grad` and posts them back to their owners.
   PendingExchange start_backward(const float* local_grad, int64_t cols, int64_t ld, int bits,
@@ -208,9 +219,9 @@ class HostHaloExchanger final : public HaloExchanger {
   }
 
   // HaloExchanger (host TensorViews of fp32).
-  Exchange start_forward(const TensorView& local, int bits, const quant::QuantKey& key, int tag,
-                         int64_t fp32_tail = 0) override;
-  void finish_forward(Exchange& exchange, const TensorView& local, float keep = 0.0f) override;
+  Exchange start_forward(const TensorView& local, int bits, const quant::QuantKey& key, int tag, int64_t fp32_tail = 0,
+                         const TensorView& estimate = {}) override;
+  void finish_forward(Exchange& exchange, const TensorView& local, float keep = 0.0f, bool accumulate = false) override;
   Exchange start_backward(const TensorView& local_grad, int bits, const quant::QuantKey& key, int tag) override;
   void dequantize_sent(Exchange& exchange, const TensorView& out) override;
   void finish_backward(Exchange& exchange, const TensorView& local_grad, float keep = 0.0f,
@@ -233,7 +244,8 @@ class HostHaloExchanger final : public HaloExchanger {
                        const std::function<const float*(int q, int64_t& ld)>& rows_of);
   void wait(PendingExchange& p);
   // The rows received from peer q (forward): dequantized codes, then the fp32 columns.
-  void unpack_forward_rows(const PendingExchange& p, int q, int64_t rows, float* dst, int64_t ld) const;
+  void unpack_forward_rows(const PendingExchange& p, int q, int64_t rows, float* dst, int64_t ld,
+                           bool accumulate = false) const;
   void wait_unchecked(PendingExchange& p);
 
   // Gives a completed exchange's words back for the next one to reuse.

@@ -107,6 +107,19 @@ HaloErrorFeedback parse_halo_error_feedback(const std::string& name);
 std::string to_string(HaloErrorFeedback f);
 inline constexpr int kErrorFeedbackDepth = 16;
 
+/// How forward halo rows coded below 16 bits are sent. kAbsolute (the default): each row's own
+/// stochastic code. kResidual: each rank keeps, per layer, the value its receivers hold of
+/// every row it sends them, and sends the deterministic code (quant::Rounding::kDeterministic)
+/// of the difference between the row now and that value; the receivers add what they decode
+/// to the halo rows they hold. Where most of a row's neighbours are remote the residual rows
+/// help: a 2-layer GCN on a multi-label graph whose 4 parts cut 55% of its edges lost 2.5 points
+/// of F1-micro to fp32 with absolute 1-bit codes and gained 2.4 with residual ones. Where few
+/// are, they cost: on Cora (9% of the entries remote) GCN's 1-bit stale accuracy fell by a point
+/// (docs/accuracy.md, "Multi-label: against PyG"). Not yet run on a GPU.
+enum class ForwardCoding { kAbsolute, kResidual };
+ForwardCoding parse_forward_coding(const std::string& name);
+std::string to_string(ForwardCoding c);
+
 /// How a GPU rank quantizes the rows it sends (the same words either way): kStaged gathers them
 /// into fp32 rows and quantizes each peer's message in turn, the host waiting once per message
 /// to choose its exponent; kFused quantizes all peers' messages in one pass on the device,
@@ -128,6 +141,7 @@ struct ExchangeOptions {
   bool skip_exchange = false;  // benchmark floor: compute only, halos left stale from epoch 0
   /// Applies to the layers that send gradients below 16 bits; see HaloErrorFeedback.
   HaloErrorFeedback error_feedback = HaloErrorFeedback::kAuto;
+  ForwardCoding forward_coding = ForwardCoding::kAbsolute;   // layers sending features below 16 bits
   DeviceExchange device_exchange = DeviceExchange::kStaged;  // --device cuda only
 
   int bits_fwd_at(int layer) const { return bits_fwd.size() == 1 ? bits_fwd[0] : bits_fwd[layer]; }
