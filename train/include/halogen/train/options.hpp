@@ -113,8 +113,8 @@ inline constexpr int kErrorFeedbackDepth = 16;
 /// of the difference between the row now and that value; the receivers add what they decode
 /// to the halo rows they hold. Where most of a row's neighbours are remote the residual rows
 /// help: a 2-layer GCN on a multi-label graph whose 4 parts cut 55% of its edges lost 2.5 points
-/// of F1-micro to fp32 with absolute 1-bit codes and gained 2.4 with residual ones. Where few
-/// are, they cost: on Cora (9% of the entries remote) GCN's 1-bit stale accuracy fell by a point
+/// of F1-micro to fp32 with absolute 1-bit codes and gained 2.8 with residual ones (ROC-AUC still
+/// 1.2 below). Where few are, they cost: on Cora GCN's 1-bit stale accuracy fell by a point
 /// (docs/accuracy.md, "Multi-label: against PyG"). Not yet run on a GPU.
 enum class ForwardCoding { kAbsolute, kResidual };
 ForwardCoding parse_forward_coding(const std::string& name);
