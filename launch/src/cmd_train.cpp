@@ -21,6 +21,7 @@
 #include "halogen/partition/shard.hpp"
 #include "halogen/partition/trainability.hpp"
 #include "halogen/train/memory_plan.hpp"
+#include "halogen/train/model.hpp"
 #include "halogen/train/trainer.hpp"
 #include "sweep_results.hpp"
 
@@ -124,7 +125,8 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
       "gat: halo attention terms travel as fp32 | quantized (with the features, at --bits-fwd)")(
       "dropout", number(&t.model.dropout, t.model.dropout), "dropout probability")(
       "lr", number(&t.optim.lr, t.optim.lr), "Adam learning rate")(
-      "weight-decay", number(&t.optim.weight_decay, t.optim.weight_decay), "L2 weight decay on weights")(
+      "weight-decay", number(&t.optim.weight_decay, t.optim.weight_decay),
+      "L2 weight decay on weights (default: the model's; multilabel: none)")(
       "epochs", po::value(&t.optim.epochs)->default_value(t.optim.epochs), "training epochs at most")(
       "selection-metric", po::value(&t.optim.selection_metric),
       "the validation metric that picks the best epoch and drives early stopping: one the task reports (acc; "
@@ -325,6 +327,11 @@ int cmd_train(int argc, char** argv, const std::vector<std::string>& args) {
   // every rank fails with it as one collective error, which rank 0 reports.
   if (const std::string reason = untrainable_reason(shard, *comm, dataset, parts_dir); !reason.empty())
     throw CollectiveError(reason, source_relative_path(__FILE__), __LINE__, 0, true);
+  // The task is the labels' unless --task names it: its published weight decay, if it has one,
+  // replaces the model's where --weight-decay is not given.
+  if (const auto unset_decay = !vm.count("weight-decay") || vm["weight-decay"].defaulted(); unset_decay)
+    if (const std::optional<float> decay = task_weight_decay(t.model.task, shard.label_kind))
+      t.optim.weight_decay = *decay;
   prepare_process(*comm, t.device.kind);
   result = train(shard, *comm, t);
   if (mpi.rank() == 0) {

@@ -326,6 +326,10 @@ std::string selection_metric(std::string_view task) {
   return std::string(t->metric_names().at(t->selection().metric));
 }
 
+std::optional<float> task_weight_decay(std::string_view task, LabelKind labels) {
+  return tasks::make_task(task, labels)->weight_decay();
+}
+
 double Inference::metric(std::string_view key) const {
   for (const auto& [name, value] : metrics)
     if (name == key) return value;

@@ -100,6 +100,18 @@ void init_parameters(const TrainOptions& opt, const std::vector<nn::LayerDecl>& 
     }
 }
 
+void set_output_bias(const std::vector<nn::LayerDecl>& layout, std::span<const float> bias, float* params) {
+  for (auto layer = layout.rbegin(); layer != layout.rend(); ++layer) {
+    if (!layer->has("bias")) continue;
+    const nn::ParamArray& a = layer->array("bias");
+    HALOGEN_EXPECTS(a.size() == static_cast<int64_t>(bias.size()),
+                    "the output bias is {} wide, the task's initial bias {}", a.size(), bias.size());
+    std::copy(bias.begin(), bias.end(), params + a.offset);
+    return;
+  }
+  HALOGEN_FAIL("the model declares no bias for the task's initial output bias");
+}
+
 Matrix<float> input_features(const Shard& s, const TrainOptions& opt, int64_t rows) {
   const int64_t F = s.feature_dim;
   const int64_t owned = s.num_owned;
@@ -174,12 +186,14 @@ EpochLog::EpochLog(Communicator& comm, const Shard& shard, const TrainOptions& o
 #endif
 }
 
+TensorView host_labels(const Shard& s) {
+  return s.label_kind == LabelKind::kClass ? TensorView::of(s.labels.data(), s.num_owned, 1)
+                                           : TensorView::of(s.targets.data(), s.num_owned, s.num_classes);
+}
+
 EvalCounts evaluate_logits(const tasks::Task& task, const float* logits, const Shard& s) {
   EvalCounts e;
-  const TensorView labels = s.label_kind == LabelKind::kClass
-                                ? TensorView::of(s.labels.data(), s.num_owned, 1)
-                                : TensorView::of(s.targets.data(), s.num_owned, s.num_classes);
-  tasks::SplitRows rows{logits, s.num_owned, s.num_classes, labels, s.split.data()};
+  tasks::SplitRows rows{logits, s.num_owned, s.num_classes, host_labels(s), s.split.data()};
   for (int i = 0; i < 3; ++i) {
     rows.role = static_cast<uint8_t>(kRoles[i]);
     e.splits[i] = tasks::local_split(task, rows);

@@ -55,6 +55,9 @@ inline int64_t step_scalars(int layers) { return 2 + 2 * static_cast<int64_t>(la
 /// Glorot-uniform weights keyed by (seed, layer, matrix, row, column), zero biases: identical
 /// on every rank and on every device. `params` has nn::num_params(layout) values.
 void init_parameters(const TrainOptions& opt, const std::vector<nn::LayerDecl>& layout, float* params);
+/// Writes `bias` into the output layer's bias: the last layer that declares one, which must be
+/// bias.size() wide.
+void set_output_bias(const std::vector<nn::LayerDecl>& layout, std::span<const float> bias, float* params);
 
 /// Columns of the layer-0 features the set-up exchanges at a time on the CPU (a 64-byte line of
 /// each row): its buffers then take 64 bytes per row sent or received, whatever the width.
@@ -72,6 +75,9 @@ struct EvalCounts {
   double val_loss_sum = 0.0;
 };
 EvalCounts evaluate_logits(const tasks::Task& task, const float* logits, const Shard& s);
+/// The shard's labels as the task reads them on the host: class labels rows x 1, else the
+/// targets rows x labels.
+TensorView host_labels(const Shard& s);
 
 /// Every rank's `values` (the same count on each), by rank: result[r][k] = rank r's values[k].
 /// Collective.

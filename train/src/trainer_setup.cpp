@@ -31,6 +31,11 @@ Trainer::Trainer(const Shard& shard, Communicator& comm, const TrainOptions& opt
 void Trainer::init_params() {
   std::vector<float> host(nn::num_params(decl_));
   train_detail::init_parameters(opt_, decl_, host.data());
+  // The task may start the output bias at its labels' prior (multilabel: each label's log-odds).
+  tasks::SplitRows train{nullptr, s_.num_owned, s_.num_classes, train_detail::host_labels(s_), s_.split.data()};
+  train.role = static_cast<uint8_t>(SplitRole::kTrain);
+  if (const std::vector<float> bias = tasks::initial_output_bias(*task_, comm_, train); !bias.empty())
+    train_detail::set_output_bias(decl_, bias, host.data());
   // Decay applies to weights and attention vectors, not biases: the runs of adjacent arrays
   // with the same coefficient, one range each.
   std::vector<Optimizer::Range> decayed;

@@ -141,6 +141,14 @@ void check_value_loss(const ExecContext& ctx, std::string_view task, const Tenso
         "task {}: grad must be f32 and contiguous, {} x {} as the logits", task, logits.rows, logits.cols);
 }
 
+std::vector<float> initial_output_bias(const Task& task, Communicator& comm, const SplitRows& train) {
+  std::vector<double> sums = task.prior_sums(train);
+  if (sums.empty()) return {};
+  // Counts of entries: integers in fp64, so their sum is exact in any order.
+  comm.allreduce_sum(std::span<double>(sums));
+  return task.output_bias(sums);
+}
+
 void check_value_rows(const SplitRows& rows, std::string_view task) {
   HALOGEN_EXPECTS(rows.labels.dtype == DType::kF32 && rows.labels.rows == rows.rows && rows.labels.cols == rows.cols &&
                       rows.labels.contiguous() && rows.labels.device == kDevCpu,

@@ -84,6 +84,49 @@ class Multilabel final : public Task {
     }
     return {f1, scored > 0 ? auc_sum / static_cast<double>(scored) : 0.0};
   }
+
+  // None, as GraphSAINT trains Yelp and OGB's examples ogbn-proteins. The loss is the mean over
+  // a row's labels, so with many labels and few positives its gradient is a small fraction of a
+  // softmax cross-entropy's, and the decay term is not: under Adam, which scales each step to the
+  // gradient's size, 5e-4 held a 50-label graph with 1 positive per node at validation ROC-AUC
+  // 0.52 after 60 epochs (the output bias at the prior), against 0.96 without decay.
+  std::optional<float> weight_decay() const override { return 0.0f; }
+
+  // {positives, labelled entries} of each label over the training rows.
+  std::vector<double> prior_sums(const SplitRows& in) const override {
+    check_value_rows(in, name());
+    const float* y = in.labels.ptr<const float>();
+    std::vector<double> sums(static_cast<size_t>(2 * in.cols), 0.0);
+    for (int64_t r = 0; r < in.rows; ++r) {
+      if (in.split[r] != in.role) continue;
+      for (int64_t c = 0; c < in.cols; ++c) {
+        const float label = y[r * in.cols + c];
+        if (std::isnan(label)) continue;
+        sums[static_cast<size_t>(2 * c)] += label != 0.0f;
+        sums[static_cast<size_t>(2 * c + 1)] += 1.0;
+      }
+    }
+    return sums;
+  }
+
+  // The log-odds of each label's training frequency, so that training starts at the labels'
+  // prior. From a zero bias every sigmoid starts at 0.5, and with few positives per label the
+  // first gradients push every logit down together (a Yelp-shaped graph's loss took 40 epochs
+  // to fall from 0.69 to 0.12, its prior's being 0.10), and a 50-label graph with 1 positive per
+  // node, without weight decay, was still at validation ROC-AUC 0.51 after 60 epochs, against
+  // 0.96 from the prior. The frequency is
+  // (positives + 1/2) / (labelled + 1), finite for a label that is always or never positive (a
+  // label without labelled entries: 0).
+  std::vector<float> output_bias(std::span<const double> sums) const override {
+    std::vector<float> bias(sums.size() / 2, 0.0f);
+    for (size_t c = 0; c < bias.size(); ++c) {
+      const double labelled = sums[2 * c + 1];
+      if (labelled == 0.0) continue;
+      const double p = (sums[2 * c] + 0.5) / (labelled + 1.0);
+      bias[c] = static_cast<float>(std::log(p / (1.0 - p)));
+    }
+    return bias;
+  }
 };
 
 }  // namespace

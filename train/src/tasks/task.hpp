@@ -96,6 +96,15 @@ class Task {
   virtual Scores local_scores(const SplitRows& /*rows*/) const { return {}; }
   /// The metrics from the sums over ranks and, when gathers_scores(), all ranks' scores.
   virtual std::vector<double> metrics(std::span<const double> sums, const Scores& all) const = 0;
+
+  /// The output layer's initial bias: this rank's additive sums over its training rows (logits
+  /// unused; the same count on every rank), and the bias from their sums over ranks. Empty: the
+  /// bias starts at zero, as the layers declare it.
+  virtual std::vector<double> prior_sums(const SplitRows& /*train*/) const { return {}; }
+  virtual std::vector<float> output_bias(std::span<const double> /*sums*/) const { return {}; }
+  /// The L2 weight decay of the task's published setting where it differs from the model's
+  /// (nullopt: the model's); --weight-decay wins.
+  virtual std::optional<float> weight_decay() const { return std::nullopt; }
 };
 
 /// The task of that name ("multiclass", "multilabel", "regression"); unknown: halogen::Error
@@ -149,5 +158,10 @@ LocalSplit local_split(const Task& task, const SplitRows& rows);
 /// then each split's scores gathered where the task needs them. Collective.
 std::vector<std::vector<double>> evaluate_splits(const Task& task, Communicator& comm,
                                                  std::span<const LocalSplit> splits, std::span<double> extra = {});
+
+/// The task's initial output bias over all ranks' training rows (`train`: this rank's rows,
+/// role kTrain; logits unused), the same bits on any number of ranks; empty where the task
+/// starts from a zero bias. Collective.
+std::vector<float> initial_output_bias(const Task& task, Communicator& comm, const SplitRows& train);
 
 }  // namespace halogen::tasks

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -85,6 +86,9 @@ void apply_task_output(std::string_view task, float* values, int64_t rows, int64
 inline constexpr float kMultilabelPositiveAbove = 0.5f;
 /// The metric of `task` that selects the best epoch: "acc", "f1_micro" or "mse".
 std::string selection_metric(std::string_view task);
+/// The weight decay a run of `task` (empty: the task of `labels`) takes when --weight-decay is
+/// not given, where the task's published setting differs from the model's; nullopt: the model's.
+std::optional<float> task_weight_decay(std::string_view task, LabelKind labels);
 
 /// Writes rows of a global matrix held by the ranks (this rank: the rows of `global_ids`,
 /// `cols` values each, row-major in `values`) as one .npy file of `total_rows` x `cols` in
