@@ -250,6 +250,10 @@ void HostHaloExchanger::unpack_forward_rows(const PendingExchange& p, int q, int
 }
 
 void HostHaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t ld, float keep, bool accumulate) {
+  finish_forward_into(p, local + static_cast<int64_t>(shard_.num_owned) * ld, ld, keep, accumulate);
+}
+
+void HostHaloExchanger::finish_forward_into(PendingExchange& p, float* halo, int64_t ld, float keep, bool accumulate) {
   HALOGEN_EXPECTS(p.active() && !p.backward_, "finish_forward without a pending forward exchange");
   HALOGEN_EXPECTS(!accumulate || keep == 0.0f, "finish_forward: residual rows are added, not smoothed");
   wait(p);
@@ -258,7 +262,7 @@ void HostHaloExchanger::finish_forward(PendingExchange& p, float* local, int64_t
   for (int q = 0; q < shard_.num_parts; ++q) {
     const int64_t rows = shard_.halo_count_from(q);
     if (rows == 0) continue;
-    float* dst = local + (static_cast<int64_t>(shard_.num_owned) + shard_.halo_offsets[q]) * ld;
+    float* dst = halo + static_cast<int64_t>(shard_.halo_offsets[q]) * ld;
     if (keep == 0.0f) {
       unpack_forward_rows(p, q, rows, dst, ld, accumulate);
       continue;
@@ -369,7 +373,13 @@ Exchange HostHaloExchanger::start_forward(const TensorView& local, int bits, con
 }
 
 void HostHaloExchanger::finish_forward(Exchange& exchange, const TensorView& local, float keep, bool accumulate) {
-  finish_forward(host_exchange(exchange), host_floats(local, "local"), local.ld, keep, accumulate);
+  const int64_t local_rows = shard_.num_owned + shard_.num_halo;
+  HALOGEN_EXPECTS(local.rows == local_rows || local.rows == shard_.num_halo,
+                  "rank {}: a forward exchange finishes into the {} local rows or the {} halo rows, not {}",
+                  shard_.part, local_rows, shard_.num_halo, local.rows);
+  float* rows = host_floats(local, "local");
+  finish_forward_into(host_exchange(exchange), local.rows == local_rows ? rows + shard_.num_owned * local.ld : rows,
+                      local.ld, keep, accumulate);
 }
 
 Exchange HostHaloExchanger::start_backward(const TensorView& local_grad, int bits, const quant::QuantKey& key,

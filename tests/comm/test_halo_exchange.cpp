@@ -166,6 +166,39 @@ TEST(HaloExchange, ResidualCodesFollowTheOwnersRows) {
   }
 }
 
+// Residual coding sends rows kept apart from the layer's input (its owned rows alone) and
+// receives into halo rows of their own: the same codes and the same rows as the local matrix
+// gets, and a buffer of any other height is refused.
+TEST(HaloExchange, SendsOwnedRowsAndFinishesIntoHaloRowsAlone) {
+  Fixture f;
+  const Shard& s = f.mine();
+  MpiCommunicator comm;
+  HostHaloExchanger ex(s, comm);
+  HaloExchanger& exchanger = ex;
+  const int64_t F = 9;
+  std::vector<float> local(static_cast<size_t>(s.num_local() * F), 0.0f);
+  for (int32_t i = 0; i < s.num_owned; ++i)
+    for (int64_t j = 0; j < F; ++j) local[i * F + j] = value_of(s.owned_global[i], j);
+  const std::vector<float> owned(local.begin(), local.begin() + s.num_owned * F);
+  std::vector<float> halo(static_cast<size_t>(s.num_halo * F), 0.0f);
+  const quant::QuantKey key{3, 1, 2, quant::Direction::kForward, 0, 0};
+  Exchange whole = exchanger.start_forward(TensorView::of(local.data(), s.num_local(), F), 1, key, 0);
+  exchanger.finish_forward(whole, TensorView::of(local.data(), s.num_local(), F));
+  Exchange apart = exchanger.start_forward(TensorView::of(owned.data(), s.num_owned, F), 1, key, 1);
+  exchanger.finish_forward(apart, TensorView::of(halo.data(), s.num_halo, F));
+  for (int64_t v = 0; v < s.num_halo * F; ++v) ASSERT_EQ(halo[v], local[s.num_owned * F + v]) << "value " << v;
+
+  Exchange wrong = exchanger.start_forward(TensorView::of(owned.data(), s.num_owned, F), 1, key, 2);
+  std::vector<float> taller(static_cast<size_t>((s.num_halo + 1) * F));
+  try {
+    exchanger.finish_forward(wrong, TensorView::of(taller.data(), s.num_halo + 1, F));
+    if (s.num_owned != 1) ADD_FAILURE() << "finishing into " << s.num_halo + 1 << " rows did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("local rows or the"), std::string::npos) << e.what();
+    exchanger.finish_forward(wrong, TensorView::of(halo.data(), s.num_halo, F));  // completes the exchange
+  }
+}
+
 TEST(HaloExchange, BackwardAddsGradientsAtOwners) {
   Fixture f;
   const Shard& s = f.mine();

@@ -32,13 +32,7 @@ HaloChannel::HaloChannel(const Shard& shard, Communicator& comm, const ExecConte
                                 opt.exchange.device_exchange == DeviceExchange::kFused)),
       policy_(make_exchange_policy(opt, ctx, comm, graph, error_gains)),
       feedback_(ctx, act, graph.halo(), static_cast<int>(error_gains.size()), gradient_feedback),
-      residual_(ctx, graph.sends(),
-                [&] {
-                  std::vector<bool> residual(error_gains.size());
-                  for (size_t l = 0; l < residual.size(); ++l)
-                    residual[l] = train_detail::residual_forward_coding(opt, static_cast<int>(l));
-                  return residual;
-                }()),
+      residual_(ctx, act, graph.sends(), graph.halo(), train_detail::residual_forward_layers(opt, error_gains.size())),
       layers_(error_gains.size()) {
   // Test hooks for the failure tests (all unset in normal runs): HALOGEN_FAULT_RANK=r with
   // HALOGEN_FAULT_EPOCH=e and HALOGEN_FAULT=kill|hang|nan makes rank r, at the first
@@ -70,49 +64,78 @@ void HaloChannel::forward(int l, const HaloRows& rows, const Work& before_halo, 
   if (!pass_.training) return forward_evaluation(l, rows, before_halo, after_halo);
   const int epoch = pass_.epoch;
   const TensorView& x = rows.rows;
-  if (l == 1) inject_faults(epoch, x);
+  const bool residual = residual_.applies(l);
+  const TensorView& sent = residual ? residual_source(rows) : x;
+  if (l == 1) inject_faults(epoch, sent);
   quant::QuantKey key{opt_.seed, static_cast<uint32_t>(epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0,
                       0};
   const int bits = opt_.exchange.bits_fwd_at(l);
-  const bool residual = residual_.applies(l);
   if (residual) key.rounding = quant::Rounding::kDeterministic;
   // Drift is measured on the activations before dropout (the layer below's output, the same
   // rows): the rows sent carry a fresh dropout mask every epoch, which alone would make them
   // differ by ~100% from one epoch to the next and hide how much the embeddings themselves moved.
   policy_->measure_training_send(l, rows.drift_rows);
+  const int64_t tail = fp32_tail(rows);
+  const Work residual_after_halo = [&] {
+    write_residual_halo(l, rows);
+    after_halo();
+  };
   policy_->forward(
       l, epoch, graph_.halo() > 0,
       [&] {
-        const int64_t tail = fp32_tail(rows);
-        return exch_->start_forward(x, bits, key, halo_tag::forward(l), tail,
-                                    residual ? residual_.estimate(l, x.cols - tail) : TensorView{});
+        return exch_->start_forward(sent, bits, key, halo_tag::forward(l), tail,
+                                    residual ? residual_.start(l, sent.cols - tail) : TensorView{});
       },
-      [&](Exchange& p, float keep) { finish_training_forward(l, p, x, keep); }, before_halo, after_halo);
+      [&](Exchange& p, float keep) { finish_training_forward(l, p, x, keep); }, before_halo,
+      residual ? residual_after_halo : after_halo);
 }
 
 void HaloChannel::finish_training_forward(int l, Exchange& pending, const TensorView& rows, float keep) {
   if (!residual_.applies(l)) return exch_->finish_forward(pending, rows, keep);
   // Smoothing would blend residuals with rows: residual coding follows the senders' rows itself.
-  exch_->finish_forward(pending, rows, 0.0f, residual_.accumulates(l));
-  residual_.received(l);
+  exch_->finish_forward(pending, residual_.halo(l, rows.cols), 0.0f, /*accumulate=*/true);
+  residual_.applied(l);
+}
+
+// Every training pass, whether or not an exchange arrived: the received rows, with this
+// epoch's dropout mask of their owners where the rows sent were taken before it.
+void HaloChannel::write_residual_halo(int l, const HaloRows& rows) {
+  const TensorView halo = rows.rows.row_range(graph_.owned(), graph_.local());
+  copy(ctx_, residual_.halo(l, halo.cols), halo);
+  if (rows.from_drift_rows && rows.input_dropout)
+    ops::dropout(ctx_, halo, graph_.halo_gid, opt_.model.dropout,
+                 {opt_.seed, static_cast<uint32_t>(pass_.epoch), dropout_site::layer_input(l)});
 }
 
 // Evaluation always sees fresh halos. With stale halos the training cache is kept aside and
 // restored, so evaluating does not change what training uses.
 void HaloChannel::forward_evaluation(int l, const HaloRows& rows, const Work& before_halo, const Work& after_halo) {
   const TensorView& x = rows.rows;
-  const quant::QuantKey key{
+  quant::QuantKey key{
       opt_.seed, static_cast<uint32_t>(pass_.epoch), static_cast<uint32_t>(l), quant::Direction::kForward, 0, 0};
+  const int bits = opt_.exchange.bits_fwd_at(l);
+  const int64_t tail = fp32_tail(rows);
   const TensorView halo = x.row_range(graph_.owned(), graph_.local());
-  // Residual halo rows are what later residuals are added to: they are kept in every mode.
-  const bool keep_cache = policy_->keeps_training_cache() || residual_.any();
+  policy_->measure_evaluation_send(l, x, rows.logit_cols);
+  if (residual_.applies(l)) {
+    // Coded against what the receivers hold now, as training codes its rows, and added to it;
+    // neither side keeps it. The next training pass writes its halo rows anew.
+    key.rounding = quant::Rounding::kDeterministic;
+    const TensorView& sent = residual_source(rows);  // no dropout while evaluating: x's owned rows
+    Exchange pending = exch_->start_forward(sent, bits, key, halo_tag::evaluation(l), tail,
+                                            residual_.evaluation_estimate(l, sent.cols - tail));
+    copy(ctx_, residual_.halo(l, x.cols), halo);
+    before_halo();
+    exch_->finish_forward(pending, x, 0.0f, /*accumulate=*/true);
+    after_halo();
+    return;
+  }
+  const bool keep_cache = policy_->keeps_training_cache();
   if (keep_cache) {
     saved_halo_.reset(ctx_.device, x.dtype, halo.rows, halo.cols);
     copy(ctx_, halo, saved_halo_);
   }
-  policy_->measure_evaluation_send(l, x, rows.logit_cols);
-  Exchange pending =
-      exch_->start_forward(x, opt_.exchange.bits_fwd_at(l), key, halo_tag::evaluation(l), fp32_tail(rows));
+  Exchange pending = exch_->start_forward(x, bits, key, halo_tag::evaluation(l), tail);
   before_halo();
   exch_->finish_forward(pending, x);
   after_halo();

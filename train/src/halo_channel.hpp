@@ -38,6 +38,13 @@ struct HaloRows {
   /// The rows' last columns that are attention logits (GAT's el): they travel as fp32 unless
   /// --quantize-attention-terms, and the adaptive policy counts their change in absolute terms.
   int64_t logit_cols = 0;
+  /// The owned rows are drift_rows as the trainer copies the layer below's output in, with the
+  /// input's dropout (site layer_input(l)) where `input_dropout` (the propagating layers,
+  /// propagate.hpp). Residual coding then follows drift_rows, which move slowly, and each
+  /// receiver applies the owners' dropout mask itself: the same rows as the owners', where
+  /// coding the dropped-out rows would smooth their fresh mask of every epoch away.
+  bool from_drift_rows = false;
+  bool input_dropout = false;
 };
 
 class HaloChannel {
@@ -98,6 +105,12 @@ class HaloChannel {
   // written (smoothed by `keep`).
   void finish_training_forward(int l, Exchange& pending, const TensorView& rows, float keep);
   void discard(Exchange& pending, int64_t cols);
+  // Residual coding: what layer l sends (the rows, or the drift rows they follow), and the
+  // training pass's halo rows made from what it has received.
+  static const TensorView& residual_source(const HaloRows& rows) {
+    return rows.from_drift_rows ? rows.drift_rows : rows.rows;
+  }
+  void write_residual_halo(int l, const HaloRows& rows);
   void inject_faults(int epoch, const TensorView& x);
   int64_t sends() const { return graph_.sends(); }
   int64_t fp32_tail(const HaloRows& rows) const { return opt_.exchange.quantize_attention_terms ? 0 : rows.logit_cols; }

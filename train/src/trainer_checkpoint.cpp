@@ -90,6 +90,9 @@ int read_checkpoint(const TrainOptions& opt, const Shard& s, const std::filesyst
       }
       const nlohmann::json training = training_description(opt);  // items() must not outlive it
       for (const auto& [key, value] : training.items()) {
+        // A change of forward coding is refused by the halo channel's restore, which names the
+        // option to resume with: no warning before that error.
+        if (key == "halo_forward_coding") continue;
         if (manifest.at("training").value(key, nlohmann::json()) != value && s.part == 0)
           log::warn(
               "resuming with {} = {} (the checkpoint was trained with {}): later epochs will differ from the original "

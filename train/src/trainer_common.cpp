@@ -449,8 +449,12 @@ bool halo_error_feedback(const TrainOptions& opt, int64_t feature_dim, int64_t c
   return one_bit_gradient_layers(opt, feature_dim, classes) > kErrorFeedbackDepth;
 }
 
-bool residual_forward_coding(const TrainOptions& opt, int layer) {
-  return opt.exchange.forward_coding == ForwardCoding::kResidual && opt.exchange.bits_fwd_at(layer) < 16;
+std::vector<bool> residual_forward_layers(const TrainOptions& opt, size_t layers) {
+  std::vector<bool> residual(layers);
+  for (size_t l = 0; l < layers; ++l)
+    residual[l] =
+        opt.exchange.forward_coding == ForwardCoding::kResidual && opt.exchange.bits_fwd_at(static_cast<int>(l)) < 16;
+  return residual;
 }
 
 std::string one_bit_gradient_depth_warning(const TrainOptions& opt, int64_t feature_dim, int64_t classes) {

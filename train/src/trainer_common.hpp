@@ -233,9 +233,9 @@ int one_bit_gradient_layers(const TrainOptions& opt, int64_t feature_dim, int64_
 /// Whether the halo gradients of layers below 16 bits use error feedback: --halo-error-feedback
 /// on, or auto with more than kErrorFeedbackDepth one-bit gradient layers.
 bool halo_error_feedback(const TrainOptions& opt, int64_t feature_dim, int64_t classes);
-/// Whether layer l's forward halo rows are coded as residuals (ForwardCoding): below 16 bits,
-/// with --halo-forward-coding residual.
-bool residual_forward_coding(const TrainOptions& opt, int layer);
+/// For each of `layers`, whether its forward halo rows are coded as residuals (ForwardCoding):
+/// below 16 bits, with --halo-forward-coding residual.
+std::vector<bool> residual_forward_layers(const TrainOptions& opt, size_t layers);
 /// The warning train() logs when more than kErrorFeedbackDepth layers send 1-bit halo gradients
 /// back without error feedback (--halo-error-feedback off); empty otherwise.
 std::string one_bit_gradient_depth_warning(const TrainOptions& opt, int64_t feature_dim, int64_t classes);

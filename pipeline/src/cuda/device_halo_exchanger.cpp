@@ -277,13 +277,12 @@ typename DeviceHaloExchanger<T>::Pending DeviceHaloExchanger<T>::start_forward(c
 }
 
 template <typename T>
-void DeviceHaloExchanger<T>::finish_forward(Pending& p, T* local, float keep, bool accumulate) {
+void DeviceHaloExchanger<T>::finish_forward(Pending& p, T* halo, float keep, bool accumulate) {
   HALOGEN_EXPECTS(!p.backward_, "rank {}: finish_forward on a backward exchange", shard_.part);
   HALOGEN_EXPECTS(!accumulate || keep == 0.0f, "rank {}: residual rows are added, not smoothed", shard_.part);
   wait_and_fetch(p);
   Stopwatch sw;
   const int64_t cols = p.cols_;
-  T* halo = local + shard_.num_owned * cols;
   const int64_t values = shard_.num_halo * cols;
   grow(rows_, static_cast<size_t>(values));
   // fp32 rows written as they arrive land in place; otherwise in the fp32 staging rows first.
@@ -405,7 +404,7 @@ Exchange DeviceHaloExchanger<T>::start_forward(const TensorView& local, int bits
     held = static_cast<float*>(estimate.data);
   }
   return std::make_unique<Pending>(
-      start_forward(matrix(local, "local", shard_.num_local()), local.cols, bits, key, tag, fp32_tail, held));
+      start_forward(matrix(local, "local", shard_.num_owned), local.cols, bits, key, tag, fp32_tail, held));
 }
 
 template <typename T>
@@ -413,7 +412,12 @@ void DeviceHaloExchanger<T>::finish_forward(Exchange& exchange, const TensorView
   Pending& p = pending_of(exchange);
   HALOGEN_EXPECTS(local.cols == p.cols_, "rank {}: finishing a {}-column exchange into {} columns", shard_.part,
                   p.cols_, local.cols);
-  finish_forward(p, matrix(local, "local", shard_.num_local()), keep, accumulate);
+  const int64_t local_rows = shard_.num_local();
+  HALOGEN_EXPECTS(local.rows == local_rows || local.rows == shard_.num_halo,
+                  "rank {}: a forward exchange finishes into the {} local rows or the {} halo rows, not {}",
+                  shard_.part, local_rows, shard_.num_halo, local.rows);
+  T* rows = matrix(local, "local", shard_.num_halo);
+  finish_forward(p, local.rows == local_rows ? rows + shard_.num_owned * local.cols : rows, keep, accumulate);
 }
 
 template <typename T>

@@ -72,17 +72,19 @@ class DeviceHaloExchanger final : public HaloExchanger {
   DeviceHaloExchanger(const Shard& shard, Communicator& comm, cudaStream_t stream, ProgressThread* progress = nullptr,
                       bool fused = false);
 
-  /// Gathers the send rows of `local` (num_local x cols, contiguous; owned rows are read),
+  /// Gathers the send rows of `local` (the local or the owned rows, contiguous; owned rows are
+  /// read),
   /// quantizes them to `bits` (all but the last fp32_tail columns, which travel as fp32 after
   /// the packed block, as in the CPU format: GAT's attention terms) and posts them.
   /// `estimate` (device, or null): residual coding as HaloExchanger::start_forward describes;
   /// it takes the staged path.
   Pending start_forward(const T* local, int64_t cols, int bits, const quant::QuantKey& key, int tag,
                         int64_t fp32_tail = 0, float* estimate = nullptr);
-  /// Waits for a forward exchange and writes the halo rows of `local`. With keep > 0 (stale
-  /// smoothing) each halo row becomes keep * (its previous value) + (1 - keep) * (received);
-  /// with `accumulate` the received quantized columns are added.
-  void finish_forward(Pending& pending, T* local, float keep = 0.0f, bool accumulate = false);
+  /// Waits for a forward exchange and writes the num_halo contiguous rows at `halo` (the halo
+  /// rows of the local matrix, or a buffer of their own). With keep > 0 (stale smoothing) each
+  /// halo row becomes keep * (its previous value) + (1 - keep) * (received); with `accumulate`
+  /// the received quantized columns are added.
+  void finish_forward(Pending& pending, T* halo, float keep = 0.0f, bool accumulate = false);
   /// Quantizes the halo rows of `local_grad` (num_local x cols) and posts them to their owners.
   Pending start_backward(const T* local_grad, int64_t cols, int bits, const quant::QuantKey& key, int tag);
   /// Waits for a backward exchange and adds what arrives into the owned rows of

@@ -38,7 +38,7 @@ class AppnpStep final : public Layer {
 
   void forward(const Pass& /*pass*/, const TensorView& below) override {
     const ExecContext& ex = ctx_.exec;
-    propagate(ctx_, l_, in_, z_, below);
+    propagate(ctx_, l_, in_, z_, below, input_dropout());
     if (mixed_.empty()) return mix_initial(ex, alpha_, z_, initial_.output(), y_);
     mix_initial(ex, alpha_, z_, initial_.output(), mixed_);
     copy(ex, mixed_, y_);

@@ -42,7 +42,7 @@ class GcnLayer final : public Layer {
       agg.multiply(ex, ctx_.weight(weight_), 1.0f, y_);
       return;
     }
-    propagate(ctx_, l_, in_, z_, below);
+    propagate(ctx_, l_, in_, z_, below, input_dropout());
     ops::gemm(ex, false, false, 1.0f, z_, ctx_.weight(weight_), 1.0f, y_);
   }
 

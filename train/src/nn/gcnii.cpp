@@ -42,7 +42,7 @@ class Gcn2Conv final : public Layer {
     const ExecContext& ex = ctx_.exec;
     // s = (1 - alpha) A_hat x + alpha h_0 (the aggregation lands in s, then the mix in y), kept
     // for the weight gradient; y = (1 - beta) s + beta s W.
-    propagate(ctx_, l_, in_, s_, below);
+    propagate(ctx_, l_, in_, s_, below, input_dropout());
     mix_initial(ex, alpha_, s_, initial_.output(), y_);
     copy(ex, y_, s_);
     ops::gemm(ex, false, false, beta_, s_, ctx_.weight(weight_), 1.0f - beta_, y_);

@@ -18,11 +18,12 @@ void allocate_propagated_input(LayerContext& ctx, int l, int64_t cols, Tensor& l
   ctx.scratch.reserve("dlocal", ctx.act, g.local(), cols);
 }
 
-void propagate(LayerContext& ctx, int l, const TensorView& x, const TensorView& z, const TensorView& below) {
+void propagate(LayerContext& ctx, int l, const TensorView& x, const TensorView& z, const TensorView& below,
+               bool input_dropout) {
   const LocalGraph& g = ctx.graph;
+  const HaloRows rows{.rows = x, .drift_rows = below, .from_drift_rows = true, .input_dropout = input_dropout};
   ctx.halo.forward(
-      l, HaloRows{x, below, 0}, [&] { g.aggregate(x, z, /*halo_part=*/false); },
-      [&] { g.aggregate(x, z, /*halo_part=*/true); });
+      l, rows, [&] { g.aggregate(x, z, /*halo_part=*/false); }, [&] { g.aggregate(x, z, /*halo_part=*/true); });
 }
 
 void propagate_backward(LayerContext& ctx, int l, const TensorView& dz, const TensorView& dlocal,

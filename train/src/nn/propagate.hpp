@@ -18,8 +18,10 @@ void allocate_propagated_input(LayerContext& ctx, int l, int64_t cols, Tensor& l
 
 /// z (owned rows) = the aggregation of x (local rows: owned, then halo) for layer l: the halo
 /// rows of x are exchanged through the channel, the owned columns aggregated while they travel
-/// (as the mode allows), the halo columns once they are in. `below`: Layer::forward's.
-void propagate(LayerContext& ctx, int l, const TensorView& x, const TensorView& z, const TensorView& below);
+/// (as the mode allows), the halo columns once they are in. `below`: Layer::forward's, which x's
+/// owned rows were copied from; `input_dropout`: the layer's Layer::input_dropout().
+void propagate(LayerContext& ctx, int l, const TensorView& x, const TensorView& z, const TensorView& below,
+               bool input_dropout);
 
 /// The backward of propagate: dlocal (local rows) = the transposed aggregation of dz; the halo
 /// rows' gradients go back to their owners and theirs are added into the owned rows.

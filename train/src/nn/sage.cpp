@@ -50,7 +50,7 @@ class SageLayer final : public Layer {
       self.multiply(ex, ctx_.weight(w_self_), 1.0f, y_);
       return;
     }
-    propagate(ctx_, l_, in_, z_, below);
+    propagate(ctx_, l_, in_, z_, below, input_dropout());
     ops::gemm(ex, false, false, 1.0f, z_, ctx_.weight(w_neigh_), 1.0f, y_);
     ops::gemm(ex, false, false, 1.0f, input(), ctx_.weight(w_self_), 1.0f, y_);
   }

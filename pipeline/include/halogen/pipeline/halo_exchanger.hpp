@@ -77,9 +77,9 @@ class HaloExchanger {
  public:
   virtual ~HaloExchanger() = default;
 
-  /// Gathers the send rows of `local` (num_local x cols; only owned rows are read), quantizes
-  /// them to `bits` (all but the last fp32_tail columns, which travel as fp32) and posts the
-  /// transfers. `tag` separates exchanges that may be in flight at the same time.
+  /// Gathers the send rows of `local` (the local rows or the owned rows alone, cols wide: only
+  /// owned rows are read), quantizes them to `bits` (all but the last fp32_tail columns, which travel as fp32) and
+  /// posts the transfers. `tag` separates exchanges that may be in flight at the same time.
   ///
   /// Residual coding: given `estimate` (fp32 on the matrices' device, one row per send-list
   /// entry, cols - fp32_tail wide: what the receivers of each entry hold of it), the quantized
@@ -88,10 +88,12 @@ class HaloExchanger {
   /// exchange with `accumulate`. The fp32 tail is sent as it is either way.
   virtual Exchange start_forward(const TensorView& local, int bits, const quant::QuantKey& key, int tag,
                                  int64_t fp32_tail = 0, const TensorView& estimate = {}) = 0;
-  /// Waits for a forward exchange and writes the halo rows of `local`. With keep > 0 (stale
-  /// smoothing) each halo row becomes keep * (its previous value) + (1 - keep) * (received).
-  /// With `accumulate` (the sender's residual coding; keep must be 0) the received quantized
-  /// columns are added into the halo rows and the fp32 tail is written.
+  /// Waits for a forward exchange and writes the halo rows of `local`: num_local rows whose
+  /// last num_halo are the halo rows, or num_halo rows that are the halo rows alone (a buffer
+  /// of its own). With keep > 0 (stale smoothing) each halo row becomes keep * (its previous
+  /// value) + (1 - keep) * (received). With `accumulate` (the sender's residual coding; keep
+  /// must be 0) the received quantized columns are added into the halo rows and the fp32 tail
+  /// is written.
   virtual void finish_forward(Exchange& exchange, const TensorView& local, float keep = 0.0f,
                               bool accumulate = false) = 0;
   /// Quantizes the halo rows of `local_grad` (num_local x cols) and posts them to their owners.
@@ -247,6 +249,8 @@ class HostHaloExchanger final : public HaloExchanger {
   void unpack_forward_rows(const PendingExchange& p, int q, int64_t rows, float* dst, int64_t ld,
                            bool accumulate = false) const;
   void wait_unchecked(PendingExchange& p);
+  // finish_forward into the first halo row `halo` (row stride ld).
+  void finish_forward_into(PendingExchange& p, float* halo, int64_t ld, float keep, bool accumulate);
 
   // Gives a completed exchange's words back for the next one to reuse.
   void recycle(PendingExchange& p);
