@@ -562,6 +562,19 @@ int bench_send(const Options& o, cudaStream_t stream) {
   const bool deq_same = max_rel_error(d_rows.to_host(stream), cpu_rows) <= 1e-6;
   failures += !deq_same;
   report("dequantize_rows/peer", deq_ms, deq_same);
+  // The same by rows (quantize.hpp, dequantize_rows_by_row), the receive side's other schedule,
+  // into rows overwritten first so that the check sees its own output.
+  HALOGEN_CHECK_CUDA(cudaMemsetAsync(d_rows.data(), 0xa5, d_rows.bytes(), stream));
+  const double by_row_ms = time_ms(o, stream, [&] {
+    for_each_peer([&](int q, int64_t first, int64_t n) {
+      quant::dequantize_rows_by_row(d_packed.data() + offsets[static_cast<size_t>(q)], n, cols, bits,
+                                    d_rows.data() + first * cols, cols, false, stream);
+    });
+  });
+  const bool by_row_same = max_rel_error(d_rows.to_host(stream), cpu_rows) <= 1e-6;
+  failures += !by_row_same;
+  report("dequantize_rows_by_row/peer", by_row_ms, by_row_same);
+  std::printf("  %-36s %12.2f\n", "by row / by value dequantize time", by_row_ms / deq_ms);
   std::printf("  %-36s %12.2f\n", "fused / staged time", fused_ms / staged_ms);
   return failures;
 }

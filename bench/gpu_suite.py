@@ -28,7 +28,8 @@ Sections (each prints its rows as it finishes; the summary table comes last):
           quantizer), then 4 ranks sharing the GPU over MPI staging (under MPS when
           nvidia-cuda-mps-control is on the PATH), the scale-20 graph in 4 parts, for
           --halo-models: 1-bit stale staged, 1-bit stale fused and --skip-exchange (the floor,
-          under the same MPS; fp32 sync is the halos section's). The halos and exchange runs
+          under the same MPS; fp32 sync is the halos section's), and for GCN 1-bit stale with
+          --halo-forward-coding residual. The halos and exchange runs
           print per run the median epoch, its compute_s, quant_s and halo_wait_s, and host_syncs.
           Without a GPU (--device cuda) it says so and stops.
   profile per-kernel device time of one GCN training run in fp32 and in fp16 (Nsight Compute,
@@ -361,14 +362,17 @@ class Suite:
         stale = ["--bits-fwd", "1", "--bits-bwd", "1", "--mode", "stale"]
         cases = [("1-bit stale staged", stale + ["--device-exchange", "staged"]),
                  ("1-bit stale fused", stale + ["--device-exchange", "fused"]), ("no exchange", ["--skip-exchange"])]
+        # Residual forward codes (staged sends, then the estimate advanced from the words sent)
+        # on GCN only, which keeps the section inside its time.
+        residual = ("1-bit stale residual", stale + ["--device-exchange", "staged", "--halo-forward-coding", "residual"])
         try:
             for model, key, what, base in self.halo_models():
                 log(f"\n# exchange: 4 ranks on one GPU{' (MPS)' if mps else ''} over MPI staging, {what}; medians of "
                     "the training epochs")
-                res = self.halo_runs("exchange", p, env, key, what, base, cases)
+                res = self.halo_runs("exchange", p, env, key, what, base, cases + ([residual] if model == "gcn" else []))
                 floor = res.get("no exchange", (None,))[0]
                 target = TARGETS["stale_gcn_vs_floor"] if model == "gcn" else TARGETS["stale_deep_vs_floor"]
-                for name in ("1-bit stale staged", "1-bit stale fused"):
+                for name in ("1-bit stale staged", "1-bit stale fused", "1-bit stale residual"):
                     if name in res and floor:
                         t, med = res[name]
                         self.row("exchange", f"{what}: {name} vs no exchange (host_syncs {med['host_syncs']:.0f})",
@@ -397,12 +401,13 @@ class Suite:
             name = line.strip().split("  ")[0]
             f = line.split()
             if name in ("cudaMemcpy D2D", "staged: gather + quantize_rows/peer", "fused: quantize_send_fused",
-                        "dequantize_rows/peer") and len(f) >= 4:
+                        "dequantize_rows/peer", "dequantize_rows_by_row/peer") and len(f) >= 4:
                 gbs[name] = (float(f[-2]), "") if name == "cudaMemcpy D2D" else (float(f[-3]), f[-1])
         copy = gbs.get("cudaMemcpy D2D")
         for name, label in [("staged: gather + quantize_rows/peer", "staged gather + quantize + pack"),
                             ("fused: quantize_send_fused", "fused gather + quantize + pack"),
-                            ("dequantize_rows/peer", "dequantize")]:
+                            ("dequantize_rows/peer", "dequantize by value"),
+                            ("dequantize_rows_by_row/peer", "dequantize by row")]:
             if copy and name in gbs:
                 g, check = gbs[name]
                 self.row("exchange", f"{label} 1 bit vs D2D copy (check {check})", f"{g:.0f} GB/s",

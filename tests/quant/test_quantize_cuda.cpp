@@ -91,19 +91,29 @@ TEST_F(QuantCuda, PackedWordsAndDequantizedValuesMatchCpu) {
                                          << first_mismatch << " cpu " << std::hex << cpu[first_mismatch] << " gpu "
                                          << gpu[first_mismatch];
 
-        // Dequantize on both, plain and accumulating onto a non-zero output with stride.
+        // Dequantize on both, plain and accumulating onto a non-zero output with stride, by
+        // values and by rows.
         const int64_t ld_out = s.cols + 3;
-        for (const bool accumulate : {false, true}) {
-          std::vector<float> cpu_out(static_cast<size_t>(s.rows * ld_out), 0.5f);
-          dequantize_rows<kDevCpu>(cpu.data(), s.rows, s.cols, bits, cpu_out.data(), ld_out, accumulate);
-          auto out_dev = DeviceBuffer<float>::from_host(std::vector<float>(static_cast<size_t>(s.rows * ld_out), 0.5f));
-          dequantize_rows<kDevCuda>(gpu_dev.data(), s.rows, s.cols, bits, out_dev.data(), ld_out, accumulate, stream);
-          HALOGEN_CHECK_CUDA(cudaStreamSynchronize(stream));
-          const auto gpu_out = out_dev.to_host();
-          for (size_t i = 0; i < cpu_out.size(); ++i) {
-            ASSERT_EQ(std::bit_cast<uint32_t>(cpu_out[i]), std::bit_cast<uint32_t>(gpu_out[i]))
-                << s.rows << "x" << s.cols << " " << bits << " bits accumulate " << accumulate << " index " << i
-                << ": cpu " << cpu_out[i] << " gpu " << gpu_out[i];
+        for (const int schedule : {0, 1}) {
+          for (const bool accumulate : {false, true}) {
+            std::vector<float> cpu_out(static_cast<size_t>(s.rows * ld_out), 0.5f);
+            dequantize_rows<kDevCpu>(cpu.data(), s.rows, s.cols, bits, cpu_out.data(), ld_out, accumulate);
+            auto out_dev =
+                DeviceBuffer<float>::from_host(std::vector<float>(static_cast<size_t>(s.rows * ld_out), 0.5f));
+            if (schedule == 0) {
+              dequantize_rows<kDevCuda>(gpu_dev.data(), s.rows, s.cols, bits, out_dev.data(), ld_out, accumulate,
+                                        stream);
+            } else {
+              dequantize_rows_by_row(gpu_dev.data(), s.rows, s.cols, bits, out_dev.data(), ld_out, accumulate, stream);
+            }
+            HALOGEN_CHECK_CUDA(cudaStreamSynchronize(stream));
+            const auto gpu_out = out_dev.to_host();
+            for (size_t i = 0; i < cpu_out.size(); ++i) {
+              ASSERT_EQ(std::bit_cast<uint32_t>(cpu_out[i]), std::bit_cast<uint32_t>(gpu_out[i]))
+                  << s.rows << "x" << s.cols << " " << bits << " bits accumulate " << accumulate << " schedule "
+                  << (schedule == 0 ? "by value" : "by row") << " index " << i << ": cpu " << cpu_out[i] << " gpu "
+                  << gpu_out[i];
+            }
           }
         }
       }

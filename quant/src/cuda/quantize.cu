@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "../quantize_common.hpp"
 #include "../quantize_host.hpp"
@@ -194,6 +195,34 @@ __global__ void dequantize_kernel(const uint32_t* in, int64_t rows, int64_t cols
   }
 }
 
+// dequantize_rows_by_row's kernel: lane groups of `group` lanes (a power of two <= 32, the row
+// width rounded up) each take one row at a time, lanes over consecutive columns. A row's
+// metadata is read once per lane, not once per value; the code words are broadcast within the
+// group; the stores coalesce; and no value pays a 64-bit division for its row.
+template <int kBits>
+__global__ void dequantize_row_groups_kernel(const uint32_t* in, int64_t rows, int cols, int group, float* out,
+                                             int64_t ld, bool accumulate) {
+  constexpr uint32_t kMaxCode = (1u << kBits) - 1u;
+  constexpr int kPerWord = 32 / kBits;
+  const float unit = detail::pow2(static_cast<int32_t>(in[0]));
+  const int64_t row_words = 1 + detail::code_words(kBits, cols);
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int rows_per_warp = 32 / group;
+  const int first = lane / group, column = lane % group;
+  for (int64_t r = global_warp() * rows_per_warp + first; r < rows; r += warp_count() * rows_per_warp) {
+    const uint32_t* row_in = in + 1 + r * row_words;
+    const uint32_t meta = row_in[0];
+    const float min = detail::half_to_float(static_cast<uint16_t>(meta & 0xffffu));
+    const float scale = detail::half_to_float(static_cast<uint16_t>(meta >> 16));
+    float* y = out + r * ld;
+    for (int c = column; c < cols; c += group) {
+      const uint32_t q = (row_in[1 + c / kPerWord] >> ((c % kPerWord) * kBits)) & kMaxCode;
+      const float v = detail::dequantize_value(q, min, scale, unit);
+      y[c] = accumulate ? detail::add_rn(y[c], v) : v;
+    }
+  }
+}
+
 __global__ void dequantize_half_kernel(const uint32_t* in, int64_t rows, int64_t cols, float* out, int64_t ld,
                                        bool accumulate) {
   const float unit = detail::pow2(static_cast<int32_t>(in[0]));
@@ -322,6 +351,35 @@ void dequantize_rows<kDevCuda>(const uint32_t* in, int64_t rows, int64_t cols, i
             out, static_cast<size_t>(ld) * sizeof(float), in, static_cast<size_t>(cols) * sizeof(float),
             static_cast<size_t>(cols) * sizeof(float), static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, s));
       }
+      break;
+  }
+  HALOGEN_CHECK_CUDA(cudaGetLastError());
+}
+
+void dequantize_rows_by_row(const uint32_t* in, int64_t rows, int64_t cols, int bits, float* out, int64_t ld,
+                            bool accumulate, void* stream) {
+  detail::check_dequantize_args(in, rows, cols, bits, out, ld);
+  if (rows == 0 || cols == 0) return;
+  const int coded = code_bits(bits, cols);
+  if (coded > 8 || cols > std::numeric_limits<int>::max())
+    return dequantize_rows<kDevCuda>(in, rows, cols, bits, out, ld, accumulate, stream);
+  const cudaStream_t s = as_stream(stream);
+  int group = 1;
+  while (group < 32 && group < cols) group *= 2;
+  const unsigned int blocks = blocks_for(rows, kWarpsPerBlock * (32 / group));
+  const int width = static_cast<int>(cols);
+  switch (coded) {
+    case 1:
+      dequantize_row_groups_kernel<1><<<blocks, kThreadsPerBlock, 0, s>>>(in, rows, width, group, out, ld, accumulate);
+      break;
+    case 2:
+      dequantize_row_groups_kernel<2><<<blocks, kThreadsPerBlock, 0, s>>>(in, rows, width, group, out, ld, accumulate);
+      break;
+    case 4:
+      dequantize_row_groups_kernel<4><<<blocks, kThreadsPerBlock, 0, s>>>(in, rows, width, group, out, ld, accumulate);
+      break;
+    default:
+      dequantize_row_groups_kernel<8><<<blocks, kThreadsPerBlock, 0, s>>>(in, rows, width, group, out, ld, accumulate);
       break;
   }
   HALOGEN_CHECK_CUDA(cudaGetLastError());

@@ -124,6 +124,13 @@ void quantize_rows<kDevCuda>(const float* in, int64_t rows, int64_t cols, int64_
 template <>
 void dequantize_rows<kDevCuda>(const uint32_t* in, int64_t rows, int64_t cols, int bits, float* out, int64_t ld,
                                bool accumulate, void* stream);
+/// dequantize_rows<kDevCuda> scheduled by rows: lanes over one row's consecutive columns (a
+/// group of lanes per row where rows are narrower than a warp), where dequantize_rows gives
+/// each thread one value. The same values bit for bit; codes of 16 bits and more take
+/// dequantize_rows. It is measured against dequantize_rows (bench_spmm_gpu --only send) before
+/// the exchange uses it.
+void dequantize_rows_by_row(const uint32_t* in, int64_t rows, int64_t cols, int bits, float* out, int64_t ld,
+                            bool accumulate, void* stream);
 #endif
 
 /// The message exponent e of a packed message in host memory (bits 1..16 with rows > 0).
