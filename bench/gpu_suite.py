@@ -6,7 +6,8 @@ Sections (each prints its rows as it finishes; the summary table comes last):
           test_quantize_cuda, test_gpu_training on 1 and 2 ranks sharing the GPU, and the CUDA
           instances of the trainer suites that run over every registered model: test_exactness
           (2 and 4 ranks), test_gradcheck, test_grad_allreduce (2 and 4 ranks),
-          test_staleness_runs, test_task_training (multilabel and regression), and
+          test_staleness_runs, test_residual_coding, test_task_training (multilabel and
+          regression), and
           test_nccl_communicator on 1 rank; then tests/e2e's resume, failure, model and tasks
           scenarios with HALOGEN_TEST_DEVICE=cuda): pass, fail or skip each, so
           that one call checks the kernels and every model's CUDA path before it times them. The
@@ -444,7 +445,7 @@ class Suite:
                     ("test_exactness", 2, "*cuda*", 600), ("test_exactness", 4, "*cuda*", 600),
                     ("test_gradcheck", 2, "*cuda*", 600), ("test_grad_allreduce", 2, "*cuda*", 300),
                     ("test_grad_allreduce", 4, "*cuda*", 300), ("test_staleness_runs", 2, "*cuda*", 600),
-                    ("test_task_training", 2, "*cuda*", 600)]
+                    ("test_residual_coding", 2, "*cuda*", 300), ("test_task_training", 2, "*cuda*", 600)]
         for name, ranks, only, limit in programs:
             exe = os.path.join(self.a.bin, name)
             if not os.path.exists(exe):

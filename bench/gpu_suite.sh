@@ -11,8 +11,9 @@
 # build/tests/gpu/test_nccl_communicator,
 # build/tests/quant/test_quantize_cuda, build/tests/quant/test_quantize_fused,
 # build/tests/train/test_exactness,
-# build/tests/train/test_gradcheck, build/tests/train/test_grad_allreduce and
-# build/tests/pipeline/test_staleness_runs and build/tests/train/test_task_training, with their
+# build/tests/train/test_gradcheck, build/tests/train/test_grad_allreduce,
+# build/tests/pipeline/test_staleness_runs, build/tests/pipeline/test_residual_coding and
+# build/tests/train/test_task_training, with their
 # libraries and Open MPI) made on another machine, for a GPU host without halogen's Debian
 # packages: the bundle's environment script is sourced and its executables used. Without it,
 # those of build/ (the tests section then finds no test programs beside halogen).
@@ -24,7 +25,8 @@
 #     build/tests/quant/test_quantize_cuda \
 #     build/tests/quant/test_quantize_fused build/tests/train/test_exactness \
 #     build/tests/train/test_gradcheck build/tests/train/test_grad_allreduce \
-#     build/tests/pipeline/test_staleness_runs build/tests/train/test_task_training
+#     build/tests/pipeline/test_staleness_runs build/tests/pipeline/test_residual_coding \
+#     build/tests/train/test_task_training
 # and carry the sources beside it (the tests section runs tests/e2e's scripts).
 set -euo pipefail
 suite_dir=$(cd "$(dirname "$0")" && pwd)
