@@ -16,6 +16,7 @@
 #include "../quantize_common.hpp"
 #include "../quantize_host.hpp"
 #include "halogen/core/cuda/stream.hpp"
+#include "halogen/core/cuda/stream_scratch.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/quant/quantize.hpp"
 
@@ -41,24 +42,6 @@ unsigned int blocks_for(int64_t items, int64_t items_per_block) {
 }
 
 cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
-
-/// Stream-ordered scratch memory, released on the stream when the scope ends (also on error).
-class StreamScratch {
- public:
-  StreamScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    HALOGEN_CHECK_CUDA(cudaMallocAsync(&data_, bytes, stream));
-  }
-  ~StreamScratch() {
-    if (data_ != nullptr) cudaFreeAsync(data_, stream_);
-  }
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  char* data() const { return static_cast<char*>(data_); }
-
- private:
-  void* data_ = nullptr;
-  cudaStream_t stream_;
-};
 
 __device__ __forceinline__ int64_t global_warp() {
   return static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
@@ -257,7 +240,7 @@ void quantize_rows<kDevCuda>(const float* in, int64_t rows, int64_t cols, int64_
   if (packed_words(bits, rows, cols) == 0) return;
   const cudaStream_t s = as_stream(stream);
   const bool coded = bits <= 8;
-  StreamScratch scratch(sizeof(ScanState) + (coded ? static_cast<size_t>(2 * rows) * sizeof(float) : 0), s);
+  cuda::StreamScratch<char> scratch(sizeof(ScanState) + (coded ? static_cast<size_t>(2 * rows) * sizeof(float) : 0), s);
   auto* state = reinterpret_cast<ScanState*>(scratch.data());
   float* lo_hi = coded ? reinterpret_cast<float*>(scratch.data() + sizeof(ScanState)) : nullptr;
 

@@ -24,6 +24,7 @@
 
 #include "device_kernels.hpp"
 #include "halogen/core/cuda/stream.hpp"
+#include "halogen/core/cuda/stream_scratch.hpp"
 #include "halogen/core/error.hpp"
 #include "kernels.hpp"
 #include "kernels/aggregate.hpp"
@@ -313,24 +314,6 @@ void launch_widest(const typename P::Args& a, const PlanView& plan, typename P::
   }
 }
 
-/// Stream-ordered scratch, released on the stream at scope exit (also on error).
-class StreamScratch {
- public:
-  StreamScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    if (bytes != 0) HALOGEN_CHECK_CUDA(cudaMallocAsync(&data_, bytes, stream));
-  }
-  ~StreamScratch() {
-    if (data_ != nullptr) cudaFreeAsync(data_, stream_);
-  }
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  void* data() const { return data_; }
-
- private:
-  void* data_ = nullptr;
-  cudaStream_t stream_;
-};
-
 /// Checks the shapes, takes `plan` (or builds one, synchronising `stream`), and runs the three
 /// kernels with scratch for the long rows' partial sums.
 template <typename P>
@@ -352,8 +335,8 @@ void aggregate_with(const typename P::Args& a, const AggregationPlan* plan, void
   // Partial rows padded to 32 bytes.
   constexpr int64_t kPad = 32 / sizeof(typename P::Acc);
   const int64_t scratch_ld = (a.cols + kPad - 1) / kPad * kPad;
-  StreamScratch scratch(static_cast<size_t>(view.num_items * scratch_ld) * sizeof(typename P::Acc), s);
-  launch_widest<P>(a, view, static_cast<typename P::Acc*>(scratch.data()), scratch_ld, s);
+  cuda::StreamScratch<typename P::Acc> scratch(static_cast<size_t>(view.num_items * scratch_ld), s);
+  launch_widest<P>(a, view, scratch.data(), scratch_ld, s);
   // A plan built here is freed at return: its arrays must not be reused under the kernels.
   if (plan == nullptr) cuda::stream_synchronize(s);
 }

@@ -10,10 +10,10 @@
 #include "device_kernels.hpp"
 #include "halogen/core/cuda/device_memory.hpp"
 #include "halogen/core/cuda/stream.hpp"
+#include "halogen/core/cuda/stream_scratch.hpp"
 #include "halogen/core/error.hpp"
 #include "halogen/core/rng.hpp"
 #include "kernels.hpp"
-#include "stream_scratch.hpp"
 
 namespace halogen {
 namespace {
