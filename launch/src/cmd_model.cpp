@@ -68,12 +68,13 @@ Loaded run_model(const ModelRun& r, const MpiSession& mpi, int embeddings_layer)
   return l;
 }
 
-// "loss 0.4123  train 0.9000  val 0.7800  test 0.7900" (accuracy), or every metric of the task
-// by split: "loss 0.2011  train f1_micro 0.8123 roc_auc 0.9012  val ...".
+// "loss 0.4123  train 0.9000  val 0.7800  test 0.7900" (multiclass: accuracy, as earlier
+// versions printed it), or every metric of the task by name and split: "loss 0.2011  train
+// f1_micro 0.8123 roc_auc 0.9012  val ...".
 void print_metrics(const Inference& r, const MpiSession& mpi) {
   if (mpi.rank() != 0) return;
   std::string line = fmt::format("loss {:.4f}", r.loss);
-  const bool accuracy_only = r.metrics.size() == 3;
+  const bool accuracy_only = r.task == "multiclass";
   for (const char* role : {"train", "val", "test"}) {
     line += fmt::format("  {}", role);
     for (const auto& [key, value] : r.metrics) {
