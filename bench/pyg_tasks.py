@@ -4,7 +4,8 @@
 On one generated multi-label dataset (`halogen generate sbm --label-kind multilabel`, or
 --dataset DIR), for every model (GCN and GraphSAGE by default) and seed:
   - halogen on --ranks ranks (METIS parts), fp32 synchronous exchange;
-  - halogen on the same parts, 1-bit stale exchange (--mode stale --bits-fwd 1 --bits-bwd 1);
+  - halogen on the same parts, 1-bit stale exchange (--mode stale --bits-fwd 1 --bits-bwd 1),
+    with absolute and with residual forward codes (--halo-forward-coding residual);
   - PyG in one process (GCNConv / SAGEConv), built as docs/from-pyg-dgl.md maps halogen's
     models: the same layers, widths, dropout on every layer's input, L2-normalised input
     rows, the output bias at each label's training log-odds, Adam without weight decay (the
@@ -16,17 +17,18 @@ labels with both classes among the test nodes, as OGB scores ogbn-proteins).
 
 Prints a table of the means over seeds and writes OUT/pyg_tasks.json. With --check it exits 1
 unless, for every model, halogen's fp32 mean is within --tolerance points (default 0.5) of
-PyG's in both metrics ("pyg"), and the 1-bit stale mean no more than --tolerance below the fp32
-mean ("stale"); --checks names which of the two (default both). Without torch and torch_geometric it
-exits 77 (skipped).
+PyG's in both metrics ("pyg"), and the 1-bit stale means no more than --tolerance below the fp32
+mean ("stale" with absolute codes, "residual" with residual ones); --checks names which (default
+all three). --stale-args adds flags to both 1-bit stale runs. Without torch and torch_geometric
+it exits 77 (skipped).
 
 PyG is never a dependency of halogen: this needs a python3 with torch and torch_geometric
 (scripts/setup.sh --tests installs them).
 
 usage: bench/pyg_tasks.py [--build build] [--out DIR] [--dataset DIR | --generate "ARGS"]
                           [--models gcn,sage] [--seeds 1,2,3,4,5] [--ranks 4] [--epochs 600]
-                          [--threads 2] [--tolerance 0.5] [--check] [--checks pyg,stale]
-                          [--stale-args "--halo-forward-coding residual"]
+                          [--threads 2] [--tolerance 0.5] [--check] [--checks pyg,stale,residual]
+                          [--stale-args "--staleness 2"]
 """
 import argparse, json, os, shlex, subprocess, sys, time
 
@@ -180,12 +182,22 @@ def pyg_run(g, model_name, seed, epochs, hidden=64, lr=0.01, weight_decay=0.0, d
             "test_roc_auc": roc_auc(z_test, y[test])}
 
 
-def halogen_run(a, parts, model_name, seed, stale, metrics):
+# halogen's runs: the flags each adds to `halogen train`.
+HALOGEN_SYSTEMS = {
+    "halogen-fp32-sync": [],
+    "halogen-1bit-stale": ["--mode", "stale", "--bits-fwd", "1", "--bits-bwd", "1"],
+    "halogen-1bit-stale-residual": ["--mode", "stale", "--bits-fwd", "1", "--bits-bwd", "1", "--halo-forward-coding",
+                                    "residual"],
+}
+SYSTEMS = ("pyg", *HALOGEN_SYSTEMS)
+
+
+def halogen_run(a, parts, model_name, seed, system, metrics):
     cmd = mpirun(a.ranks) + [a.halogen, "train", "--parts", parts, "--model", model_name, "--seed", str(seed),
                              "--epochs", str(a.epochs), "--patience", "0", "--metrics", metrics, "--overwrite",
-                             "--quiet"]
-    if stale:
-        cmd += ["--mode", "stale", "--bits-fwd", "1", "--bits-bwd", "1", *shlex.split(a.stale_args)]
+                             "--quiet", *HALOGEN_SYSTEMS[system]]
+    if system != "halogen-fp32-sync":
+        cmd += shlex.split(a.stale_args)
     sh(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"))
     lines = [json.loads(line) for line in open(metrics)]
     summary = lines[-1]
@@ -208,9 +220,9 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--tolerance", type=float, default=0.5, help="points (of 100)")
     p.add_argument("--check", action="store_true")
-    p.add_argument("--checks", default="pyg,stale")
+    p.add_argument("--checks", default="pyg,stale,residual")
     p.add_argument("--stale-args", default="", help='more flags for the 1-bit stale runs, e.g. '
-                   '"--halo-forward-coding residual"')
+                   '"--staleness 2"')
     a = p.parse_args()
     try:
         import torch
@@ -233,25 +245,26 @@ def main():
     runs = []
     for model_name in a.models.split(","):
         for seed in seeds:
-            for system in ("halogen-fp32-sync", "halogen-1bit-stale", "pyg"):
+            for system in (*HALOGEN_SYSTEMS, "pyg"):
                 t0 = time.time()
                 if system == "pyg":
                     r = pyg_run(g, model_name, seed, a.epochs)
                 else:
-                    r = halogen_run(a, parts, model_name, seed, system.endswith("stale"),
+                    r = halogen_run(a, parts, model_name, seed, system,
                                     os.path.join(out, f"{model_name}-{system}-{seed}.jsonl"))
                 r.update(model=model_name, system=system, seed=seed, seconds=time.time() - t0)
                 print(json.dumps(r), flush=True)
                 runs.append(r)
     mean = lambda m, s, k: sum(r[k] for r in runs if r["model"] == m and r["system"] == s) / len(seeds)
-    print(f"\n{'model':6} {'system':20} {'test F1-micro':>14} {'test ROC-AUC':>13}   (means over {len(seeds)} seeds)")
+    print(f"\n{'model':6} {'system':28} {'test F1-micro':>14} {'test ROC-AUC':>13}   (means over {len(seeds)} seeds)")
     failures = []
     for m in a.models.split(","):
-        for s in ("pyg", "halogen-fp32-sync", "halogen-1bit-stale"):
-            print(f"{m:6} {s:20} {100 * mean(m, s, 'test_f1_micro'):14.2f} {100 * mean(m, s, 'test_roc_auc'):13.2f}")
+        for s in SYSTEMS:
+            print(f"{m:6} {s:28} {100 * mean(m, s, 'test_f1_micro'):14.2f} {100 * mean(m, s, 'test_roc_auc'):13.2f}")
         for k in ("test_f1_micro", "test_roc_auc"):
             for check, s, ref in (("pyg", "halogen-fp32-sync", "pyg"),
-                                  ("stale", "halogen-1bit-stale", "halogen-fp32-sync")):
+                                  ("stale", "halogen-1bit-stale", "halogen-fp32-sync"),
+                                  ("residual", "halogen-1bit-stale-residual", "halogen-fp32-sync")):
                 if check not in a.checks.split(","):
                     continue
                 d = 100 * (mean(m, s, k) - mean(m, ref, k))
