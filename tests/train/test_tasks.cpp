@@ -118,7 +118,8 @@ SplitRows rows_of(std::vector<float>& logits, std::vector<float>& labels, std::v
 
 // The metrics of one rank alone: its sums are the totals, its scores all of them.
 std::vector<double> local_metrics(const Task& task, const SplitRows& rows) {
-  return task.metrics(task.local_sums(rows), task.gathers_scores() ? task.local_scores(rows) : Scores{});
+  return task.metrics(task.local_sums(rows),
+                      task.scores_labels() ? local_label_values(task, task.local_scores(rows)) : std::vector<double>{});
 }
 
 TEST(Multilabel, F1MicroAtProbabilityOneHalf) {

@@ -63,38 +63,75 @@ std::optional<double> roc_auc(std::span<const float> scores, std::span<const flo
   return credit / (positives * negatives_below);
 }
 
-Scores gather_scores(Communicator& comm, const Scores& local) {
+namespace {
+
+// Column c of `rows` (rows x cols, row-major) appended to `out`.
+void append_column(const std::vector<float>& rows, int64_t cols, int64_t c, std::vector<float>& out) {
+  for (size_t i = static_cast<size_t>(c); i < rows.size(); i += static_cast<size_t>(cols)) out.push_back(rows[i]);
+}
+
+}  // namespace
+
+std::vector<double> label_values(const Task& task, Communicator& comm, const Scores& local) {
   // The row counts by rank (a sum of one slot each: exact), then each rank's rows broadcast
-  // from it in turn: the same bytes, in rank order, on every rank.
-  const int P = comm.size();
+  // from it in turn, of which every rank keeps its labels' columns, in rank order.
+  const int P = comm.size(), me = comm.rank();
+  const int64_t C = local.cols;
   std::vector<int64_t> rows(static_cast<size_t>(P), 0);
-  rows[static_cast<size_t>(comm.rank())] = local.rows();
+  rows[static_cast<size_t>(me)] = local.rows();
   comm.allreduce_sum(std::span<int64_t>(rows));
-  Scores all;
-  all.cols = local.cols;
-  const int64_t total = std::accumulate(rows.begin(), rows.end(), int64_t{0});
-  all.scores.resize(static_cast<size_t>(total * local.cols));
-  all.labels.resize(all.scores.size());
-  int64_t at = 0;
+  std::vector<int64_t> mine;
+  for (int64_t c = me; c < C; c += P) mine.push_back(c);
+  std::vector<std::vector<float>> scores(mine.size()), labels(mine.size());
+  std::vector<float> chunk_scores, chunk_labels;
   for (int r = 0; r < P; ++r) {
-    const size_t n = static_cast<size_t>(rows[static_cast<size_t>(r)] * local.cols);
-    if (r == comm.rank()) {
-      std::copy(local.scores.begin(), local.scores.end(), all.scores.begin() + at);
-      std::copy(local.labels.begin(), local.labels.end(), all.labels.begin() + at);
+    const size_t n = static_cast<size_t>(rows[static_cast<size_t>(r)] * C);
+    if (n == 0) continue;
+    if (r == me) {
+      chunk_scores = local.scores;
+      chunk_labels = local.labels;
+    } else {
+      chunk_scores.resize(n);
+      chunk_labels.resize(n);
     }
-    if (n > 0 && P > 1) {
-      comm.broadcast(all.scores.data() + at, n * sizeof(float), r);
-      comm.broadcast(all.labels.data() + at, n * sizeof(float), r);
+    if (P > 1) {
+      comm.broadcast(chunk_scores.data(), n * sizeof(float), r);
+      comm.broadcast(chunk_labels.data(), n * sizeof(float), r);
     }
-    at += static_cast<int64_t>(n);
+    for (size_t k = 0; k < mine.size(); ++k) {
+      append_column(chunk_scores, C, mine[k], scores[k]);
+      append_column(chunk_labels, C, mine[k], labels[k]);
+    }
   }
-  return all;
+  // One addend per entry (this rank's labels; zeros elsewhere): the sum is exact.
+  std::vector<double> values(static_cast<size_t>(2 * C), 0.0);
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const std::array<double, 2> v = task.label_value(scores[k], labels[k]);
+    values[static_cast<size_t>(2 * mine[k])] = v[0];
+    values[static_cast<size_t>(2 * mine[k] + 1)] = v[1];
+  }
+  if (P > 1) comm.allreduce_sum(std::span<double>(values));
+  return values;
+}
+
+std::vector<double> local_label_values(const Task& task, const Scores& local) {
+  std::vector<double> values(static_cast<size_t>(2 * local.cols), 0.0);
+  std::vector<float> scores, labels;
+  for (int64_t c = 0; c < local.cols; ++c) {
+    scores.clear(), labels.clear();
+    append_column(local.scores, local.cols, c, scores);
+    append_column(local.labels, local.cols, c, labels);
+    const std::array<double, 2> v = task.label_value(scores, labels);
+    values[static_cast<size_t>(2 * c)] = v[0];
+    values[static_cast<size_t>(2 * c + 1)] = v[1];
+  }
+  return values;
 }
 
 LocalSplit local_split(const Task& task, const SplitRows& rows) {
   LocalSplit local;
   local.sums = task.local_sums(rows);
-  if (task.gathers_scores()) local.scores = task.local_scores(rows);
+  if (task.scores_labels()) local.scores = task.local_scores(rows);
   return local;
 }
 
@@ -115,8 +152,9 @@ std::vector<std::vector<double>> evaluate_splits(const Task& task, Communicator&
   size_t at = 0;
   for (const LocalSplit& split : splits) {
     const size_t n = split.sums.size();
-    const Scores all = task.gathers_scores() ? gather_scores(comm, split.scores) : Scores{};
-    metrics.push_back(task.metrics(std::span<const double>(sums).subspan(at, n), all));
+    const std::vector<double> labels =
+        task.scores_labels() ? label_values(task, comm, split.scores) : std::vector<double>{};
+    metrics.push_back(task.metrics(std::span<const double>(sums).subspan(at, n), labels));
     at += n;
   }
   return metrics;

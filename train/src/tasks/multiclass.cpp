@@ -47,7 +47,7 @@ class Multiclass final : public Task {
     return {static_cast<double>(correct), static_cast<double>(nodes)};
   }
 
-  std::vector<double> metrics(std::span<const double> sums, const Scores&) const override {
+  std::vector<double> metrics(std::span<const double> sums, std::span<const double>) const override {
     HALOGEN_EXPECTS(sums.size() == 2, "multiclass metrics: {} sums, expected 2", sums.size());
     return {sums[1] > 0 ? sums[0] / sums[1] : 0.0};
   }

@@ -52,7 +52,7 @@ class Multilabel final : public Task {
     return {static_cast<double>(tp), static_cast<double>(fp), static_cast<double>(fn)};
   }
 
-  bool gathers_scores() const override { return true; }
+  bool scores_labels() const override { return true; }
   Scores local_scores(const SplitRows& in) const override {
     check_value_rows(in, name());
     const float* y = in.labels.ptr<const float>();
@@ -65,22 +65,24 @@ class Multilabel final : public Task {
     }
     return s;
   }
+  std::array<double, 2> label_value(std::span<const float> scores, std::span<const float> labels) const override {
+    const std::optional<double> auc = roc_auc(scores, labels);
+    return auc ? std::array<double, 2>{*auc, 1.0} : std::array<double, 2>{0.0, 0.0};
+  }
 
   // F1-micro = 2 tp / (2 tp + fp + fn) (0 without any positive, predicted or true, as
-  // sklearn's zero_division); ROC-AUC: the mean over the labels with both classes (0 if none).
-  std::vector<double> metrics(std::span<const double> sums, const Scores& all) const override {
+  // sklearn's zero_division); ROC-AUC: the mean over the labels with both classes (0 if none),
+  // summed in label order.
+  std::vector<double> metrics(std::span<const double> sums, std::span<const double> labels) const override {
     HALOGEN_EXPECTS(sums.size() == 3, "multilabel metrics: {} sums, expected 3", sums.size());
     const double den = 2 * sums[0] + sums[1] + sums[2];
     const double f1 = den > 0 ? 2 * sums[0] / den : 0.0;
     double auc_sum = 0.0;
     int64_t scored = 0;
-    const int64_t rows = all.rows();
-    for (int64_t c = 0; c < all.cols; ++c) {
-      const size_t n = static_cast<size_t>(rows * all.cols);
-      const std::optional<double> auc =
-          roc_auc(std::span<const float>(all.scores.data() + c, n - static_cast<size_t>(c)),
-                  std::span<const float>(all.labels.data() + c, n - static_cast<size_t>(c)), all.cols);
-      if (auc) auc_sum += *auc, ++scored;
+    for (size_t c = 0; c + 1 < labels.size(); c += 2) {
+      if (labels[c + 1] == 0.0) continue;
+      auc_sum += labels[c];
+      ++scored;
     }
     return {f1, scored > 0 ? auc_sum / static_cast<double>(scored) : 0.0};
   }

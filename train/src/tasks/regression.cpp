@@ -56,7 +56,7 @@ class Regression final : public Task {
   // nothing for standardised targets). A column whose targets are constant (SST at rounding
   // level) has R² 1 if predicted exactly, else 0, as sklearn's force_finite. Columns without a
   // labelled entry are left out of both means; none at all: MSE and R² 0.
-  std::vector<double> metrics(std::span<const double> sums, const Scores&) const override {
+  std::vector<double> metrics(std::span<const double> sums, std::span<const double>) const override {
     HALOGEN_EXPECTS(sums.size() % kSumsPerColumn == 0, "regression metrics: {} sums, not {} per column", sums.size(),
                     kSumsPerColumn);
     double mse = 0.0, r2 = 0.0;

@@ -13,12 +13,14 @@
 //
 // Metrics over several ranks are exact: each rank computes additive sums over its rows of the
 // split (integer counts, fp64 sums of squares), summed over ranks by one all-reduce, and a task
-// whose metric depends on the order of the scores (ROC-AUC) also has the split's scores of every
-// rank gathered (gather_scores: each rank broadcasts its rows in turn, so every rank holds the
-// same bytes). Counts and ROC-AUC are then the same bits on any number of ranks; fp64 sums of
-// squares agree to their rounding.
+// whose metric depends on the order of the scores (ROC-AUC) scores each label over every rank's
+// rows (label_values: each rank broadcasts its rows in turn and every rank keeps the columns of
+// its share of the labels, scores them, and one all-reduce of one addend per label gives every
+// rank every label's value). Counts and ROC-AUC are then the same bits on any number of ranks;
+// fp64 sums of squares agree to their rounding.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -91,11 +93,19 @@ class Task {
   /// This rank's additive sums over the split's rows (their sum over ranks is what metrics
   /// reads); the same count on every rank.
   virtual std::vector<double> local_sums(const SplitRows& rows) const = 0;
-  /// Whether metrics() also needs every rank's scores of the split (ROC-AUC).
-  virtual bool gathers_scores() const { return false; }
+  /// Whether metrics() also needs a value of each label scored over every rank's rows of the
+  /// split (ROC-AUC): this rank's scores and labels of the split (local_scores), and one label's
+  /// value from every rank's scores and labels of it (label_value: {value, 1}, or {0, 0} where it
+  /// is undefined).
+  virtual bool scores_labels() const { return false; }
   virtual Scores local_scores(const SplitRows& /*rows*/) const { return {}; }
-  /// The metrics from the sums over ranks and, when gathers_scores(), all ranks' scores.
-  virtual std::vector<double> metrics(std::span<const double> sums, const Scores& all) const = 0;
+  virtual std::array<double, 2> label_value(std::span<const float> /*scores*/,
+                                            std::span<const float> /*labels*/) const {
+    return {0.0, 0.0};
+  }
+  /// The metrics from the sums over ranks and, when scores_labels(), each label's
+  /// label_value() pair in label order (2 per label).
+  virtual std::vector<double> metrics(std::span<const double> sums, std::span<const double> labels) const = 0;
 
   /// The output layer's initial bias: this rank's additive sums over its training rows (logits
   /// unused; the same count on every rank), and the bias from their sums over ranks. Empty: the
@@ -142,11 +152,15 @@ float sigmoid(float z);
 /// are integers and halves in fp64 (below 2^53), divided once.
 std::optional<double> roc_auc(std::span<const float> scores, std::span<const float> labels, int64_t stride = 1);
 
-/// Every rank's `local` scores, concatenated in rank order; the same on every rank. Collective.
-Scores gather_scores(Communicator& comm, const Scores& local);
+/// task.label_value() of each label over every rank's `local` scores (2 values per label, in
+/// label order; the same bits on every rank and at any number of ranks). Rank r scores the
+/// labels c with c % P == r, holding every rank's rows of those columns only. Collective.
+std::vector<double> label_values(const Task& task, Communicator& comm, const Scores& local);
+/// The pairs of label_values() for this rank's rows alone (one rank: all of them).
+std::vector<double> local_label_values(const Task& task, const Scores& local);
 
 /// One rank's figures of one split: the task's additive sums over its rows and, for a task
-/// that gathers them, its scores.
+/// that scores labels, its scores.
 struct LocalSplit {
   std::vector<double> sums;
   Scores scores;
