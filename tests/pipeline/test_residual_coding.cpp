@@ -20,6 +20,7 @@
 #include "models.hpp"
 #include "sbm_shards.hpp"
 #include "test_data.hpp"
+#include "train_options.hpp"
 
 namespace halogen {
 namespace {
@@ -33,15 +34,8 @@ class ResidualCoding : public testing::TestWithParam<test::DeviceAndModel> {
     shards_ = test::sbm_shards(3000, 32, 5, size_);
   }
   TrainOptions options() const {
-    TrainOptions t;
-    t.model.name = std::get<1>(GetParam());
-    t.device.kind = std::get<0>(GetParam());
-    t.model.layers = 3;
-    t.model.hidden = 16;
+    TrainOptions t = test::small_options(std::get<0>(GetParam()), std::get<1>(GetParam()), /*epochs=*/12, /*seed=*/6);
     t.model.heads = 2;
-    t.optim.epochs = 12;
-    t.seed = 6;
-    t.output.progress = false;
     return t;
   }
   std::vector<double> losses(const TrainOptions& t) {

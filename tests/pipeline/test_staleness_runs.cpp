@@ -24,6 +24,7 @@
 #include "models.hpp"
 #include "sbm_shards.hpp"
 #include "test_data.hpp"
+#include "train_options.hpp"
 
 namespace halogen {
 namespace {
@@ -53,16 +54,7 @@ struct Ranks {
 class StaleRuns : public testing::TestWithParam<Device> {
  protected:
   void SetUp() override { HALOGEN_USE_DEVICE(GetParam()); }
-  TrainOptions base_options() const {
-    TrainOptions t;
-    t.model.layers = 3;
-    t.model.hidden = 16;
-    t.optim.epochs = 12;
-    t.output.progress = false;
-    t.seed = 3;
-    t.device.kind = GetParam();
-    return t;
-  }
+  TrainOptions base_options() const { return test::small_options(GetParam(), "gcn", /*epochs=*/12, /*seed=*/3); }
   // A rank that sends nothing: every rank trains alone on the whole of a small SBM
   // (MPI_COMM_SELF), one part, no peers; fixed-staleness options for it.
   static Shard lone_shard() { return std::move(test::sbm_shards(600, 16, 9, 1)[0]); }
@@ -454,15 +446,9 @@ HALOGEN_INSTANTIATE_DEVICES_AND_MODELS(StaleRunsEveryModel);
 TEST_P(StaleRunsEveryModel, ResumesBitForBitInOneBitStaleMode) {
   Ranks s;
   const test::SharedScratchDir dir("resume-every-model");
-  TrainOptions t;
-  t.model.name = std::get<1>(GetParam());
-  t.device.kind = std::get<0>(GetParam());
-  t.model.layers = 3;
+  TrainOptions t = test::small_options(std::get<0>(GetParam()), std::get<1>(GetParam()), /*epochs=*/7, /*seed=*/4);
   t.model.hidden = 8;
   t.model.heads = 2;
-  t.optim.epochs = 7;
-  t.seed = 4;
-  t.output.progress = false;
   t.exchange.bits_fwd = t.exchange.bits_bwd = {1};
   t.exchange.mode = ExchangeMode::kStale;
   t.exchange.staleness.policy = StalePolicy::kFixed;

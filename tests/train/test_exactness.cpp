@@ -18,6 +18,7 @@
 #include "halogen/train/trainer.hpp"
 #include "models.hpp"
 #include "test_data.hpp"
+#include "train_options.hpp"
 
 namespace halogen {
 namespace {
@@ -26,20 +27,13 @@ using test::world_rank;
 using test::world_size;
 
 TrainOptions exactness_options(std::string model, ExchangeMode mode, Device device) {
-  TrainOptions t;
-  t.device.kind = device;
-  t.model.name = model;
-  t.model.layers = 3;  // two exchanged hidden layers
-  t.model.hidden = 16;
+  TrainOptions t = test::small_options(device, model, /*epochs=*/20, /*seed=*/7);
   if (model == "gat") {  // 4 heads of 8 (32 wide), 2 averaged output heads
     t.model.hidden = 8;
     t.model.heads = 4;
     t.model.out_heads = 2;
   }
   t.model.dropout = 0.5f;
-  t.optim.epochs = 20;
-  t.seed = 7;
-  t.output.progress = false;
   t.exchange.mode = mode;
   return t;
 }

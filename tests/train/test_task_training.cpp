@@ -21,6 +21,7 @@
 #include "halogen/train/model.hpp"
 #include "halogen/train/trainer.hpp"
 #include "test_data.hpp"
+#include "train_options.hpp"
 
 namespace halogen {
 namespace {
@@ -67,19 +68,12 @@ Dataset task_dataset(LabelKind kind) {
 }
 
 TrainOptions task_options(const std::string& model, Device device) {
-  TrainOptions t;
-  t.device.kind = device;
-  t.model.name = model;
-  t.model.layers = 3;
-  t.model.hidden = 16;
+  TrainOptions t = test::small_options(device, model, /*epochs=*/12, /*seed=*/9);
   if (model == "gat") {
     t.model.hidden = 8;
     t.model.heads = 2;
   }
   t.model.dropout = 0.5f;
-  t.optim.epochs = 12;
-  t.seed = 9;
-  t.output.progress = false;
   return t;
 }
 
