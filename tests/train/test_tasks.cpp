@@ -2,6 +2,7 @@
 // an fp64 reference over masked rows, and the metrics against values computed by hand and, for
 // ROC-AUC, by counting every (positive, negative) pair.
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <cmath>
 #include <limits>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "halogen/comm/communicator.hpp"
 #include "halogen/core/error.hpp"
 #include "tasks/task.hpp"
 
@@ -116,10 +118,12 @@ SplitRows rows_of(std::vector<float>& logits, std::vector<float>& labels, std::v
   return {logits.data(), rows, cols, TensorView::of(labels.data(), rows, cols), split.data(), 2};
 }
 
-// The metrics of one rank alone: its sums are the totals, its scores all of them.
+// The metrics of one rank alone: its sums are the totals, its scores all of them (label_values
+// over MPI_COMM_SELF scores every label itself).
 std::vector<double> local_metrics(const Task& task, const SplitRows& rows) {
+  MpiCommunicator self(MPI_COMM_SELF);
   return task.metrics(task.local_sums(rows),
-                      task.scores_labels() ? local_label_values(task, task.local_scores(rows)) : std::vector<double>{});
+                      task.scores_labels() ? label_values(task, self, task.local_scores(rows)) : std::vector<double>{});
 }
 
 TEST(Multilabel, F1MicroAtProbabilityOneHalf) {

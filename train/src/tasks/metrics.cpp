@@ -114,20 +114,6 @@ std::vector<double> label_values(const Task& task, Communicator& comm, const Sco
   return values;
 }
 
-std::vector<double> local_label_values(const Task& task, const Scores& local) {
-  std::vector<double> values(static_cast<size_t>(2 * local.cols), 0.0);
-  std::vector<float> scores, labels;
-  for (int64_t c = 0; c < local.cols; ++c) {
-    scores.clear(), labels.clear();
-    append_column(local.scores, local.cols, c, scores);
-    append_column(local.labels, local.cols, c, labels);
-    const std::array<double, 2> v = task.label_value(scores, labels);
-    values[static_cast<size_t>(2 * c)] = v[0];
-    values[static_cast<size_t>(2 * c + 1)] = v[1];
-  }
-  return values;
-}
-
 LocalSplit local_split(const Task& task, const SplitRows& rows) {
   LocalSplit local;
   local.sums = task.local_sums(rows);

@@ -156,8 +156,6 @@ std::optional<double> roc_auc(std::span<const float> scores, std::span<const flo
 /// label order; the same bits on every rank and at any number of ranks). Rank r scores the
 /// labels c with c % P == r, holding every rank's rows of those columns only. Collective.
 std::vector<double> label_values(const Task& task, Communicator& comm, const Scores& local);
-/// The pairs of label_values() for this rank's rows alone (one rank: all of them).
-std::vector<double> local_label_values(const Task& task, const Scores& local);
 
 /// One rank's figures of one split: the task's additive sums over its rows and, for a task
 /// that scores labels, its scores.
